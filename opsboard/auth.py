@@ -1,0 +1,244 @@
+"""Users, roles, tenant membership and permission checks.
+
+A user holds roles through memberships (user x tenant x role, active flag).
+Permissions come from the role -> permission table below.  A permission held
+through a membership applies to that tenant; held through a membership of an
+*operator* tenant (the platform's own staff) it applies to every tenant.
+Every query that reads tenant data takes the caller's :class:`TenantScope`.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import psycopg
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from . import db
+from .schema import Role, new_id
+
+#: What each role may do.  Views and core actions check these names.
+ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
+    Role.ADMIN: frozenset({
+        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
+        "tenants.view", "workers.view", "alerts.view", "alerts.ack",
+        "tickets.view", "tickets.work", "templates.view", "templates.edit", "users.manage",
+    }),
+    Role.OPS: frozenset({
+        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
+        "tenants.view", "workers.view", "alerts.view", "alerts.ack",
+    }),
+    Role.SUPPORT_AGENT: frozenset({"dashboard.view", "tickets.view", "tickets.work"}),
+    Role.TEMPLATE_AUTHOR: frozenset({"dashboard.view", "templates.view", "templates.edit"}),
+}
+
+ALL_PERMISSIONS = frozenset().union(*ROLE_PERMISSIONS.values())
+
+_DUMMY_HASH = generate_password_hash("opsboard-timing-equaliser")
+
+
+class AuthError(Exception):
+    """A user-facing error in account management (bad email, unknown tenant...)."""
+
+
+class LoginThrottled(Exception):
+    """Too many failed logins for this account or address; ``retry_after`` in seconds."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"too many failed logins; try again in {retry_after} seconds")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class TenantScope:
+    """Which tenants a caller may see: all of them, or the listed ids."""
+
+    all: bool
+    ids: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def params(self) -> dict:
+        """Parameters for ``(%(scope_all)s OR tenant_id = ANY(%(scope_ids)s))`` in SQL."""
+        return {"scope_all": self.all, "scope_ids": list(self.ids)}
+
+    def allows(self, tenant_id) -> bool:
+        return self.all or (tenant_id is not None and uuid.UUID(str(tenant_id)) in self.ids)
+
+
+@dataclass(frozen=True)
+class Membership:
+    tenant_id: uuid.UUID
+    tenant_slug: str
+    tenant_name: str
+    is_operator: bool
+    role: Role
+
+
+@dataclass
+class Principal:
+    """A signed-in user with their memberships.
+
+    Duck-types flask-login's user protocol so the core does not import Flask.
+    """
+
+    id: uuid.UUID
+    email: str
+    display_name: str
+    memberships: list[Membership] = field(default_factory=list)
+    is_active: bool = True
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def get_id(self) -> str:
+        return str(self.id)
+
+    @property
+    def label(self) -> str:
+        return self.email
+
+    @property
+    def roles(self) -> set[Role]:
+        return {m.role for m in self.memberships}
+
+    @property
+    def permissions(self) -> frozenset[str]:
+        return frozenset().union(*(ROLE_PERMISSIONS[m.role] for m in self.memberships)) if self.memberships else frozenset()
+
+    def has(self, permission: str) -> bool:
+        """Holds ``permission`` in at least one tenant."""
+        return permission in self.permissions
+
+    def can(self, permission: str, tenant_id) -> bool:
+        """Holds ``permission`` for ``tenant_id`` (directly or as operator staff)."""
+        if permission not in ALL_PERMISSIONS:
+            raise ValueError(f"unknown permission {permission!r}")
+        tid = uuid.UUID(str(tenant_id)) if tenant_id is not None else None
+        for m in self.memberships:
+            if permission in ROLE_PERMISSIONS[m.role] and (m.is_operator or m.tenant_id == tid):
+                return True
+        return False
+
+    def scope(self, permission: str = "dashboard.view") -> TenantScope:
+        """The tenants in which this user holds ``permission``."""
+        granting = [m for m in self.memberships if permission in ROLE_PERMISSIONS[m.role]]
+        if any(m.is_operator for m in granting):
+            return TenantScope(all=True)
+        return TenantScope(all=False, ids=tuple(sorted({m.tenant_id for m in granting})))
+
+
+def hash_password(password: str) -> str:
+    """scrypt through werkzeug (salted, memory-hard)."""
+    return generate_password_hash(password, method="scrypt")
+
+
+def normalise_email(email: str) -> str:
+    email = (email or "").strip().lower()
+    if "@" not in email or email.startswith("@") or len(email) > 254 or any(c.isspace() for c in email):
+        raise AuthError(f"{email!r} is not an email address")
+    return email
+
+
+def ensure_tenant(conn: psycopg.Connection, slug: str, name: str | None = None, *,
+                  is_operator: bool = False, weight: int = 1) -> dict:
+    """The tenant with ``slug``, created when missing."""
+    row = db.one(conn, "tenant_get_by_slug", {"slug": slug})
+    if row:
+        return row
+    try:
+        with conn.transaction():
+            return db.one(conn, "tenant_insert", {"id": new_id(), "slug": slug, "name": name or slug,
+                                                  "is_operator": is_operator, "weight": weight})
+    except psycopg.errors.CheckViolation:
+        raise AuthError(f"tenant slug {slug!r} must be lowercase letters, digits and dashes") from None
+    except psycopg.errors.UniqueViolation:
+        return db.one(conn, "tenant_get_by_slug", {"slug": slug})
+
+
+def create_user(conn: psycopg.Connection, email: str, password: str, role: str, tenant_slug: str,
+                *, display_name: str = "") -> dict:
+    """Create a user (or reuse one with that email) and grant ``role`` in the tenant."""
+    email = normalise_email(email)
+    try:
+        role_enum = Role(role)
+    except ValueError:
+        raise AuthError(f"role {role!r} is not one of {', '.join(r.value for r in Role)}") from None
+    if len(password) < 8:
+        raise AuthError("password must have at least 8 characters")
+    with conn.transaction():
+        tenant = db.one(conn, "tenant_get_by_slug", {"slug": tenant_slug})
+        if not tenant:
+            raise AuthError(f"tenant {tenant_slug!r} does not exist")
+        user = db.one(conn, "user_get_by_email", {"email": email})
+        if user is None:
+            user = db.one(conn, "user_insert", {"id": new_id(), "email": email,
+                                                "display_name": display_name or email.split("@")[0],
+                                                "password_hash": hash_password(password)})
+        else:
+            db.execute(conn, "user_set_password", {"id": user["id"], "password_hash": hash_password(password)})
+        db.execute(conn, "membership_upsert", {"user_id": user["id"], "tenant_id": tenant["id"],
+                                               "role": role_enum.value})
+    return {"id": user["id"], "email": email, "role": role_enum.value, "tenant": tenant_slug}
+
+
+def load_principal(conn: psycopg.Connection, user_id) -> Principal | None:
+    """The active user with ``user_id`` and their active memberships."""
+    try:
+        uid = uuid.UUID(str(user_id))
+    except ValueError:
+        return None
+    user = db.one(conn, "user_get", {"id": uid})
+    if not user or not user["is_active"]:
+        return None
+    rows = db.all_rows(conn, "membership_list_for_user", {"user_id": uid})
+    return Principal(
+        id=user["id"], email=user["email"], display_name=user["display_name"],
+        memberships=[Membership(r["tenant_id"], r["tenant_slug"], r["tenant_name"], r["is_operator"], Role(r["role"]))
+                     for r in rows],
+    )
+
+
+def authenticate(conn: psycopg.Connection, email: str, password: str, address: str, *,
+                 max_account: int = 5, max_address: int = 20, window_seconds: int = 900,
+                 now: datetime | None = None) -> Principal | None:
+    """Check a login; ``None`` when wrong.  Raises :class:`LoginThrottled`.
+
+    Failures are counted per account and per client address in the database,
+    so the limit holds across every web process.  The password is checked even
+    for unknown accounts so that timing does not reveal which emails exist.
+    """
+    email = (email or "").strip().lower()
+    params = {"email": email, "address": address, "window": window_seconds, "now": now}
+    counts = db.one(conn, "login_failure_counts", params)
+    if counts["account"] >= max_account or counts["address"] >= max_address:
+        newest = counts["newest"]
+        current = now or conn.execute("SELECT now() AS n").fetchone()["n"]
+        retry = max(1, int(window_seconds - (current - newest).total_seconds())) if newest else window_seconds
+        raise LoginThrottled(retry)
+    user = db.one(conn, "user_get_by_email", {"email": email}) if email else None
+    ok = check_password_hash(user["password_hash"] if user else _DUMMY_HASH, password or "")
+    if not user or not ok or not user["is_active"]:
+        db.execute(conn, "login_failure_insert", params)
+        return None
+    db.execute(conn, "login_failure_clear_account", {"email": email})
+    db.execute(conn, "user_touch_login", {"id": user["id"]})
+    return load_principal(conn, user["id"])
+
+
+def create_api_key(conn: psycopg.Connection, tenant_id, name: str, scopes: list[str], created_by=None) -> tuple[str, dict]:
+    """Create an API key; returns the secret (shown once) and the stored row."""
+    secret = "obk_" + secrets.token_urlsafe(32)
+    row = db.one(conn, "api_key_insert", {
+        "id": new_id(), "tenant_id": tenant_id, "name": name, "prefix": secret[:10],
+        "key_hash": hashlib.sha256(secret.encode()).digest(), "scopes": scopes, "created_by": created_by})
+    return secret, row
+
+
+def verify_api_key(conn: psycopg.Connection, secret: str) -> dict | None:
+    """The live API key row for a presented secret, or ``None``."""
+    if not secret or not secret.startswith("obk_"):
+        return None
+    return db.one(conn, "api_key_verify", {"key_hash": hashlib.sha256(secret.encode()).digest()})

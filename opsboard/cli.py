@@ -1,0 +1,156 @@
+"""The ``opsboard`` command.
+
+Wrong arguments or a bad configuration exit with status 2 and one clear line;
+nothing prints a traceback for a mistake the operator can fix.
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import os
+import sys
+
+from .config import Config, ConfigError, parse_queue_slots
+
+log = logging.getLogger("opsboard")
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("migrate", help="apply pending database migrations")
+
+    c = sub.add_parser("createuser", help="create a user with a role in a tenant")
+    c.add_argument("--email", required=True)
+    c.add_argument("--role", required=True, choices=["admin", "ops", "support_agent", "template_author"])
+    c.add_argument("--tenant", required=True, help="tenant slug (created if missing)")
+    c.add_argument("--tenant-name", help="display name when the tenant is created")
+    c.add_argument("--operator", action="store_true", help="create the tenant as an operator tenant (sees all tenants)")
+    c.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+
+    w = sub.add_parser("web", help="run the development web server")
+    w.add_argument("--host", default="127.0.0.1")
+    w.add_argument("--port", type=int, default=8000)
+
+    k = sub.add_parser("worker", help="run a worker process")
+    k.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
+    k.add_argument("--id", help="worker id (default host:pid:random)")
+    k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+
+    d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, default=8000)
+    d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
+
+    b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
+    b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
+    b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
+    b.add_argument("--json", dest="json_path", help="write results to this JSON file")
+    b.add_argument("--list", action="store_true", help="list the scenarios")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        mode = "demo" if args.command == "demo" else None
+        if args.command in ("web", "bench") and "OPSBOARD_ENV" not in os.environ:
+            mode = "development"
+        config = Config.from_env(mode=mode)
+        from .logs import configure
+        configure(config.log_format)
+        return _COMMANDS[args.command](config, args) or 0
+    except (ConfigError, UsageError) as exc:
+        print(f"opsboard: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from .auth import AuthError
+        from .db import DatabaseUnavailable
+        from .migrate import MigrationError
+        if isinstance(exc, (DatabaseUnavailable, MigrationError, AuthError)):
+            print(f"opsboard: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _url(config: Config) -> str:
+    from .db import resolve_url
+    return resolve_url(config)
+
+
+def cmd_migrate(config: Config, args) -> int:
+    from .migrate import migrate
+    applied = migrate(_url(config))
+    print(f"{len(applied)} migration(s) applied" if applied else "database is up to date")
+    return 0
+
+
+def cmd_createuser(config: Config, args) -> int:
+    from .auth import create_user, ensure_tenant
+    from .db import connect
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    elif sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if password != getpass.getpass("Again: "):
+            raise UsageError("the passwords differ")
+    else:
+        raise UsageError("no terminal to prompt for the password; use --password-stdin")
+    conn = connect(_url(config))
+    try:
+        ensure_tenant(conn, args.tenant, args.tenant_name, is_operator=args.operator)
+        user = create_user(conn, args.email, password, args.role, args.tenant)
+        from . import audit
+        audit.record(conn, audit.Actor("cli"), "user.create", target_type="user", target_id=user["id"],
+                     after={"email": user["email"], "role": user["role"], "tenant": user["tenant"]})
+    finally:
+        conn.close()
+    print(f"user {user['email']} is {user['role']} in {user['tenant']}")
+    return 0
+
+
+def cmd_web(config: Config, args) -> int:
+    from . import create_app
+    app = create_app()
+    app.run(host=args.host, port=args.port, threaded=True, use_reloader=False)
+    return 0
+
+
+def cmd_worker(config: Config, args) -> int:
+    from worker.runner import Worker
+    queues = parse_queue_slots(args.queues) if args.queues else None
+    w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
+    w.install_signals()
+    return w.run()
+
+
+def cmd_demo(config: Config, args) -> int:
+    from .demo import run_demo
+    return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
+
+
+def cmd_bench(config: Config, args) -> int:
+    from .bench import run_bench
+    return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
+                     list_only=args.list)
+
+
+_COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
+             "demo": cmd_demo, "bench": cmd_bench}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Configuration, read once from the environment and validated.
+
+Every setting comes from an ``OPSBOARD_``-prefixed variable (plus
+``DATABASE_URL``).  A bad value raises :class:`ConfigError` with one line that
+names the variable; the CLI turns that into exit status 2.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+#: The checkout: templates/, static/ and migrations/ live beside the packages.
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = ROOT / "templates"
+STATIC_DIR = ROOT / "static"
+MIGRATIONS_DIR = ROOT / "migrations"
+
+MODES = ("production", "development", "demo", "test")
+
+QUEUE_NAMES = ("critical", "default", "bulk")
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message is one line for the operator."""
+
+
+def parse_queue_slots(text: str) -> dict[str, int]:
+    """Parse ``critical=2,default=8,bulk=2`` into ``{"critical": 2, ...}``."""
+    slots: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, count = part.partition("=")
+        name = name.strip()
+        if not sep or name not in QUEUE_NAMES:
+            raise ConfigError(
+                f"queue slots: {part!r} is not NAME=COUNT with NAME one of {', '.join(QUEUE_NAMES)}")
+        try:
+            n = int(count)
+        except ValueError:
+            raise ConfigError(f"queue slots: {count.strip()!r} for {name} is not a whole number") from None
+        if not 0 < n <= 1000:
+            raise ConfigError(f"queue slots: {name}={n} must be between 1 and 1000")
+        slots[name] = n
+    if not slots:
+        raise ConfigError("queue slots: at least one queue is needed, e.g. default=8")
+    return slots
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str = "production"
+    database_url: str | None = None
+    secret_key: str = ""
+    #: Instance folder: embedded PostgreSQL data, logs of the demo.
+    instance_dir: Path = ROOT / "instance"
+    #: Embedded PostgreSQL data folder (used only without DATABASE_URL).
+    data_dir: Path | None = None
+    pool_min: int = 1
+    pool_max: int = 10
+    worker_queues: dict[str, int] = field(default_factory=lambda: {"critical": 2, "default": 8, "bulk": 2})
+    #: Seconds a claimed job's lease lasts before the reaper may recover it.
+    lease_seconds: int = 30
+    #: Seconds running handlers get to finish after SIGTERM.
+    shutdown_grace_seconds: int = 20
+    poll_interval: float = 1.0
+    #: Days succeeded jobs are kept before the pruner deletes them.
+    retention_days: float = 7.0
+    #: Extra modules that define job types (comma separated).
+    job_modules: tuple[str, ...] = ()
+    log_format: str = "text"
+    login_max_failures_account: int = 5
+    login_max_failures_address: int = 20
+    login_window_seconds: int = 900
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir or (self.instance_dir / "pgdata")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, *, mode: str | None = None) -> "Config":
+        """Build the configuration from ``environ`` (default ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        mode = mode or env.get("OPSBOARD_ENV", "production")
+        if mode not in MODES:
+            raise ConfigError(f"OPSBOARD_ENV={mode!r} is not one of {', '.join(MODES)}")
+        secret = env.get("OPSBOARD_SECRET_KEY", "")
+        if not secret:
+            # Production keeps it empty: require_secret() stops the web app's start.
+            if mode != "production":
+                secret = "dev-" + secrets.token_hex(16) if mode == "test" else "opsboard-dev-secret-not-for-production"
+        elif mode == "production" and len(secret) < 32:
+            raise ConfigError("OPSBOARD_SECRET_KEY is too short; use at least 32 characters")
+
+        instance = Path(env.get("OPSBOARD_INSTANCE_DIR", str(ROOT / "instance")))
+        data_dir = env.get("OPSBOARD_DATA_DIR")
+        log_format = env.get("OPSBOARD_LOG_FORMAT", "json" if mode == "production" else "text")
+        if log_format not in ("json", "text"):
+            raise ConfigError(f"OPSBOARD_LOG_FORMAT={log_format!r} must be json or text")
+        return cls(
+            mode=mode,
+            database_url=env.get("DATABASE_URL") or None,
+            secret_key=secret,
+            instance_dir=instance,
+            data_dir=Path(data_dir) if data_dir else None,
+            pool_min=_int(env, "OPSBOARD_POOL_MIN", 1, 0, 100),
+            pool_max=_int(env, "OPSBOARD_POOL_MAX", 10, 1, 500),
+            worker_queues=parse_queue_slots(env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")),
+            lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
+            shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
+            poll_interval=_float(env, "OPSBOARD_POLL_INTERVAL", 1.0, 0.01, 60),
+            retention_days=_float(env, "OPSBOARD_RETENTION_DAYS", 7.0, 0.0, 3650),
+            job_modules=tuple(m.strip() for m in env.get("OPSBOARD_JOB_MODULES", "").split(",") if m.strip()),
+            log_format=log_format,
+            login_max_failures_account=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ACCOUNT", 5, 1, 1000),
+            login_max_failures_address=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ADDRESS", 20, 1, 10000),
+            login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
+        )
+
+    def require_secret(self) -> None:
+        """The web app signs sessions: refuse to start production without a real secret."""
+        if not self.secret_key:
+            raise ConfigError(
+                "OPSBOARD_SECRET_KEY is not set; production mode needs a long random secret "
+                "(python -c 'import secrets; print(secrets.token_hex(32))'), or set OPSBOARD_ENV=development")
+
+    def replace(self, **changes) -> "Config":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Config(**values)
+
+
+def _int(env, name: str, default: int, lo: int, hi: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} must be between {lo} and {hi}")
+    return value
+
+
+def _float(env, name: str, default: float, lo: float, hi: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} must be between {lo} and {hi}")
+    return value

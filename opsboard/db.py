@@ -1,0 +1,171 @@
+"""Database access: the connection pool, transactions, named queries and the
+embedded PostgreSQL used when no ``DATABASE_URL`` is configured.
+
+Queries live in ``opsboard/sql/<area>.sql`` as named blocks::
+
+    -- name: job_claim_many
+    -- Claim up to %(limit)s ready jobs of one queue.
+    WITH ...;
+
+They are parsed once into :data:`queries`; callers run them by name with
+``%(name)s`` parameters through :func:`execute`, :func:`one` and :func:`all_rows`.
+Connections are in autocommit mode with dict rows; a unit of work that must be
+atomic runs inside :meth:`Database.transaction` (or ``conn.transaction()``).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+_NAME_RE = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+class DatabaseUnavailable(Exception):
+    """PostgreSQL cannot be reached; the message names the host, never a password."""
+
+
+def load_queries(directory: Path = SQL_DIR) -> dict[str, str]:
+    """Parse every ``*.sql`` file of ``directory`` into ``{name: sql}``.
+
+    A duplicated name is an error: two blocks must never silently shadow each other.
+    """
+    found: dict[str, str] = {}
+    for path in sorted(directory.glob("*.sql")):
+        text = path.read_text(encoding="utf-8")
+        matches = list(_NAME_RE.finditer(text))
+        for i, m in enumerate(matches):
+            end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+            body = text[m.end():end].strip()
+            # Drop the description comment lines that follow the name.
+            lines = body.splitlines()
+            while lines and lines[0].lstrip().startswith("--"):
+                lines.pop(0)
+            sql = "\n".join(lines).strip().rstrip(";").strip()
+            name = m.group(1)
+            if name in found:
+                raise ValueError(f"query {name!r} is defined twice ({path.name})")
+            if not sql:
+                raise ValueError(f"query {name!r} in {path.name} is empty")
+            found[name] = sql
+    return found
+
+
+queries: dict[str, str] = load_queries()
+
+
+def execute(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor:
+    """Run the named query and return its cursor."""
+    return conn.execute(queries[name], params or {})
+
+
+def one(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> dict | None:
+    """Run the named query and return its first row (or ``None``)."""
+    return conn.execute(queries[name], params or {}).fetchone()
+
+
+def all_rows(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> list[dict]:
+    """Run the named query and return every row."""
+    return conn.execute(queries[name], params or {}).fetchall()
+
+
+def describe_target(url: str) -> str:
+    """``host:port/dbname`` of a connection string, without user or password."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "an unparsable DATABASE_URL"
+    host = info.get("host") or "localhost"
+    if host.startswith("/"):
+        target = f"socket {host}"
+    else:
+        target = f"{host}:{info.get('port') or 5432}"
+    return f"{target}/{info.get('dbname') or info.get('user') or ''}"
+
+
+def connect(url: str, **kwargs) -> psycopg.Connection:
+    """One autocommit connection with dict rows; a clear error when unreachable."""
+    try:
+        return psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5, **kwargs)
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {describe_target(url)}: {first}") from None
+
+
+def start_embedded(pgdata: Path) -> str:
+    """Start (or reuse) an embedded PostgreSQL in ``pgdata`` and return its URL.
+
+    The server keeps its data in ``pgdata`` and is reused on the next start.
+    pgserver stops it when the last process that asked for it exits.
+    """
+    import pgserver  # imported lazily: only the embedded mode needs it
+
+    pgdata = Path(pgdata)
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+    except Exception as exc:  # pgserver raises plain exceptions with long logs
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL in {pgdata}: {first}") from None
+    # Keep a reference so the server is not collected while this process runs.
+    _embedded_servers.append(server)
+    return server.get_uri()
+
+
+_embedded_servers: list[Any] = []
+
+
+def resolve_url(config) -> str:
+    """The configured ``DATABASE_URL``, else an embedded server's URL."""
+    if config.database_url:
+        return config.database_url
+    return start_embedded(config.pgdata)
+
+
+class Database:
+    """A connection pool over one PostgreSQL database."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard"):
+        self.url = url
+        self.pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=False,
+            name=name,
+            timeout=10,
+        )
+
+    def open(self, check: bool = True) -> "Database":
+        """Open the pool; with ``check``, fail fast and clearly when unreachable."""
+        if check:
+            connect(self.url).close()
+        self.pool.open(wait=False)
+        return self
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled autocommit connection."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection inside one transaction, committed on success."""
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                yield conn

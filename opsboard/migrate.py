@@ -1,0 +1,131 @@
+"""Schema migrations: ``migrations/NNNN_name.sql`` applied in order, once.
+
+Each file runs in its own transaction together with its row in
+``schema_migrations`` (version, name, SHA-256 checksum), so a failed file
+leaves nothing behind.  Landed migrations are append-only: when the checksum
+of an applied file changed, :func:`migrate` refuses to run and the web app's
+``/readyz`` reports not ready.  Two processes that start at once serialise on a
+session advisory lock; the second finds nothing left to do.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from .config import MIGRATIONS_DIR
+from .db import connect
+
+#: Advisory lock key held while migrating ("opsboard" in ASCII, as a bigint).
+MIGRATE_LOCK_KEY = 0x6F7073626F617264
+
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+class MigrationError(Exception):
+    """The migrations on disk and in the database disagree, or one failed."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+    checksum: str
+
+    @property
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@dataclass
+class MigrationStatus:
+    applied: list[int] = field(default_factory=list)
+    pending: list[Migration] = field(default_factory=list)
+    #: Applied versions whose file changed since.
+    changed: list[Migration] = field(default_factory=list)
+    #: Applied versions with no file here (the database is newer than this code).
+    unknown: list[int] = field(default_factory=list)
+
+    @property
+    def current(self) -> bool:
+        return not self.pending and not self.changed
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migration files of ``directory``, in version order."""
+    found: dict[int, Migration] = {}
+    for path in sorted(directory.glob("*.sql")):
+        m = _FILE_RE.match(path.name)
+        if not m:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_name.sql")
+        version = int(m.group(1))
+        if version in found:
+            raise MigrationError(f"{path.name}: version {version} is used twice")
+        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
+        found[version] = Migration(version, m.group(2), path, checksum)
+    return [found[v] for v in sorted(found)]
+
+
+def status(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> MigrationStatus:
+    """Compare the files with ``schema_migrations`` without changing anything."""
+    files = discover(directory)
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e").fetchone()
+    applied: dict[int, str] = {}
+    if exists and (exists["e"] if isinstance(exists, dict) else exists[0]):
+        for row in conn.execute("SELECT version, checksum FROM schema_migrations ORDER BY version"):
+            version, checksum = (row["version"], row["checksum"]) if isinstance(row, dict) else row
+            applied[version] = checksum
+    result = MigrationStatus(applied=sorted(applied))
+    by_version = {m.version: m for m in files}
+    for m in files:
+        if m.version not in applied:
+            result.pending.append(m)
+        elif applied[m.version] != m.checksum:
+            result.changed.append(m)
+    result.unknown = [v for v in applied if v not in by_version]
+    return result
+
+
+def migrate(url: str, directory: Path = MIGRATIONS_DIR, *, log=print) -> list[Migration]:
+    """Apply every pending migration; return those applied by this call."""
+    conn = connect(url)
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
+        try:
+            conn.execute(_CREATE_TABLE)
+            current = status(conn, directory)
+            if current.changed:
+                names = ", ".join(m.path.name for m in current.changed)
+                raise MigrationError(
+                    f"applied migration changed on disk: {names}; landed migrations are append-only, "
+                    "add a new file instead")
+            done = []
+            for m in current.pending:
+                try:
+                    with conn.transaction():
+                        conn.execute(m.sql)
+                        conn.execute(
+                            "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                            (m.version, m.name, m.checksum))
+                except psycopg.Error as exc:
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    raise MigrationError(f"{m.path.name} failed: {first}") from None
+                log(f"applied {m.path.name}")
+                done.append(m)
+            return done
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+    finally:
+        conn.close()

@@ -1,0 +1,330 @@
+"""The durable job queue: enqueue, cancel, claim, record outcomes, replay.
+
+Producers call :func:`enqueue` / :func:`enqueue_many` on their own connection,
+inside their own transaction: the job exists exactly when their domain change
+commits.  Workers call :func:`claim_batch` and :func:`record_outcomes`; the
+dashboard calls :func:`replay`, :func:`replay_many` and :func:`cancel`.
+
+Every enqueue wakes workers through ``NOTIFY opsboard_jobs`` (sent by a
+statement-level trigger, so one per statement and queue; the server folds
+identical notifications of one transaction into one).
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import audit, db, jobtypes
+from .auth import TenantScope
+from .schema import JobStatus, new_id
+
+ALL_TENANTS = TenantScope(all=True)
+
+
+class QueueError(Exception):
+    """A request the queue refuses (not found, wrong status); ``code`` is stable."""
+
+    code = "queue_error"
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+@dataclass
+class NewJob:
+    """One job for :func:`enqueue_many`."""
+
+    type: str
+    payload: dict
+    tenant: Any
+    version: int = 1
+    idempotency_key: str | None = None
+    group_key: str | None = None
+    run_at: datetime | None = None
+    expires_at: datetime | None = None
+    correlation_id: str | None = None
+    event_id: Any = None
+    priority: int | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+
+
+def _tenant_id(tenant) -> uuid.UUID:
+    if isinstance(tenant, uuid.UUID):
+        return tenant
+    if isinstance(tenant, dict) and "id" in tenant:
+        return tenant["id"]
+    try:
+        return uuid.UUID(str(tenant))
+    except ValueError:
+        raise QueueError(f"tenant must be a tenant id, not {tenant!r}", "invalid_tenant") from None
+
+
+def _prepare(job: NewJob) -> dict:
+    """Validate against the registry and resolve the policy: raises before any write."""
+    jt = jobtypes.get(job.type, job.version)
+    jobtypes.validate(jt, job.payload)
+    if job.idempotency_key is not None and not (0 < len(job.idempotency_key) <= 200):
+        raise jobtypes.InvalidPayload("idempotency_key must be 1 to 200 characters")
+    if job.group_key is not None and not (0 < len(job.group_key) <= 200):
+        raise jobtypes.InvalidPayload("group_key must be 1 to 200 characters")
+    if job.queue is not None and job.queue not in ("critical", "default", "bulk"):
+        raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not critical, default or bulk")
+    if job.expires_at is not None and job.run_at is not None and job.expires_at <= job.run_at:
+        raise jobtypes.InvalidPayload("expires_at must be after run_at")
+    policy = jt.policy
+    return {
+        "id": new_id(), "type": jt.name, "version": jt.version, "tenant_id": _tenant_id(job.tenant),
+        "queue": job.queue or policy.queue,
+        "priority": policy.priority if job.priority is None else int(job.priority),
+        "idempotency_key": job.idempotency_key, "group_key": job.group_key, "payload": job.payload,
+        "max_attempts": job.max_attempts or policy.max_attempts, "run_at": job.run_at,
+        "expires_at": job.expires_at, "correlation_id": job.correlation_id, "event_id": job.event_id,
+    }
+
+
+def enqueue(conn: psycopg.Connection, type: str, payload: dict, *, tenant, version: int = 1,
+            idempotency_key: str | None = None, group_key: str | None = None, run_at: datetime | None = None,
+            expires_at: datetime | None = None, correlation_id: str | None = None, event_id=None,
+            priority: int | None = None, queue: str | None = None, max_attempts: int | None = None,
+            replay_of=None) -> dict:
+    """Enqueue one job in the caller's transaction and return its row.
+
+    With an ``idempotency_key`` that a live (not dead) job of the same tenant
+    and type already holds, nothing is written and that job is returned.
+    Raises :class:`~opsboard.jobtypes.UnknownJobType` or
+    :class:`~opsboard.jobtypes.InvalidPayload` before writing anything.
+    """
+    row = _prepare(NewJob(type, payload, tenant, version, idempotency_key, group_key, run_at, expires_at,
+                          correlation_id, event_id, priority, queue, max_attempts))
+    row["payload"] = Jsonb(row["payload"])
+    row["replay_of"] = replay_of
+    inserted = db.one(conn, "job_insert", row)
+    if inserted is not None:
+        return inserted
+    existing = db.one(conn, "job_get_live_by_key", row)
+    if existing is None:  # the holder died between the two statements: try once more
+        inserted = db.one(conn, "job_insert", row)
+        if inserted is None:
+            raise QueueError("idempotency key is contended; retry", "idempotency_conflict")
+        return inserted
+    return existing
+
+
+def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
+    """Enqueue many jobs in one statement; returns each job's id, in order.
+
+    Every job is validated first; one invalid job rejects the whole batch.  A
+    job whose idempotency key is live returns the existing job's id.
+    """
+    rows = [_prepare(j) for j in jobs]
+    if not rows:
+        return []
+    cols = {name: [r[key] for r in rows] for name, key in (
+        ("ids", "id"), ("types", "type"), ("versions", "version"), ("tenant_ids", "tenant_id"),
+        ("queues", "queue"), ("priorities", "priority"), ("idempotency_keys", "idempotency_key"),
+        ("group_keys", "group_key"), ("max_attempts", "max_attempts"), ("run_ats", "run_at"),
+        ("expires_ats", "expires_at"), ("correlation_ids", "correlation_id"), ("event_ids", "event_id"))}
+    cols["payloads"] = [Jsonb(r["payload"]) for r in rows]
+    inserted = {r["id"] for r in db.all_rows(conn, "job_insert_many", cols)}
+    result = []
+    for r in rows:
+        if r["id"] in inserted:
+            result.append(r["id"])
+        else:
+            existing = db.one(conn, "job_get_live_by_key", r)
+            if existing is None:
+                raise QueueError("idempotency key is contended; retry", "idempotency_conflict")
+            result.append(existing["id"])
+    return result
+
+
+def get_job(conn: psycopg.Connection, job_id, scope: TenantScope = ALL_TENANTS) -> dict | None:
+    """One job inside ``scope``, or ``None``."""
+    try:
+        jid = uuid.UUID(str(job_id))
+    except ValueError:
+        return None
+    return db.one(conn, "job_get", {"id": jid, **scope.params})
+
+
+def attempts(conn: psycopg.Connection, job_id) -> list[dict]:
+    """Every attempt of a job, oldest first."""
+    return db.all_rows(conn, "job_attempts_list", {"job_id": job_id})
+
+
+def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None, reason: str | None = None,
+           scope: TenantScope = ALL_TENANTS, request_key: str | None = None, now: datetime | None = None) -> dict:
+    """Cancel a pending or retryable job; with an ``actor``, audited.  Returns the job."""
+    with conn.transaction():
+        if actor is not None and request_key:
+            previous = audit.find_by_request_key(conn, "job.cancel", request_key)
+            if previous:
+                return get_job(conn, previous["target_id"], scope) or {}
+        row = db.one(conn, "job_cancel", {"id": job_id, "now": now, **scope.params})
+        if row is None:
+            current = get_job(conn, job_id, scope)
+            if current is None:
+                raise QueueError("no such job", "not_found")
+            raise QueueError(f"only pending or retryable jobs can be cancelled; this one is {current['status']}",
+                             "invalid_status")
+        if actor is not None:
+            audit.record(conn, actor, "job.cancel", target_type="job", target_id=row["id"],
+                         tenant_id=row["tenant_id"], reason=reason, before={"status": "pending"},
+                         after={"status": "cancelled"}, request_key=request_key)
+        return row
+
+
+# ---------------------------------------------------------------- worker side
+
+def claim_batch(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float,
+                now: datetime | None = None) -> list[dict]:
+    """Claim up to ``limit`` ready jobs of ``queue`` (one short transaction)."""
+    if limit <= 0:
+        return []
+    return db.all_rows(conn, "job_claim_many", {"queue": queue, "worker": worker_id, "limit": limit,
+                                                "lease": lease_seconds, "now": now})
+
+
+@dataclass
+class OutcomeRecord:
+    """One decided outcome, ready to be written by :func:`record_outcomes`."""
+
+    job_id: uuid.UUID
+    token: int            # the attempt number taken at claim (fencing token)
+    kind: str             # succeeded | retryable | dead | snoozed | released
+    started_at: datetime
+    duration_ms: int = 0
+    delay: float = 0.0
+    code: str | None = None
+    detail: str | None = None
+    has_effects: bool = False
+
+
+def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable[OutcomeRecord],
+                    now: datetime | None = None) -> set[uuid.UUID]:
+    """Write many outcomes in one statement; returns the ids actually applied.
+
+    An outcome applies only while the job is ``running`` under this worker's
+    fencing token; the others (lease lost, job reclaimed) are ignored.
+    """
+    outcomes = list(outcomes)
+    if not outcomes:
+        return set()
+    params = {
+        "worker": worker_id, "now": now,
+        "ids": [o.job_id for o in outcomes], "tokens": [o.token for o in outcomes],
+        "kinds": [o.kind for o in outcomes], "delays": [float(o.delay) for o in outcomes],
+        "codes": [o.code for o in outcomes], "details": [o.detail for o in outcomes],
+        "started": [o.started_at for o in outcomes], "durations": [int(o.duration_ms) for o in outcomes],
+        "effect_job_ids": [o.job_id for o in outcomes if o.has_effects and o.kind == "succeeded"],
+    }
+    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params)}
+
+
+def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]],
+              lease_seconds: float, now: datetime | None = None) -> set[uuid.UUID]:
+    """Extend the leases of jobs still held; returns the ids whose lease was extended."""
+    if not held:
+        return set()
+    rows = db.all_rows(conn, "job_heartbeat_many", {
+        "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "worker": worker_id,
+        "lease": lease_seconds, "now": now})
+    return {r["id"] for r in rows}
+
+
+def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -> dict:
+    """Record an external effect as started, or return the existing record.
+
+    The returned row has ``created`` true for a new record.  A row that exists
+    and is ``started`` means an earlier attempt may have reached the provider:
+    reconcile before sending again.  ``confirmed`` means it happened: do not.
+    """
+    return db.one(conn, "effect_begin", {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"],
+                                         "provider": provider})
+
+
+# ---------------------------------------------------------------- replay
+
+def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, request_key: str | None,
+           *, scope: TenantScope = ALL_TENANTS) -> dict:
+    """Replay a dead job: a new job with its payload and ``replay_of``, plus an audit row.
+
+    Idempotent on ``request_key``: the same key returns the job the first
+    request created.  Only dead jobs can be replayed; the dead job is not touched.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise QueueError("a reason is required", "reason_required")
+    with conn.transaction():
+        if request_key:
+            previous = audit.find_by_request_key(conn, "job.replay", request_key)
+            if previous:
+                return get_job(conn, previous["after"]["job_id"]) or {}
+        dead = get_job(conn, job_id, scope)
+        if dead is None:
+            raise QueueError("no such job", "not_found")
+        if dead["status"] != JobStatus.DEAD.value:
+            raise QueueError(f"only dead jobs can be replayed; this one is {dead['status']}", "invalid_status")
+        new_job_id = new_id()
+        # The audit row is written first: a concurrent identical request waits on
+        # its unique request key and then finds this one.
+        rec = audit.record(conn, actor, "job.replay", target_type="job", target_id=dead["id"],
+                           tenant_id=dead["tenant_id"], reason=reason,
+                           before={"status": "dead", "last_error_code": dead["last_error_code"]},
+                           after={"job_id": str(new_job_id)}, request_key=request_key)
+        if rec is None:
+            previous = audit.find_by_request_key(conn, "job.replay", request_key)
+            return get_job(conn, previous["after"]["job_id"]) or {}
+        row = {
+            "id": new_job_id, "type": dead["type"], "version": dead["version"], "tenant_id": dead["tenant_id"],
+            "queue": dead["queue"], "priority": dead["priority"], "idempotency_key": dead["idempotency_key"],
+            "group_key": dead["group_key"], "payload": Jsonb(dead["payload"]), "max_attempts": dead["max_attempts"],
+            "run_at": None, "expires_at": None, "correlation_id": dead["correlation_id"],
+            "event_id": dead["event_id"], "replay_of": dead["id"],
+        }
+        inserted = db.one(conn, "job_insert", row)
+        if inserted is None:
+            # Its idempotency key is held by a live job (an earlier replay still
+            # running): that job is the replay.
+            inserted = db.one(conn, "job_get_live_by_key", row)
+        return inserted
+
+
+@dataclass
+class DeadFilter:
+    type: str | None = None
+    queue: str | None = None
+    tenant_id: Any = None
+    error_code: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass
+class BulkReplay:
+    replayed: list[dict] = field(default_factory=list)
+    matched: int = 0
+
+
+def replay_many(conn: psycopg.Connection, filter: DeadFilter, actor: audit.Actor, reason: str,
+                request_key: str | None, *, scope: TenantScope = ALL_TENANTS, limit: int = 1000) -> BulkReplay:
+    """Replay every dead job matching ``filter`` (at most ``limit``), one audit row each.
+
+    Idempotent on ``request_key``: each job's replay uses ``request_key:job_id``.
+    """
+    rows = db.all_rows(conn, "job_dead_select", {
+        **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
+        "error_code": filter.error_code, "since": filter.since, "until": filter.until, "limit": limit})
+    result = BulkReplay(matched=len(rows))
+    for r in rows:
+        key = f"{request_key}:{r['id']}" if request_key else None
+        result.replayed.append(replay(conn, r["id"], actor, reason, key, scope=scope))
+    return result

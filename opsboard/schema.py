@@ -1,0 +1,61 @@
+"""The contract shared by the web app and the worker: enums, ids, constants.
+
+Each job status documents what moves a job into it and out of it; the
+database enforces the same with an enum, CHECK constraints and triggers.
+"""
+from __future__ import annotations
+
+import enum
+import uuid
+
+from uuid_utils import compat as _uuid_compat
+
+
+def new_id() -> uuid.UUID:
+    """A UUIDv7: time-ordered, so ids sort by creation and index pages stay hot."""
+    return _uuid_compat.uuid7()
+
+
+class JobStatus(str, enum.Enum):
+    #: In: enqueue, replay, graceful release, snooze. Out: claim (-> running),
+    #: cancel (-> cancelled), expiry service (-> dead).
+    PENDING = "pending"
+    #: In: claim. Out: the worker's recorded outcome (-> succeeded / retryable /
+    #: dead / pending on snooze or release), the lease reaper (-> retryable / dead).
+    RUNNING = "running"
+    #: In: outcome Success. Out: the pruner deletes it after the retention.
+    SUCCEEDED = "succeeded"
+    #: In: a retryable or unknown failure, an expired lease. Out: claim once
+    #: available_at passes, cancel, expiry service.
+    RETRYABLE = "retryable"
+    #: In: a permanent failure, the last attempt, expiry. Out: never; a trigger
+    #: rejects every update. Replay makes a new job.
+    DEAD = "dead"
+    #: In: cancel of a pending or retryable job. Out: the pruner.
+    CANCELLED = "cancelled"
+
+
+#: Statuses from which a job can still run.
+ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.RETRYABLE)
+
+
+class Queue(str, enum.Enum):
+    #: OTP, financial: slots reserved, never used by other queues.
+    CRITICAL = "critical"
+    DEFAULT = "default"
+    #: Reports, exports.
+    BULK = "bulk"
+
+
+class Role(str, enum.Enum):
+    ADMIN = "admin"
+    OPS = "ops"
+    SUPPORT_AGENT = "support_agent"
+    TEMPLATE_AUTHOR = "template_author"
+
+
+#: pg_notify channel that wakes workers; the payload is the queue name.
+JOBS_CHANNEL = "opsboard_jobs"
+
+#: Advisory lock key whose holder runs the leader-only maintenance services.
+LEADER_LOCK_KEY = 0x6F70736C65616472  # "opsleadr"

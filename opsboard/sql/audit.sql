@@ -1,0 +1,32 @@
+-- name: audit_insert
+-- Append an audit record; with a request_key, a repeated (action, request_key) inserts nothing.
+INSERT INTO audit_log (id, actor_id, actor_label, action, target_type, target_id, tenant_id,
+                       reason, before, after, request_id, request_key)
+VALUES (%(id)s, %(actor_id)s, %(actor_label)s, %(action)s, %(target_type)s, %(target_id)s, %(tenant_id)s,
+        %(reason)s, %(before)s, %(after)s, %(request_id)s, %(request_key)s)
+ON CONFLICT (action, request_key) WHERE request_key IS NOT NULL DO NOTHING
+RETURNING *;
+
+-- name: audit_get_by_request_key
+-- The record an earlier identical request wrote.
+SELECT * FROM audit_log WHERE action = %(action)s AND request_key = %(request_key)s;
+
+-- name: audit_list
+-- Audit records inside a scope, newest first, filtered, keyset-paginated on (at, id).
+SELECT id, at, actor_id, actor_label, action, target_type, target_id, tenant_id, reason,
+       before, after, request_id
+FROM audit_log
+WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(actor)s::text IS NULL OR actor_label ILIKE '%%' || %(actor)s || '%%')
+  AND (%(action)s::text IS NULL OR action = %(action)s OR action LIKE %(action)s || '.%%')
+  AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR at < %(until)s)
+  AND (%(target_type)s::text IS NULL OR target_type = %(target_type)s)
+  AND (%(target_id)s::text IS NULL OR target_id = %(target_id)s)
+  AND (%(after_at)s::timestamptz IS NULL OR (at, id) < (%(after_at)s, %(after_id)s::uuid))
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: audit_action_list
+-- The distinct actions recorded, for the filter menu.
+SELECT DISTINCT action FROM audit_log ORDER BY action;

@@ -1,0 +1,92 @@
+-- name: tenant_insert
+-- Create a tenant.
+INSERT INTO tenants (id, slug, name, is_operator, weight)
+VALUES (%(id)s, %(slug)s, %(name)s, %(is_operator)s, %(weight)s)
+RETURNING *;
+
+-- name: tenant_get_by_slug
+-- One tenant by slug.
+SELECT * FROM tenants WHERE slug = %(slug)s;
+
+-- name: tenant_list_visible
+-- Tenants inside a scope, by name.
+SELECT id, slug, name, is_operator, weight FROM tenants
+WHERE (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]))
+ORDER BY name;
+
+-- name: user_insert
+-- Create a user.
+INSERT INTO users (id, email, display_name, password_hash)
+VALUES (%(id)s, %(email)s, %(display_name)s, %(password_hash)s)
+RETURNING id, email, display_name, is_active;
+
+-- name: user_get_by_email
+-- A user with the password hash, for login.
+SELECT id, email, display_name, password_hash, is_active FROM users WHERE email = %(email)s;
+
+-- name: user_get
+-- A user without the password hash.
+SELECT id, email, display_name, is_active FROM users WHERE id = %(id)s;
+
+-- name: user_set_password
+-- Replace a user's password hash.
+UPDATE users SET password_hash = %(password_hash)s WHERE id = %(id)s;
+
+-- name: user_touch_login
+-- Remember the last successful login.
+UPDATE users SET last_login_at = now() WHERE id = %(id)s;
+
+-- name: membership_upsert
+-- Grant a role in a tenant (or reactivate it).
+INSERT INTO memberships (user_id, tenant_id, role, active)
+VALUES (%(user_id)s, %(tenant_id)s, %(role)s, true)
+ON CONFLICT (user_id, tenant_id, role) DO UPDATE SET active = true
+RETURNING *;
+
+-- name: membership_set_active
+-- Activate or deactivate a membership.
+UPDATE memberships SET active = %(active)s
+WHERE user_id = %(user_id)s AND tenant_id = %(tenant_id)s AND role = %(role)s;
+
+-- name: membership_list_for_user
+-- A user's active memberships with their tenants.
+SELECT m.tenant_id, t.slug AS tenant_slug, t.name AS tenant_name, t.is_operator, m.role::text AS role
+FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.user_id = %(user_id)s AND m.active
+ORDER BY t.name, m.role;
+
+-- name: login_failure_insert
+-- Remember a failed login for throttling.
+INSERT INTO login_failures (email, address, at)
+VALUES (%(email)s, %(address)s, coalesce(%(now)s::timestamptz, now()));
+
+-- name: login_failure_counts
+-- Failed logins of one account and of one address inside the window.
+SELECT
+    (SELECT count(*) FROM login_failures
+      WHERE email = %(email)s AND at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)) AS account,
+    (SELECT count(*) FROM login_failures
+      WHERE address = %(address)s AND at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)) AS address,
+    (SELECT max(at) FROM login_failures
+      WHERE (email = %(email)s OR address = %(address)s)
+        AND at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)) AS newest;
+
+-- name: login_failure_clear_account
+-- A successful login forgets the account's failures.
+DELETE FROM login_failures WHERE email = %(email)s;
+
+-- name: login_failure_prune
+-- Forget failures older than the window.
+DELETE FROM login_failures WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s);
+
+-- name: api_key_insert
+-- Store a new API key (hash only).
+INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, created_by)
+VALUES (%(id)s, %(tenant_id)s, %(name)s, %(prefix)s, %(key_hash)s, %(scopes)s, %(created_by)s)
+RETURNING id, tenant_id, name, prefix, scopes, created_at;
+
+-- name: api_key_verify
+-- The live key with this hash, touching its last use.
+UPDATE api_keys SET last_used_at = now()
+WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
+RETURNING id, tenant_id, name, scopes;

@@ -1,0 +1,1 @@
+"""The web app: Flask blueprints, one per area; thin views over the core."""

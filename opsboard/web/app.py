@@ -1,0 +1,102 @@
+"""The Flask app factory."""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from flask import Flask, current_app, g
+from flask_login import LoginManager
+
+from .. import db as dbmod
+from ..config import STATIC_DIR, TEMPLATES_DIR, Config
+from ..auth import load_principal
+from . import errors, security
+
+log = logging.getLogger(__name__)
+
+
+def create_app(test_config: dict | None = None) -> Flask:
+    """Build the app.
+
+    ``test_config`` may hold ``OPSBOARD`` (a :class:`Config`), ``DATABASE`` (an
+    open :class:`~opsboard.db.Database` to share) and any Flask settings.
+    """
+    test_config = dict(test_config or {})
+    config: Config = test_config.pop("OPSBOARD", None) or Config.from_env()
+    database = test_config.pop("DATABASE", None)
+    config.require_secret()
+
+    app = Flask("opsboard", template_folder=str(TEMPLATES_DIR), static_folder=str(STATIC_DIR),
+                static_url_path="/static")
+    app.config.update(
+        SECRET_KEY=config.secret_key,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.mode == "production",
+        SESSION_COOKIE_NAME="opsboard_session",
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        REMEMBER_COOKIE_HTTPONLY=True,
+        REMEMBER_COOKIE_SECURE=config.mode == "production",
+        MAX_CONTENT_LENGTH=1 * 1024 * 1024,
+    )
+    app.config.update(test_config)
+    app.extensions["opsboard_config"] = config
+
+    if database is None:
+        database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
+                                  max_size=config.pool_max, name="web").open(check=False)
+    app.extensions["opsboard_db"] = database
+
+    from ..jobtypes import load_modules
+    load_modules(config.job_modules)
+
+    login = LoginManager(app)
+    login.login_view = "auth.login"
+    login.session_protection = "strong"
+    login.login_message = "Please sign in to continue."
+
+    @login.user_loader
+    def _load_user(user_id: str):
+        with get_db().connection() as conn:
+            return load_principal(conn, user_id)
+
+    app.before_request(security.assign_request_id)
+    app.before_request(security.check_csrf)
+    app.after_request(security.security_headers)
+    errors.register(app)
+
+    @app.context_processor
+    def _globals():
+        return {"csrf_token": security.csrf_token, "config_mode": config.mode,
+                "blueprints": app.blueprints, "audit_target_url": audit_target_url}
+
+    from . import audit, auth, health, home
+    for module in (auth, health, home, audit):
+        app.register_blueprint(module.bp)
+    return app
+
+
+#: Where an audit record's target can be looked at: target_type -> (endpoint, argument).
+AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id")}
+
+
+def audit_target_url(record: dict) -> str | None:
+    """A link to an audit record's target, when the dashboard has a page for it."""
+    from flask import url_for
+
+    target = AUDIT_TARGETS.get(record.get("target_type") or "")
+    if not target or target[0].split(".")[0] not in current_app.blueprints or not record.get("target_id"):
+        return None
+    return url_for(target[0], **{target[1]: record["target_id"]})
+
+
+def get_db() -> dbmod.Database:
+    return current_app.extensions["opsboard_db"]
+
+
+def get_config() -> Config:
+    return current_app.extensions["opsboard_config"]
+
+
+def request_id() -> str:
+    return getattr(g, "request_id", "")

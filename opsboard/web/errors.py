@@ -1,0 +1,59 @@
+"""Errors as clear 4xx answers: JSON with an error code for API and htmx clients,
+an HTML page for browsers; never a traceback."""
+from __future__ import annotations
+
+import logging
+
+from flask import jsonify, render_template, request
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 409: "conflict", 413: "too_large", 429: "too_many_requests",
+          500: "internal_error", 503: "unavailable"}
+
+
+class ApiError(Exception):
+    """Raised by views: becomes ``status`` with ``{"error": code, "message": ...}``."""
+
+    def __init__(self, status: int, code: str, message: str, *, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+
+def wants_json() -> bool:
+    if request.path.startswith("/api/"):
+        return True
+    best = request.accept_mimetypes.best_match(["text/html", "application/json"])
+    return best == "application/json" and request.accept_mimetypes[best] > request.accept_mimetypes["text/html"]
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None):
+    if wants_json():
+        response = jsonify(error=code, message=message)
+    else:
+        template = "_error.html" if request.headers.get("HX-Request") else "error.html"
+        response = render_template(template, status=status, code=code, message=message), status
+        from flask import make_response
+        response = make_response(response)
+    response.status_code = status
+    for key, value in (headers or {}).items():
+        response.headers[key] = value
+    return response
+
+
+def register(app) -> None:
+    @app.errorhandler(ApiError)
+    def _api_error(exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        status = exc.code or 500
+        return error_response(status, _CODES.get(status, "http_error"), exc.description or "")
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal_error", "Something went wrong; the error was logged.")

@@ -1,0 +1,15 @@
+"""The landing page after sign-in: queue health for ops, a welcome for others."""
+from __future__ import annotations
+
+from flask import Blueprint, current_app, redirect, render_template, url_for
+from flask_login import current_user, login_required
+
+bp = Blueprint("home", __name__)
+
+
+@bp.route("/")
+@login_required
+def index():
+    if current_user.has("jobs.view") and "queues" in current_app.blueprints:
+        return redirect(url_for("queues.index"))
+    return render_template("home/index.html")

@@ -1,0 +1,96 @@
+"""Request-wide security: CSRF, permission checks, tenant scope, request ids, headers."""
+from __future__ import annotations
+
+import functools
+import hmac
+import secrets
+import uuid
+
+from flask import current_app, g, request, session
+from flask_login import current_user
+
+from ..auth import TenantScope
+from .errors import ApiError
+
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRFToken"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+def csrf_token() -> str:
+    """The session's CSRF token, created on first use."""
+    token = session.get("_csrf")
+    if not token:
+        token = secrets.token_urlsafe(32)
+        session["_csrf"] = token
+    return token
+
+
+def check_csrf() -> None:
+    """Reject a state-changing request without the session's token (form field or header).
+
+    Bearer-token API calls carry no cookie session, so they are not exposed to CSRF
+    and are exempt.
+    """
+    if request.method in _SAFE_METHODS:
+        return
+    if request.path.startswith("/api/") and request.headers.get("Authorization", "").startswith("Bearer "):
+        return
+    expected = session.get("_csrf")
+    sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
+    if not expected or not sent or not hmac.compare_digest(str(expected), str(sent)):
+        raise ApiError(400, "csrf_invalid", "The form expired or did not come from this site; reload the page and try again.")
+
+
+def assign_request_id() -> None:
+    incoming = request.headers.get("X-Request-Id", "")
+    g.request_id = incoming if 0 < len(incoming) <= 64 and incoming.replace("-", "").isalnum() else uuid.uuid4().hex
+
+
+def security_headers(response):
+    response.headers.setdefault("X-Request-Id", getattr(g, "request_id", ""))
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault(
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+        "script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+    if current_app.config.get("SESSION_COOKIE_SECURE"):
+        response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
+    return response
+
+
+def requires(permission: str):
+    """View decorator: signed in (else redirect to login) and holding ``permission`` (else 403)."""
+
+    def decorator(view):
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            if not current_user.is_authenticated:
+                return current_app.login_manager.unauthorized()
+            if not current_user.has(permission):
+                raise ApiError(403, "forbidden", f"Your role does not allow {permission}.")
+            return view(*args, **kwargs)
+
+        wrapped.permission = permission
+        return wrapped
+
+    return decorator
+
+
+def require_for_tenant(permission: str, tenant_id) -> None:
+    """403 unless the current user holds ``permission`` for this tenant's row."""
+    if not current_user.is_authenticated or not current_user.can(permission, tenant_id):
+        raise ApiError(403, "forbidden", f"Your role does not allow {permission} for this tenant.")
+
+
+def current_scope(permission: str = "dashboard.view") -> TenantScope:
+    """The tenants the current user may see for ``permission``; every query takes it."""
+    if not current_user.is_authenticated:
+        return TenantScope(all=False)
+    return current_user.scope(permission)
+
+
+def client_address() -> str:
+    return request.remote_addr or "unknown"

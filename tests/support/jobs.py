@@ -1,0 +1,64 @@
+"""Job types used by the tests (loaded through OPSBOARD_JOB_MODULES)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from opsboard import retry
+from opsboard.jobtypes import Field, define
+
+define("test.record", handler="tests.support.jobs:record", fields={"key": Field(str), "ms": Field(int, required=False)},
+       max_attempts=3, timeout=10, backoff_base=0.05, backoff_cap=0.2)
+define("test.record", 2, handler="tests.support.jobs:record", queue="critical",
+       fields={"key": Field(str), "ms": Field(int, required=False)}, max_attempts=3, timeout=10)
+define("test.raise", handler="tests.support.jobs:always_raise", max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
+define("test.permanent", handler="tests.support.jobs:permanent", max_attempts=5)
+define("test.hang", handler="tests.support.jobs:hang", max_attempts=2, timeout=0.5, backoff_base=0.01, backoff_cap=0.05)
+define("test.suicide", handler="tests.support.jobs:suicide", max_attempts=2, timeout=5)
+define("test.snooze", handler="tests.support.jobs:snooze_once", fields={"key": Field(str)}, max_attempts=1)
+define("test.slow", handler="tests.support.jobs:slow", fields={"key": Field(str), "ms": Field(int)},
+       max_attempts=3, timeout=30)
+
+
+def record(job):
+    """Insert one row per run into test_effects (the test creates the table)."""
+    if job.payload.get("ms"):
+        time.sleep(job.payload["ms"] / 1000)
+    with job.connection() as conn:
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, job.payload["key"], job.worker_id, job.attempt))
+
+
+def always_raise(job):
+    raise RuntimeError("boom: contact ops@example.com")
+
+
+def permanent(job):
+    return retry.Permanent("http_410", "gone")
+
+
+def hang(job):
+    threading.Event().wait(3)  # ignores cancellation on purpose
+
+
+def suicide(job):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def snooze_once(job):
+    with job.connection() as conn:
+        seen = conn.execute("SELECT count(*) AS n FROM test_effects WHERE key = %s", (job.payload["key"],)).fetchone()["n"]
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, job.payload["key"], job.worker_id, job.attempt))
+    if seen == 0:
+        return retry.Snooze(seconds=0.05)
+    return None
+
+
+def slow(job):
+    with job.connection() as conn:
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, job.payload["key"], job.worker_id, job.attempt))
+    job.cancelled.wait(job.payload["ms"] / 1000)

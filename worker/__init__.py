@@ -1,0 +1,1 @@
+"""The opsboard worker process (``python -m worker``): imports the core, never the reverse."""

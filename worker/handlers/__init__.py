@@ -1,0 +1,1 @@
+"""Job handlers, one module per job type (family)."""

@@ -1,0 +1,30 @@
+"""The expiry service: pending or retryable jobs past ``expires_at`` go ``dead`` as ``expired``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from opsboard import db
+
+
+@dataclass(frozen=True)
+class ExpiryConfig:
+    interval: float = 5.0
+    batch: int = 1000
+
+
+class Expiry:
+    name = "expiry"
+
+    def __init__(self, config: ExpiryConfig = ExpiryConfig()):
+        self.config = config
+        self.interval = config.interval
+
+    def run_once(self, conn, now: datetime | None = None) -> int:
+        total = 0
+        while True:
+            with conn.transaction():
+                n = len(db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch}))
+            total += n
+            if n < self.config.batch:
+                return total
