@@ -93,13 +93,40 @@ def describe_target(url: str) -> str:
     return f"{target}/{info.get('dbname') or info.get('user') or ''}"
 
 
+#: Session settings for every connection opsboard opens.  JIT is off: the
+#: queue's statements are short OLTP queries whose cost estimates can cross
+#: the JIT threshold, and compiling them takes a second for a 2 ms query.
+SESSION_OPTIONS = "-c jit=off"
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """One autocommit connection with dict rows; a clear error when unreachable."""
+    kwargs.setdefault("options", SESSION_OPTIONS)
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        # libpq's parse error quotes the whole string, password included: say less.
+        raise DatabaseUnavailable("DATABASE_URL is not a valid PostgreSQL connection string "
+                                  "(postgresql://user@host:port/dbname)") from None
     try:
         return psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5, **kwargs)
     except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {describe_target(url)}: {first}") from None
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe_target(url)}: {connect_failure_reason(exc)}") from None
+
+
+_FAILED_RE = re.compile(r'.*failed:\s*(?:FATAL:\s*)?(.+)$')
+
+
+def connect_failure_reason(exc: BaseException) -> str:
+    """The useful part of libpq's connection error ("Connection refused",
+    "database \"x\" does not exist"), on one line, without the host preamble."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        m = _FAILED_RE.search(line)
+        if m:
+            return m.group(1).strip()
+    return lines[0] if lines else type(exc).__name__
 
 
 def start_embedded(pgdata: Path) -> str:
@@ -141,7 +168,7 @@ class Database:
             url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, "options": SESSION_OPTIONS},
             open=False,
             name=name,
             timeout=10,

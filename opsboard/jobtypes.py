@@ -86,6 +86,88 @@ class JobType:
 _registry: dict[tuple[str, int], JobType] = {}
 
 
+@dataclass(frozen=True)
+class Provider:
+    """An external service shared by several job types, with limits across all workers."""
+
+    name: str
+    #: Most jobs talking to it at once (None: no limit).
+    concurrency: int | None = None
+    #: Token bucket: sustained calls per second and burst size (None: no rate limit).
+    rate_per_second: float | None = None
+    burst: int | None = None
+
+
+_providers: dict[str, Provider] = {}
+
+
+def define_provider(name: str, *, concurrency: int | None = None, rate_per_second: float | None = None,
+                    burst: int | None = None) -> Provider:
+    """Register a provider's limits; redefining replaces them."""
+    if concurrency is not None and concurrency < 1:
+        raise ValueError("provider concurrency must be at least 1")
+    if rate_per_second is not None and rate_per_second <= 0:
+        raise ValueError("provider rate must be positive")
+    p = Provider(name, concurrency, rate_per_second, burst or (max(1, int(rate_per_second)) if rate_per_second else None))
+    _providers[name] = p
+    return p
+
+
+def provider(name: str | None) -> Provider | None:
+    return _providers.get(name) if name else None
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimits:
+    """The limits a queue's claim must respect, as arrays for SQL."""
+
+    lock_names: tuple[str, ...]
+    types: tuple[str, ...]
+    type_limits: tuple[int, ...]
+    type_groups: tuple[str, ...]
+    groups: tuple[str, ...]
+    group_limits: tuple[int, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.lock_names
+
+
+def concurrency_limits(queue: str) -> ConcurrencyLimits:
+    """Per-type and per-provider limits relevant to ``queue``'s claim.
+
+    Every type of a limited provider is listed (their running jobs count
+    against the provider); ``type_groups`` names each type's provider ("" when
+    none).  ``lock_names`` are the advisory locks a claim takes (sorted, so
+    claims never deadlock) to make check-and-claim atomic across workers.
+    """
+    types: dict[str, tuple[int, str]] = {}
+    groups: dict[str, int] = {}
+    locks: set[str] = set()
+    for jt in _registry.values():
+        prov = provider(jt.policy.provider)
+        limited_type = jt.policy.concurrency is not None
+        limited_prov = prov is not None and prov.concurrency is not None
+        if not (limited_type or limited_prov):
+            continue
+        limit = jt.policy.concurrency if limited_type else 1_000_000
+        previous = types.get(jt.name)
+        types[jt.name] = (min(limit, previous[0]) if previous else limit, prov.name if limited_prov else "")
+        if limited_prov:
+            groups[prov.name] = prov.concurrency
+        if jt.policy.queue == queue:
+            if limited_type:
+                locks.add("type:" + jt.name)
+            if limited_prov:
+                locks.add("provider:" + prov.name)
+    if not locks:
+        return ConcurrencyLimits((), (), (), (), (), ())
+    names = sorted(types)
+    return ConcurrencyLimits(tuple(sorted(locks)), tuple(names), tuple(types[n][0] for n in names),
+                             tuple(types[n][1] for n in names), tuple(sorted(groups)),
+                             tuple(groups[g] for g in sorted(groups)))
+
+
 def define(name: str, version: int = 1, *, handler: str, fields: dict[str, Field] | None = None,
            check: Callable[[dict], None] | None = None, description: str = "", **policy: Any) -> JobType:
     """Register a job type; redefining the same (name, version) replaces it."""

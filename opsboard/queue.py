@@ -11,6 +11,7 @@ identical notifications of one transaction into one).
 """
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -127,13 +128,11 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
     rows = [_prepare(j) for j in jobs]
     if not rows:
         return []
-    cols = {name: [r[key] for r in rows] for name, key in (
-        ("ids", "id"), ("types", "type"), ("versions", "version"), ("tenant_ids", "tenant_id"),
-        ("queues", "queue"), ("priorities", "priority"), ("idempotency_keys", "idempotency_key"),
-        ("group_keys", "group_key"), ("max_attempts", "max_attempts"), ("run_ats", "run_at"),
-        ("expires_ats", "expires_at"), ("correlation_ids", "correlation_id"), ("event_ids", "event_id"))}
-    cols["payloads"] = [Jsonb(r["payload"]) for r in rows]
-    inserted = {r["id"] for r in db.all_rows(conn, "job_insert_many", cols)}
+    doc = json.dumps([{**r, "id": str(r["id"]), "tenant_id": str(r["tenant_id"]),
+                       "event_id": None if r["event_id"] is None else str(r["event_id"]),
+                       "run_at": _iso(r["run_at"]), "expires_at": _iso(r["expires_at"])} for r in rows],
+                     separators=(",", ":"))
+    inserted = {r["id"] for r in db.all_rows(conn, "job_insert_many", {"rows": doc})}
     result = []
     for r in rows:
         if r["id"] in inserted:
@@ -144,6 +143,14 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
                 raise QueueError("idempotency key is contended; retry", "idempotency_conflict")
             result.append(existing["id"])
     return result
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise jobtypes.InvalidPayload("run_at and expires_at must be timezone-aware")
+    return moment.isoformat()
 
 
 def get_job(conn: psycopg.Connection, job_id, scope: TenantScope = ALL_TENANTS) -> dict | None:
@@ -184,13 +191,57 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
 
 # ---------------------------------------------------------------- worker side
 
+ZERO_TENANT = uuid.UUID(int=0)
+
+
+@dataclass
+class Claim:
+    """A claimed batch and the round-robin cursor for the next claim."""
+
+    rows: list[dict]
+    next_after_tenant: uuid.UUID = ZERO_TENANT
+
+
+def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float, *,
+          after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
+          now: datetime | None = None) -> Claim:
+    """Claim up to ``limit`` ready jobs of ``queue``, fairly across tenants, in one short transaction.
+
+    Tenants with due work are visited round-robin from ``after_tenant`` (pass
+    back ``next_after_tenant``); each gives at most its weighted share.  When
+    the queue has job types or providers with concurrency limits, the claim
+    first takes their advisory locks so that check-and-claim is atomic across
+    every worker on every host.
+    """
+    if limit <= 0:
+        return Claim([], after_tenant or ZERO_TENANT)
+    limits = jobtypes.concurrency_limits(queue)
+    max_tenants = max_tenants or max(1, limit)
+    params = {"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
+              "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants,
+              "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
+              "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
+              "limit_group_limits": list(limits.group_limits)}
+    with conn.transaction():
+        if not limits.empty:
+            db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+        rows = db.all_rows(conn, "job_claim_many", params)
+    if not rows:
+        return Claim([], ZERO_TENANT)
+    seen, last = rows[0].pop("tenants_seen"), rows[0].pop("last_tenant")
+    for r in rows[1:]:
+        r.pop("tenants_seen", None)
+        r.pop("last_tenant", None)
+    # Visited as many tenants as allowed: continue after the last one next time;
+    # otherwise the walk reached the end of the tenants: wrap around.
+    nxt = uuid.UUID(last) if seen >= max_tenants and last else ZERO_TENANT
+    return Claim(rows, nxt)
+
+
 def claim_batch(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float,
                 now: datetime | None = None) -> list[dict]:
-    """Claim up to ``limit`` ready jobs of ``queue`` (one short transaction)."""
-    if limit <= 0:
-        return []
-    return db.all_rows(conn, "job_claim_many", {"queue": queue, "worker": worker_id, "limit": limit,
-                                                "lease": lease_seconds, "now": now})
+    """Claim up to ``limit`` ready jobs of ``queue`` (see :func:`claim`), without a cursor."""
+    return claim(conn, queue, worker_id, limit, lease_seconds, now=now).rows
 
 
 @dataclass
@@ -306,6 +357,8 @@ class DeadFilter:
     error_code: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    #: Only dead jobs not yet replayed, resolved or ignored (the dashboard's "open" dead letters).
+    open_only: bool = False
 
 
 @dataclass
@@ -322,7 +375,8 @@ def replay_many(conn: psycopg.Connection, filter: DeadFilter, actor: audit.Actor
     """
     rows = db.all_rows(conn, "job_dead_select", {
         **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
-        "error_code": filter.error_code, "since": filter.since, "until": filter.until, "limit": limit})
+        "error_code": filter.error_code, "since": filter.since, "until": filter.until,
+        "open_only": filter.open_only, "limit": limit})
     result = BulkReplay(matched=len(rows))
     for r in rows:
         key = f"{request_key}:{r['id']}" if request_key else None

@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 
 from opsboard import auth
 from opsboard.config import Config, ROOT
+from opsboard.db import SESSION_OPTIONS
 from opsboard.migrate import migrate
 
 import tests.support.jobs  # noqa: F401  (registers the test job types)
@@ -119,7 +120,7 @@ def shared_url(databases):
 @pytest.fixture
 def conn(shared_url):
     """A connection inside a transaction that is rolled back after the test."""
-    with psycopg.connect(shared_url, autocommit=True, row_factory=dict_row) as c:
+    with psycopg.connect(shared_url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS) as c:
         with c.transaction(force_rollback=True):
             yield c
 
@@ -133,7 +134,7 @@ def db_url(databases):
 
 
 def connect(url: str) -> psycopg.Connection:
-    return psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    return psycopg.connect(url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS)
 
 
 @pytest.fixture

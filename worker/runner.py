@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool
 
 import opsboard
 from opsboard import jobtypes, queue, retry
+from opsboard.backpressure import take_token
 from opsboard.config import Config
 from opsboard.db import connect
 from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
@@ -125,6 +126,8 @@ class QueueState:
     work: queue_mod.SimpleQueue = field(default_factory=queue_mod.SimpleQueue)
     wake: threading.Event = field(default_factory=threading.Event)
     in_flight: int = 0
+    #: Round-robin cursor over tenants (see opsboard.queue.claim).
+    after_tenant: uuid.UUID = queue.ZERO_TENANT
     lock: threading.Lock = field(default_factory=threading.Lock)
     slot_freed: threading.Event = field(default_factory=threading.Event)
     threads: list = field(default_factory=list)
@@ -182,7 +185,8 @@ class Worker:
         total_slots = sum(q.slots for q in self.queues.values())
         self.pool = ConnectionPool(url, min_size=min(4, len(self.queues) + 2),
                                    max_size=max(8, min(64, len(self.queues) + 4 + total_slots // 2)),
-                                   kwargs={"autocommit": True, "row_factory": dict_row}, open=False,
+                                   kwargs={"autocommit": True, "row_factory": dict_row,
+                                           "options": opsboard.db.SESSION_OPTIONS}, open=False,
                                    name=f"worker-{self.id}", timeout=30)
         self.stopping = threading.Event()
         self.stopped = threading.Event()
@@ -332,7 +336,9 @@ class Worker:
             qs.wake.clear()
             try:
                 with self.pool.connection() as conn:
-                    rows = queue.claim_batch(conn, qs.name, self.id, min(free, CLAIM_BATCH_MAX), self.lease)
+                    claimed = queue.claim(conn, qs.name, self.id, min(free, CLAIM_BATCH_MAX), self.lease,
+                                          after_tenant=qs.after_tenant)
+                rows, qs.after_tenant = claimed.rows, claimed.next_after_tenant
                 failures = 0
             except psycopg.Error as exc:
                 failures += 1
@@ -393,8 +399,12 @@ class Worker:
             with self.running_lock:
                 self.running[row["id"]] = r
             try:
-                handler = self._handler(jt.handler)
-                outcome = retry.classify(handler(r.ctx))
+                waiting = self._rate_limited(jt)
+                if waiting is not None:
+                    outcome = waiting
+                else:
+                    handler = self._handler(jt.handler)
+                    outcome = retry.classify(handler(r.ctx))
             except retry.Outcome as exc:
                 outcome = exc
             except Exception as exc:
@@ -403,6 +413,17 @@ class Worker:
                 self._finish(r, outcome)
         finally:
             self._free_slot(r)
+
+    def _rate_limited(self, jt: jobtypes.JobType) -> retry.Snooze | None:
+        """Take the provider's token; without one, snooze until the next (attempt not counted)."""
+        prov = jobtypes.provider(jt.policy.provider)
+        if prov is None or prov.rate_per_second is None:
+            return None
+        with self.pool.connection() as conn:
+            token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1)
+        if token.granted:
+            return None
+        return retry.Snooze(seconds=token.wait_seconds, code="rate_limited")
 
     def _finish(self, r: Running, outcome: retry.Outcome) -> None:
         row, jt = r.row, r.jt
@@ -581,7 +602,9 @@ class Worker:
                         with self.pool.connection() as conn:
                             n = service.run_once(conn)
                         if n:
-                            log.info("%s handled %d", service.name, n, extra={"service": service.name, "count": n})
+                            level = logging.DEBUG if getattr(service, "quiet", False) else logging.INFO
+                            log.log(level, "%s handled %d", service.name, n,
+                                    extra={"service": service.name, "count": n})
                     except psycopg.OperationalError as exc:
                         log.warning("%s: database unavailable (%s)", service.name, type(exc).__name__)
         finally:

@@ -1,0 +1,285 @@
+"""``opsboard bench``: measure the queue on this machine.
+
+Not a test.  Each scenario runs in a scratch database (created on the
+configured server, or the embedded one, and dropped afterwards), with the
+full schema and real worker processes (``python -m worker``).  Timings of
+processed jobs come from the database's own timestamps (``created_at``,
+``started_at``, ``finished_at``), so the measurement does not include process
+start-up or polling by the benchmark itself.
+
+Prints a table; ``--json FILE`` writes
+``{"machine": {...}, "results": [{"scenario", "metric", "value", "unit"}, ...]}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from . import auth, queue
+from .config import ROOT, Config
+from .db import connect, resolve_url
+from .migrate import migrate
+
+
+@dataclass
+class Result:
+    scenario: str
+    metric: str
+    value: float
+    unit: str
+    note: str = ""
+
+
+@dataclass
+class Bench:
+    """What a scenario gets: a scratch database, its URL, and helpers."""
+
+    url: str
+    config: Config
+    jobs: int | None
+    results: list[Result] = field(default_factory=list)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def add(self, scenario: str, metric: str, value: float, unit: str, note: str = "") -> None:
+        self.results.append(Result(scenario, metric, round(value, 3), unit, note))
+        print(f"  {scenario:<18} {metric:<40} {value:>12,.1f} {unit:<8} {note}", flush=True)
+
+    def conn(self) -> psycopg.Connection:
+        return connect(self.url)
+
+    def tenants(self, n: int) -> list[uuid.UUID]:
+        with self.conn() as c:
+            return [auth.ensure_tenant(c, f"bench-{i}", f"Bench {i}")["id"] for i in range(n)]
+
+    def reset(self) -> None:
+        with self.conn() as c:
+            c.execute("TRUNCATE jobs, job_attempts, job_stats, effects, workers CASCADE")
+
+    def start_workers(self, n: int, queues: str, **env) -> list[subprocess.Popen]:
+        procs = []
+        for i in range(n):
+            e = dict(os.environ)
+            e.update({"DATABASE_URL": self.url, "OPSBOARD_ENV": "development", "OPSBOARD_LOG_FORMAT": "text",
+                      "PYTHONPATH": str(ROOT)})
+            e.update({k: str(v) for k, v in env.items()})
+            p = subprocess.Popen([sys.executable, "-m", "worker", "--queues", queues, "--id", f"bench-{i}"],
+                                 env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs.append(p)
+        self.procs.extend(procs)
+        # Wait until every worker registered itself (start-up is not measured).
+        deadline = time.monotonic() + 30
+        with self.conn() as c:
+            while c.execute("SELECT count(*) AS n FROM workers").fetchone()["n"] < n:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError("bench workers did not start: " + _stderr(procs))
+                time.sleep(0.05)
+        return procs
+
+    def stop_workers(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+    def wait_done(self, expected: int, timeout: float = 600) -> None:
+        """Wait until no job is pending, retryable or running."""
+        deadline = time.monotonic() + timeout
+        with self.conn() as c:
+            while True:
+                left = c.execute("SELECT count(*) AS n FROM jobs WHERE status IN ('pending','retryable','running')"
+                                 ).fetchone()["n"]
+                if left == 0:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{left} of {expected} jobs still not done after {timeout}s")
+                time.sleep(0.2)
+
+
+def _stderr(procs) -> str:
+    out = []
+    for p in procs:
+        if p.poll() is not None and p.stderr:
+            out.append(p.stderr.read().decode(errors="replace")[-2000:])
+    return "\n".join(out) or "(no output)"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` percentile (0..100) by linear interpolation."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100
+    f = int(k)
+    c = min(f + 1, len(s) - 1)
+    return s[f] + (s[c] - s[f]) * (k - f)
+
+
+# ---------------------------------------------------------------- scenarios
+
+def enqueue_single(b: Bench) -> None:
+    n = b.jobs or 3000
+    (tenant,) = b.tenants(1)
+    with b.conn() as c:
+        t0 = time.perf_counter()
+        for i in range(n):
+            with c.transaction():
+                queue.enqueue(c, "diag.noop", {}, tenant=tenant)
+        elapsed = time.perf_counter() - t0
+    b.add("enqueue", "single-job transactions", n / elapsed, "jobs/s", f"{n} jobs")
+    b.reset()
+
+
+def enqueue_many(b: Bench) -> None:
+    n = b.jobs or 100_000
+    batch = 1000
+    tenants = b.tenants(10)
+    jobs = [queue.NewJob("diag.noop", {"i": i}, tenants[i % len(tenants)]) for i in range(n)]
+    with b.conn() as c:
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            with c.transaction():
+                queue.enqueue_many(c, jobs[i:i + batch])
+        elapsed = time.perf_counter() - t0
+    b.add("enqueue", f"enqueue_many ({batch}/transaction)", n / elapsed, "jobs/s", f"{n} jobs")
+    b.reset()
+
+
+def _process(b: Bench, workers: int) -> None:
+    n = b.jobs or 20_000
+    tenants = b.tenants(10)
+    with b.conn() as c:
+        for i in range(0, n, 5000):
+            with c.transaction():
+                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % 10]) for j in range(i, min(n, i + 5000))])
+        c.execute("VACUUM ANALYZE jobs")
+    b.start_workers(workers, BENCH_QUEUES)
+    b.wait_done(n)
+    b.stop_workers()
+    with b.conn() as c:
+        row = c.execute("""SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at)) AS secs,
+                                  (SELECT count(*) FROM job_attempts) AS attempts
+                           FROM jobs WHERE status = 'succeeded'""").fetchone()
+    if row["n"] != n or row["attempts"] != n:
+        raise RuntimeError(f"expected {n} succeeded jobs with one attempt each, got {row['n']} / {row['attempts']}")
+    b.add("process", f"no-op jobs, {workers} worker process{'es' if workers > 1 else ''}",
+          n / float(row["secs"]), "jobs/s", f"{n} jobs, --queues {BENCH_QUEUES}")
+    b.reset()
+
+
+def process_1(b: Bench) -> None:
+    _process(b, 1)
+
+
+def process_2(b: Bench) -> None:
+    _process(b, 2)
+
+
+def latency_idle(b: Bench) -> None:
+    n = b.jobs or 200
+    (tenant,) = b.tenants(1)
+    b.start_workers(1, BENCH_QUEUES)
+    time.sleep(0.5)  # let the worker settle into its idle wait
+    rng = random.Random(7)
+    with b.conn() as c:
+        for _ in range(n):
+            with c.transaction():
+                queue.enqueue(c, "diag.noop", {}, tenant=tenant)
+            time.sleep(rng.uniform(0.01, 0.03))
+    b.wait_done(n)
+    b.stop_workers()
+    with b.conn() as c:
+        # created_at is the enqueueing transaction's start, started_at the claim's: both DB clock.
+        lat = [r["ms"] for r in c.execute(
+            "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs")]
+    lat = [float(x) for x in lat]
+    b.add("latency", "enqueue->start p50, idle queue", percentile(lat, 50), "ms", f"{n} jobs")
+    b.add("latency", "enqueue->start p99, idle queue", percentile(lat, 99), "ms", f"{n} jobs")
+    b.reset()
+
+
+#: Worker slots used by the processing scenarios (no-op handlers are cheap, so
+#: more slots than cores keep the claim pipeline full).
+BENCH_QUEUES = "critical=2,default=64,bulk=2"
+
+SCENARIOS: dict[str, Callable[[Bench], None]] = {
+    "enqueue_single": enqueue_single,
+    "enqueue_many": enqueue_many,
+    "process_1": process_1,
+    "process_2": process_2,
+    "latency_idle": latency_idle,
+}
+
+
+def machine_info(url: str) -> dict:
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    with connect(url) as c:
+        info["postgres"] = c.execute("SHOW server_version").fetchone()["server_version"]
+        info["fsync"] = c.execute("SHOW fsync").fetchone()["fsync"]
+        info["synchronous_commit"] = c.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"]
+    return info
+
+
+def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | None = None,
+              json_path: str | None = None, list_only: bool = False) -> int:
+    if list_only:
+        for name, fn in SCENARIOS.items():
+            print(f"{name:<18} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
+        return 0
+    unknown = [s for s in scenarios or [] if s not in SCENARIOS]
+    if unknown:
+        from .cli import UsageError
+        raise UsageError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    if jobs is not None and jobs < 1:
+        from .cli import UsageError
+        raise UsageError("--jobs must be at least 1")
+    server = resolve_url(config)
+    name = f"opsboard_bench_{os.getpid()}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_conninfo(server, dbname=name)
+    bench = Bench(url, config, jobs)
+    try:
+        migrate(url, log=lambda *_: None)
+        machine = machine_info(url)
+        print(f"opsboard bench on {machine.get('cpu', '?')} x{machine['cpus']}, PostgreSQL {machine['postgres']} "
+              f"(fsync={machine['fsync']}, synchronous_commit={machine['synchronous_commit']})")
+        print(f"  {'scenario':<18} {'metric':<40} {'value':>12} {'unit':<8} note")
+        for s in scenarios or list(SCENARIOS):
+            SCENARIOS[s](bench)
+    finally:
+        bench.stop_workers()
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"machine": machine, "results": [r.__dict__ for r in bench.results]}, f, indent=2)
+        print(f"wrote {json_path}")
+    return 0

@@ -1,0 +1,49 @@
+-- name: rate_limit_take
+-- Take one token from a bucket, atomically, creating the bucket full on first use.
+-- The row lock of the UPSERT serialises concurrent takers, so the bucket never
+-- grants more than capacity + rate x elapsed.  Returns whether it granted and,
+-- when not, the seconds until the next token.
+WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t)
+INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
+SELECT %(name)s, %(capacity)s, %(rate)s, %(capacity)s - 1, true, t FROM now_
+ON CONFLICT (name) DO UPDATE SET
+    capacity = excluded.capacity,
+    refill_rate = excluded.refill_rate,
+    last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
+    tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
+             - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
+                    THEN 1 ELSE 0 END,
+    updated_at = greatest(r.updated_at, excluded.updated_at)
+RETURNING last_granted AS granted, tokens,
+          CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds;
+
+-- name: queue_depth_replace
+-- Replace the sampled depth with a fresh count of unfinished and dead jobs by
+-- queue, type, tenant and status (the leader's depth sampler, every few seconds).
+WITH fresh AS (
+    SELECT queue, type, tenant_id, status, count(*) AS jobs,
+           min(available_at) FILTER (WHERE status IN ('pending', 'retryable')
+                                       AND available_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready
+    FROM jobs
+    WHERE status IN ('pending', 'running', 'retryable', 'dead')
+    GROUP BY queue, type, tenant_id, status
+), gone AS (
+    DELETE FROM queue_depth d
+    WHERE NOT EXISTS (SELECT 1 FROM fresh f WHERE (f.queue, f.type, f.tenant_id, f.status)
+                                                  = (d.queue, d.type, d.tenant_id, d.status))
+)
+INSERT INTO queue_depth (queue, type, tenant_id, status, jobs, oldest_ready, sampled_at)
+SELECT queue, type, tenant_id, status, jobs, oldest_ready, coalesce(%(now)s::timestamptz, now()) FROM fresh
+ON CONFLICT (queue, type, tenant_id, status) DO UPDATE SET
+    jobs = excluded.jobs, oldest_ready = excluded.oldest_ready, sampled_at = excluded.sampled_at
+RETURNING 1;
+
+-- name: queue_depth_ready_by_queue
+-- Ready-or-waiting jobs per queue from the last sample, with the sample's age.
+SELECT queue, coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting,
+       max(sampled_at) AS sampled_at
+FROM queue_depth GROUP BY queue;
+
+-- name: tenant_enqueue_limits
+-- A tenant's own enqueue rate and burst (NULL: the configured default).
+SELECT enqueue_rate, enqueue_burst FROM tenants WHERE id = %(tenant_id)s;
