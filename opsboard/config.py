@@ -43,6 +43,8 @@ def parse_queue_slots(text: str) -> dict[str, int]:
             raise ConfigError(f"queue slots: {count.strip()!r} for {name} is not a whole number") from None
         if not 0 < n <= 1000:
             raise ConfigError(f"queue slots: {name}={n} must be between 1 and 1000")
+        if name in slots:
+            raise ConfigError(f"queue slots: {name} is given twice")
         slots[name] = n
     if not slots:
         raise ConfigError("queue slots: at least one queue is needed, e.g. default=8")
@@ -74,6 +76,8 @@ class Config:
     login_max_failures_account: int = 5
     login_max_failures_address: int = 20
     login_window_seconds: int = 900
+    #: Bearer token that lets a scraper read /metrics without a session (empty: sign-in needed).
+    metrics_token: str = ""
 
     @property
     def pgdata(self) -> Path:
@@ -99,14 +103,18 @@ class Config:
         log_format = env.get("OPSBOARD_LOG_FORMAT", "json" if mode == "production" else "text")
         if log_format not in ("json", "text"):
             raise ConfigError(f"OPSBOARD_LOG_FORMAT={log_format!r} must be json or text")
+        pool_min = _int(env, "OPSBOARD_POOL_MIN", 1, 0, 100)
+        pool_max = _int(env, "OPSBOARD_POOL_MAX", 10, 1, 500)
+        if pool_min > pool_max:
+            raise ConfigError(f"OPSBOARD_POOL_MIN={pool_min} is larger than OPSBOARD_POOL_MAX={pool_max}")
         return cls(
             mode=mode,
             database_url=env.get("DATABASE_URL") or None,
             secret_key=secret,
             instance_dir=instance,
             data_dir=Path(data_dir) if data_dir else None,
-            pool_min=_int(env, "OPSBOARD_POOL_MIN", 1, 0, 100),
-            pool_max=_int(env, "OPSBOARD_POOL_MAX", 10, 1, 500),
+            pool_min=pool_min,
+            pool_max=pool_max,
             worker_queues=parse_queue_slots(env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")),
             lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
@@ -117,6 +125,7 @@ class Config:
             login_max_failures_account=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ACCOUNT", 5, 1, 1000),
             login_max_failures_address=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ADDRESS", 20, 1, 10000),
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
+            metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
         )
 
     def require_secret(self) -> None:

@@ -135,7 +135,12 @@ def start_embedded(pgdata: Path) -> str:
     The server keeps its data in ``pgdata`` and is reused on the next start.
     pgserver stops it when the last process that asked for it exits.
     """
-    import pgserver  # imported lazily: only the embedded mode needs it
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns about XDG_RUNTIME_DIR on servers; irrelevant here.
+        warnings.simplefilter("ignore")
+        import pgserver  # imported lazily: only the embedded mode needs it
 
     pgdata = Path(pgdata)
     pgdata.parent.mkdir(parents=True, exist_ok=True)

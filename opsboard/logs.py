@@ -53,3 +53,4 @@ def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)

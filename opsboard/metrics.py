@@ -1,11 +1,34 @@
-"""Queue health: depth, age, throughput, retry rate, handler times; Prometheus exposition."""
+"""Queue health: depth, age, throughput, retry rate, handler times; Prometheus exposition.
+
+Two sources, both cheap at any backlog size:
+
+* ``queue_depth`` — unfinished and dead jobs by queue, type, tenant and status,
+  sampled every few seconds by the leader's depth service;
+* ``job_stats`` — per-minute handler counters and time histograms written by
+  every worker in batches.
+
+The functions here return plain rows for the dashboard; :class:`QueueCollector`
+serves the same numbers to Prometheus at ``/metrics``.
+"""
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import psycopg
+
+from . import db
+from .auth import TenantScope
 
 #: Upper bounds (ms) of the handler-time histogram buckets in job_stats.duration_hist;
 #: the last bucket (index len(DURATION_BUCKETS_MS)) counts everything slower.
 DURATION_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+#: Seconds the oldest ready job of a queue may wait before its row turns red.
+OLDEST_AGE_TARGETS = {"critical": 30, "default": 300, "bulk": 1800}
+
+STATUSES = ("pending", "running", "retryable", "dead")
 
 
 def bucket_index(duration_ms: int) -> int:
@@ -25,3 +48,214 @@ def hist_quantile(hist: list[int], q: float) -> float | None:
         if seen >= rank and count:
             return float(DURATION_BUCKETS_MS[i]) if i < len(DURATION_BUCKETS_MS) else float("inf")
     return float("inf")
+
+
+def add_hists(a: list[int] | None, b: list[int]) -> list[int]:
+    if a is None:
+        return list(b)
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+
+
+@dataclass
+class TypeHealth:
+    queue: str
+    type: str
+    depth: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    oldest_ready: datetime | None = None
+    oldest_age_seconds: float | None = None
+    per_minute: float | None = None      # completions per minute, last 5 minutes
+    retry_rate: float | None = None      # retried / attempts, last hour
+    dead_last_hour: int | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    over_target: bool = False
+
+
+@dataclass
+class QueueHealth:
+    queue: str
+    types: list[TypeHealth] = field(default_factory=list)
+    depth: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    oldest_age_seconds: float | None = None
+    per_minute: float | None = None
+    retry_rate: float | None = None
+    dead_last_hour: int | None = None
+    target_seconds: int = 300
+    over_target: bool = False
+    series_ok: list[int] = field(default_factory=list)
+    series_failed: list[int] = field(default_factory=list)
+    sampled_at: datetime | None = None
+
+
+def db_now(conn: psycopg.Connection, now: datetime | None = None) -> datetime:
+    return db.one(conn, "metrics_now", {"now": now})["now"]
+
+
+def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | None = None,
+                 minutes: int = 60) -> list[QueueHealth]:
+    """Per queue and per type: depth by status, oldest ready age, throughput, retry rate,
+    dead count and handler time p50/p95, plus per-minute series for sparklines.
+
+    Depth is limited to ``scope``; handler statistics are platform-wide and only
+    shown to a scope that sees every tenant.
+    """
+    now = db_now(conn, now)
+    types: dict[tuple[str, str], TypeHealth] = {}
+    sampled_at = None
+    for r in db.all_rows(conn, "metrics_depth_by_queue_type", scope.params):
+        th = types.setdefault((r["queue"], r["type"]), TypeHealth(r["queue"], r["type"]))
+        th.depth[r["status"]] = th.depth.get(r["status"], 0) + int(r["jobs"])
+        if r["oldest_ready"] is not None and (th.oldest_ready is None or r["oldest_ready"] < th.oldest_ready):
+            th.oldest_ready = r["oldest_ready"]
+        sampled_at = max(filter(None, [sampled_at, r["sampled_at"]]), default=None)
+    if scope.all:
+        hour = now - timedelta(minutes=minutes)
+        five = now.replace(second=0, microsecond=0) - timedelta(minutes=5)
+        recent = {(r["queue"], r["type"]): r for r in db.all_rows(conn, "metrics_stats_by_queue_type", {"since": five})}
+        hourly = {(r["queue"], r["type"]): r for r in db.all_rows(conn, "metrics_stats_by_queue_type", {"since": hour})}
+        hists: dict[tuple[str, str], list[int]] = {}
+        for r in db.all_rows(conn, "metrics_stats_hist", {"since": hour}):
+            key = (r["queue"], r["type"])
+            hists[key] = add_hists(hists.get(key), r["duration_hist"])
+        for key in set(hourly) | set(recent):
+            th = types.setdefault(key, TypeHealth(*key))
+            rec = recent.get(key)
+            th.per_minute = (int(rec["succeeded"]) + int(rec["dead"])) / 5.0 if rec else 0.0
+            h = hourly.get(key)
+            if h:
+                attempts = int(h["succeeded"]) + int(h["retried"]) + int(h["dead"])
+                th.retry_rate = int(h["retried"]) / attempts if attempts else 0.0
+                th.dead_last_hour = int(h["dead"])
+            if key in hists:
+                th.p50_ms = hist_quantile(hists[key], 0.50)
+                th.p95_ms = hist_quantile(hists[key], 0.95)
+    queues: dict[str, QueueHealth] = {}
+    for (q, _t), th in sorted(types.items()):
+        qh = queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300), sampled_at=sampled_at))
+        if th.oldest_ready is not None:
+            th.oldest_age_seconds = max(0.0, (now - th.oldest_ready).total_seconds())
+            th.over_target = th.oldest_age_seconds > qh.target_seconds
+        qh.types.append(th)
+        for s, n in th.depth.items():
+            qh.depth[s] = qh.depth.get(s, 0) + n
+        if th.oldest_age_seconds is not None:
+            qh.oldest_age_seconds = max(qh.oldest_age_seconds or 0.0, th.oldest_age_seconds)
+        if th.per_minute is not None:
+            qh.per_minute = (qh.per_minute or 0.0) + th.per_minute
+        if th.dead_last_hour is not None:
+            qh.dead_last_hour = (qh.dead_last_hour or 0) + th.dead_last_hour
+    for qh in queues.values():
+        qh.over_target = qh.oldest_age_seconds is not None and qh.oldest_age_seconds > qh.target_seconds
+        rates = [(t.retry_rate, t) for t in qh.types if t.retry_rate is not None]
+        if rates:
+            qh.retry_rate = max(r for r, _ in rates)
+    if scope.all:
+        series = throughput_series(conn, now, minutes)
+        for q, (ok, failed) in series.items():
+            qh = queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300)))
+            qh.series_ok, qh.series_failed = ok, failed
+    order = {"critical": 0, "default": 1, "bulk": 2}
+    return sorted(queues.values(), key=lambda qh: (order.get(qh.queue, 9), qh.queue))
+
+
+def throughput_series(conn: psycopg.Connection, now: datetime, minutes: int = 60) -> dict[str, tuple[list[int], list[int]]]:
+    """Per queue: completions and failures per minute over the last ``minutes`` (oldest first)."""
+    start = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    for r in db.all_rows(conn, "metrics_stats_series", {"since": start}):
+        ok, failed = out.setdefault(r["queue"], ([0] * minutes, [0] * minutes))
+        i = int((r["minute"] - start).total_seconds() // 60)
+        if 0 <= i < minutes:
+            ok[i] += int(r["succeeded"])
+            failed[i] += int(r["failed"])
+    return out
+
+
+@dataclass
+class TenantBacklog:
+    tenant_id: object
+    slug: str
+    name: str
+    weight: int
+    depth: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    oldest_age_seconds: float | None = None
+    running_share: float = 0.0
+
+
+def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime | None = None,
+                   tenant_id=None) -> list[TenantBacklog]:
+    """Per tenant: pending, running, retryable, dead, oldest ready age and share of running slots."""
+    now = db_now(conn, now)
+    tenants: dict = {}
+    for r in db.all_rows(conn, "metrics_depth_by_tenant", {**scope.params, "tenant_id": tenant_id}):
+        tb = tenants.setdefault(r["tenant_id"], TenantBacklog(r["tenant_id"], r["slug"], r["name"], r["weight"]))
+        tb.depth[r["status"]] = tb.depth.get(r["status"], 0) + int(r["jobs"])
+        if r["oldest_ready"] is not None:
+            age = max(0.0, (now - r["oldest_ready"]).total_seconds())
+            tb.oldest_age_seconds = max(tb.oldest_age_seconds or 0.0, age)
+    running = db.all_rows(conn, "metrics_running_by_tenant")
+    total = sum(int(r["running"]) for r in running) or 0
+    live: dict = {}
+    for r in running:
+        live[r["tenant_id"]] = live.get(r["tenant_id"], 0) + int(r["running"])
+    for tid, n in live.items():
+        if tid in tenants:
+            tenants[tid].depth["running"] = n
+            tenants[tid].running_share = n / total if total else 0.0
+    return sorted(tenants.values(), key=lambda t: (-(t.depth["pending"] + t.depth["retryable"]), t.name))
+
+
+def workers(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]:
+    """Registered worker processes with the seconds since their last heartbeat."""
+    return db.all_rows(conn, "metrics_workers_live", {"now": now})
+
+
+# ---------------------------------------------------------------- Prometheus
+
+class QueueCollector:
+    """A prometheus-client collector reading the queue's tables at scrape time."""
+
+    def __init__(self, database):
+        self.database = database
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        depth = GaugeMetricFamily("opsboard_jobs", "Jobs by queue, type and status (sampled)",
+                                  labels=["queue", "type", "status"])
+        oldest = GaugeMetricFamily("opsboard_queue_oldest_ready_seconds", "Age of the oldest ready job",
+                                   labels=["queue"])
+        completed = CounterMetricFamily("opsboard_jobs_completed", "Job attempts by outcome (kept statistics)",
+                                        labels=["queue", "type", "outcome"])
+        p95 = GaugeMetricFamily("opsboard_handler_seconds_p95", "Handler time p95 over the last hour",
+                                labels=["queue", "type"])
+        live = GaugeMetricFamily("opsboard_workers", "Worker processes seen in the last 60 s", labels=["state"])
+        with self.database.connection() as conn:
+            scope = TenantScope(all=True)
+            for qh in queue_health(conn, scope):
+                for th in qh.types:
+                    for status, n in th.depth.items():
+                        depth.add_metric([th.queue, th.type, status], n)
+                    if th.p95_ms is not None and th.p95_ms != float("inf"):
+                        p95.add_metric([th.queue, th.type], th.p95_ms / 1000.0)
+                oldest.add_metric([qh.queue], qh.oldest_age_seconds or 0.0)
+            for r in db.all_rows(conn, "metrics_stats_totals"):
+                for outcome in ("succeeded", "retried", "dead", "snoozed"):
+                    completed.add_metric([r["queue"], r["type"], outcome], float(r[outcome]))
+            counts: dict[str, int] = {"running": 0, "stopping": 0}
+            for w in workers(conn):
+                if float(w["silent_seconds"]) <= 60:
+                    counts[w["state"]] = counts.get(w["state"], 0) + 1
+            for state, n in counts.items():
+                live.add_metric([state], n)
+        yield from (depth, oldest, completed, p95, live)
+
+
+def prometheus_text(database) -> bytes:
+    """The exposition document for ``/metrics``."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(database))
+    return generate_latest(registry)

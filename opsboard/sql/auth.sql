@@ -90,3 +90,8 @@ RETURNING id, tenant_id, name, prefix, scopes, created_at;
 UPDATE api_keys SET last_used_at = now()
 WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
 RETURNING id, tenant_id, name, scopes;
+
+-- name: tenant_get_visible
+-- One tenant inside a scope.
+SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, created_at FROM tenants
+WHERE id = %(id)s AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]));

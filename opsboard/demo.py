@@ -1,0 +1,209 @@
+"""``opsboard demo``: a live dashboard on a bare machine.
+
+Starts (or reuses) an embedded PostgreSQL when ``DATABASE_URL`` is unset,
+migrates, seeds demo tenants and users (passwords generated once, kept in the
+instance folder and printed), starts gunicorn and a worker as subprocesses,
+and keeps realistic traffic flowing: one heavy tenant, several job types with
+handler times and failure rates that produce retries, rate limiting and some
+dead letters.  Ctrl-C stops everything.
+
+This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.demo``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+
+from .config import ROOT, Config
+from .jobtypes import Field, define, define_provider
+
+# ---------------------------------------------------------------- demo job types
+
+define_provider("demo_smtp", concurrency=4, rate_per_second=15, burst=15)
+define_provider("demo_sms", concurrency=2, rate_per_second=20, burst=20)
+define("demo.send_email", handler="worker.handlers.demo:send_email", provider="demo_smtp",
+       fields={"to_user": Field(str), "template": Field(str)}, max_attempts=4, timeout=10,
+       backoff_base=2, backoff_cap=30)
+define("demo.deliver_webhook", handler="worker.handlers.demo:deliver_webhook", concurrency=6,
+       fields={"endpoint_id": Field(str), "event": Field(str)}, max_attempts=5, timeout=10,
+       backoff_base=1, backoff_cap=20)
+define("demo.send_otp", handler="worker.handlers.demo:send_otp", queue="critical", priority=0,
+       provider="demo_sms", fields={"user_id": Field(str)}, max_attempts=3, timeout=5,
+       backoff_base=0.5, backoff_cap=2)
+define("demo.generate_report", handler="worker.handlers.demo:generate_report", queue="bulk",
+       long_running=True, fields={"report": Field(str), "title": Field(str, required=False)},
+       max_attempts=2, timeout=120)
+
+TENANTS = [
+    ("operator", "Operator staff", True, 1),
+    ("acme", "Acme Corp (heavy)", False, 1),
+    ("globex", "Globex", False, 1),
+    ("initech", "Initech", False, 2),
+    ("parsian", "پارسیان بیمه", False, 1),
+]
+USERS = [
+    ("admin@opsboard.demo", "admin", "operator"),
+    ("ops@opsboard.demo", "ops", "operator"),
+    ("support@opsboard.demo", "support_agent", "operator"),
+    ("author@opsboard.demo", "template_author", "operator"),
+    ("ops@acme.demo", "ops", "acme"),
+]
+
+
+def _credentials(config: Config) -> dict:
+    path = config.instance_dir / "demo-credentials.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    creds = {"secret_key": secrets.token_hex(32),
+             "users": {email: secrets.token_urlsafe(9) for email, _, _ in USERS}}
+    config.instance_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(creds, indent=2))
+    path.chmod(0o600)
+    return creds
+
+
+def seed(url: str, creds: dict) -> dict[str, object]:
+    """Create the demo tenants and users (idempotent); returns tenant ids by slug."""
+    from . import auth
+    from .db import connect
+
+    ids = {}
+    with connect(url) as conn:
+        for slug, name, operator, weight in TENANTS:
+            ids[slug] = auth.ensure_tenant(conn, slug, name, is_operator=operator, weight=weight)["id"]
+        for email, role, tenant in USERS:
+            auth.create_user(conn, email, creds["users"][email], role, tenant)
+    return ids
+
+
+def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
+    """Enqueue a realistic mix until ``stop``: acme floods in bursts, others trickle."""
+    from . import queue
+    from .db import connect
+
+    rng = random.Random()
+    customers = [t for t in tenants if t != "operator"]
+    tick = 0
+    while not stop.is_set():
+        try:
+            with connect(url) as conn:
+                while not stop.wait(1.0):
+                    tick += 1
+                    batch = []
+                    for slug in customers:
+                        tid = tenants[slug]
+                        n = rng.randint(1, 4)
+                        for _ in range(n):
+                            kind = rng.random()
+                            if kind < 0.45:
+                                batch.append(queue.NewJob("demo.send_email", {"to_user": f"u{rng.randint(1, 500)}",
+                                                                               "template": "welcome"}, tid))
+                            else:
+                                batch.append(queue.NewJob("demo.deliver_webhook",
+                                                          {"endpoint_id": f"ep{rng.randint(1, 20)}",
+                                                           "event": "order.paid"}, tid,
+                                                          group_key=f"ep{rng.randint(1, 20)}"
+                                                          if rng.random() < 0.2 else None))
+                        if rng.random() < 0.5:
+                            batch.append(queue.NewJob("demo.send_otp", {"user_id": f"u{rng.randint(1, 500)}"}, tid,
+                                                      expires_at=datetime.now(timezone.utc) + timedelta(seconds=60)))
+                    if tick % 15 == 1:  # acme's nightly import, every 15 s in the demo
+                        batch += [queue.NewJob("demo.deliver_webhook", {"endpoint_id": "ep-bulk", "event": "import"},
+                                               tenants["acme"]) for _ in range(300)]
+                    if tick % 20 == 5:
+                        batch.append(queue.NewJob("demo.generate_report",
+                                                  {"report": "monthly", "title": "گزارش ماهانه"},
+                                                  tenants[rng.choice(customers)]))
+                    with conn.transaction():
+                        queue.enqueue_many(conn, batch)
+        except Exception as exc:  # the database restarting must not end the demo
+            print(f"demo traffic paused: {type(exc).__name__}", file=sys.stderr)
+            stop.wait(2.0)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True) -> int:
+    from .cli import UsageError
+    from .db import resolve_url
+    from .migrate import migrate
+
+    if not _port_free(host, port):
+        raise UsageError(f"port {port} on {host} is in use; pass --port")
+    url = resolve_url(config)
+    migrate(url, log=lambda line: print(f"  {line}"))
+    creds = _credentials(config)
+    tenants = seed(url, creds)
+
+    env = dict(os.environ)
+    env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
+                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.demo"]),
+                "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
+    logs = config.instance_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    children = [
+        subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
+                          "--access-logfile", str(logs / "access.log"), "wsgi:app"], cwd=ROOT, env=env,
+                         stderr=open(logs / "web.log", "ab")),
+        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab")),
+    ]
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        base = f"http://{host}:{port}"
+        deadline = time.monotonic() + 60
+        while not stop.is_set():
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or any(c.poll() is not None for c in children):
+                    print(f"opsboard demo: the web server did not start; see {logs / 'web.log'}", file=sys.stderr)
+                    return 1
+                time.sleep(0.2)
+        print("\nopsboard demo is running")
+        print(f"  dashboard   {base}/login")
+        print("  users       (password in brackets)")
+        for email, role, tenant in USERS:
+            print(f"    {email:<24} [{creds['users'][email]}]  {role} in {tenant}")
+        print(f"  logs        {logs}")
+        print("  Ctrl-C stops everything.\n", flush=True)
+        if traffic:
+            threading.Thread(target=_traffic, args=(url, tenants, stop), daemon=True, name="traffic").start()
+        while not stop.wait(0.5):
+            for c in children:
+                if c.poll() is not None:
+                    print(f"opsboard demo: a child process exited ({c.args[2]}); see {logs}", file=sys.stderr)
+                    stop.set()
+    finally:
+        stop.set()
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM)
+        for c in children:
+            try:
+                c.wait(30)
+            except subprocess.TimeoutExpired:
+                c.kill()
+        signal.signal(signal.SIGINT, previous)
+        print("opsboard demo stopped")
+    return 0

@@ -1,0 +1,32 @@
+"""``/metrics`` in Prometheus text format.
+
+A scraper sends ``Authorization: Bearer $OPSBOARD_METRICS_TOKEN``; without a
+configured token, a signed-in user with ``jobs.view`` may read it.
+"""
+from __future__ import annotations
+
+import hmac
+
+from flask import Blueprint, Response, request
+from flask_login import current_user
+
+from .. import metrics
+from .app import get_config, get_db
+from .errors import ApiError
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.route("/metrics")
+def exposition():
+    token = get_config().metrics_token
+    sent = request.headers.get("Authorization", "")
+    if token and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:], token):
+        pass
+    elif current_user.is_authenticated and current_user.has("jobs.view") and current_user.scope("jobs.view").all:
+        pass
+    else:
+        raise ApiError(401 if not current_user.is_authenticated else 403, "metrics_forbidden",
+                       "Send the metrics bearer token, or sign in as operator staff.")
+    from prometheus_client import CONTENT_TYPE_LATEST
+    return Response(metrics.prometheus_text(get_db()), content_type=CONTENT_TYPE_LATEST)
