@@ -216,6 +216,119 @@ def latency_idle(b: Bench) -> None:
     b.reset()
 
 
+def fairness(b: Bench) -> None:
+    """Heavy tenant A (50,000 jobs) then B-E (100 each): claims until B-E are done, their p99 wait."""
+    heavy = b.jobs or 50_000
+    tenants = b.tenants(5)
+    with b.conn() as c:
+        for i in range(0, heavy, 5000):
+            with c.transaction():
+                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[0]) for _ in range(min(5000, heavy - i))])
+        c.execute("VACUUM ANALYZE jobs")
+        with c.transaction():
+            queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in tenants[1:] for _ in range(100)])
+        light = set(tenants[1:])
+        left, claims, cursor = 400, 0, queue.ZERO_TENANT
+        t0 = time.perf_counter()
+        while left > 0:
+            got = queue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor)
+            cursor = got.next_after_tenant
+            claims += 1
+            left -= sum(1 for r in got.rows if r["tenant_id"] in light)
+            queue.record_outcomes(c, "bench-fair", [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded",
+                                                                          r["started_at"]) for r in got.rows])
+        elapsed = time.perf_counter() - t0
+        waits = [float(r["ms"]) for r in c.execute(
+            "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs WHERE tenant_id <> %s",
+            (tenants[0],))]
+        heavy_done = c.execute("SELECT count(*) AS n FROM jobs WHERE tenant_id = %s AND status = 'succeeded'",
+                               (tenants[0],)).fetchone()["n"]
+    b.add("fairness", "claims of 64 until B-E (4 x 100) done", claims, "claims",
+          f"A had {heavy} jobs queued first; {heavy_done} of A ran meanwhile")
+    b.add("fairness", "B-E wait p99 (enqueue->start)", percentile(waits, 99), "ms",
+          f"one claimer, {elapsed * 1000:.0f} ms in all")
+    b.reset()
+
+
+def otp_flood(b: Bench) -> None:
+    """50,000 slow default/bulk jobs backlogged, OTP at 20/s: OTP enqueue->start p50/p99."""
+    backlog = b.jobs or 50_000
+    tenants = b.tenants(4)
+    with b.conn() as c:
+        for i in range(0, backlog, 5000):
+            with c.transaction():
+                queue.enqueue_many(c, [queue.NewJob("diag.sleep", {"ms": 50}, tenants[j % 4],
+                                                    queue="bulk" if j % 3 == 0 else "default")
+                                       for j in range(i, min(backlog, i + 5000))])
+        c.execute("VACUUM ANALYZE jobs")
+    b.start_workers(1, "critical=2,default=8,bulk=2")
+    time.sleep(2.0)  # the default and bulk slots are busy with the backlog by now
+    otp = 200
+    with b.conn() as c:
+        next_at = time.monotonic()
+        for i in range(otp):
+            with c.transaction():
+                queue.enqueue(c, "diag.sleep", {"ms": 5}, version=2, tenant=tenants[i % 4])
+            next_at += 1 / 20
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        deadline = time.monotonic() + 30
+        while c.execute("SELECT count(*) AS n FROM jobs WHERE queue = 'critical' AND status <> 'succeeded'"
+                        ).fetchone()["n"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lat = [float(r["ms"]) for r in c.execute(
+            "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs "
+            "WHERE queue = 'critical' AND started_at IS NOT NULL")]
+        waiting = c.execute("SELECT count(*) AS n FROM jobs WHERE queue <> 'critical' AND status = 'pending'"
+                            ).fetchone()["n"]
+    b.stop_workers()
+    b.add("otp_flood", "OTP enqueue->start p50 under flood", percentile(lat, 50), "ms",
+          f"{len(lat)} OTP at 20/s, {waiting} slow jobs still waiting")
+    b.add("otp_flood", "OTP enqueue->start p99 under flood", percentile(lat, 99), "ms",
+          "--queues critical=2,default=8,bulk=2")
+    b.reset()
+
+
+def claim_cost(b: Bench) -> None:
+    """1,000,000 pending jobs over 1,000 tenants: EXPLAIN ANALYZE time of one claim of 64."""
+    total = b.jobs or 1_000_000
+    n_tenants = 1000
+    tenants = b.tenants(n_tenants)
+    t0 = time.perf_counter()
+    with b.conn() as c:
+        for i in range(0, total, 10_000):
+            with c.transaction():
+                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % n_tenants])
+                                       for j in range(i, min(total, i + 10_000))])
+        fill = time.perf_counter() - t0
+        c.execute("VACUUM ANALYZE jobs")
+        from . import db as dbmod
+        times = []
+        for _ in range(5):
+            with c.transaction(force_rollback=True):
+                plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + dbmod.queries["job_claim_many"], {
+                    "queue": "default", "worker": "bench", "limit": 64, "lease": 30, "now": None,
+                    "after_tenant": queue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
+                    "limit_type_limits": [], "limit_type_groups": [], "limit_groups": [],
+                    "limit_group_limits": []}).fetchone()
+                doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
+                times.append(float(doc[0]["Execution Time"]))
+        from . import metrics
+        from .auth import TenantScope
+        from worker.services.depth import DepthSampler  # noqa: the bench runs in a checkout
+        t1 = time.perf_counter()
+        DepthSampler().run_once(c)
+        sample = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        metrics.queue_health(c, TenantScope(all=True))
+        metrics.tenant_backlog(c, TenantScope(all=True))
+        health = time.perf_counter() - t1
+    b.add("claim_cost", f"claim of 64 at {total:,} pending, {n_tenants} tenants", statistics.median(times), "ms",
+          f"EXPLAIN ANALYZE, median of 5 (filled at {total / fill:,.0f} jobs/s)")
+    b.add("claim_cost", "depth sample at that backlog (leader, every 5 s+)", sample * 1000, "ms")
+    b.add("claim_cost", "queue health + tenant backlog queries", health * 1000, "ms", "what the home page runs")
+    b.reset()
+
+
 #: Worker slots used by the processing scenarios (no-op handlers are cheap, so
 #: more slots than cores keep the claim pipeline full).
 BENCH_QUEUES = "critical=2,default=64,bulk=2"
@@ -226,6 +339,9 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "process_1": process_1,
     "process_2": process_2,
     "latency_idle": latency_idle,
+    "fairness": fairness,
+    "otp_flood": otp_flood,
+    "claim_cost": claim_cost,
 }
 
 

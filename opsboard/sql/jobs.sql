@@ -66,17 +66,19 @@ RETURNING *;
 -- past its expires_at is left to the expiry service.  The claim commits at
 -- once: no transaction stays open while handlers run.  The fencing token is
 -- (locked_by, attempts): every later write for this attempt checks both.
+-- Times are statement_timestamp(), not the transaction's now(): a claim's
+-- started_at is then never earlier than the finish it waited for.
 WITH RECURSIVE tenants_ready AS (
     (SELECT j.tenant_id FROM jobs j
      WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
        AND j.tenant_id > %(after_tenant)s::uuid
-       AND j.available_at <= coalesce(%(now)s::timestamptz, now())
+       AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
      ORDER BY j.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT j.tenant_id FROM jobs j
             WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
               AND j.tenant_id > t.tenant_id
-              AND j.available_at <= coalesce(%(now)s::timestamptz, now())
+              AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
             ORDER BY j.tenant_id LIMIT 1)
     FROM tenants_ready t WHERE t.tenant_id IS NOT NULL
 ), picked AS (
@@ -97,8 +99,8 @@ WITH RECURSIVE tenants_ready AS (
         SELECT j.id, j.type, j.priority, j.available_at FROM jobs j
         WHERE j.queue = %(queue)s AND j.tenant_id = q.tenant_id
           AND j.status IN ('pending', 'retryable')
-          AND j.available_at <= coalesce(%(now)s::timestamptz, now())
-          AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+          AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
+          AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp()))
           AND (j.group_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM jobs g
                 WHERE g.tenant_id = j.tenant_id AND g.group_key = j.group_key
@@ -147,8 +149,8 @@ UPDATE jobs j
 SET status = 'running',
     attempts = j.attempts + 1,
     locked_by = %(worker)s,
-    locked_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s),
-    started_at = coalesce(%(now)s::timestamptz, now())
+    locked_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s),
+    started_at = coalesce(%(now)s::timestamptz, statement_timestamp())
 WHERE j.id = ANY (ARRAY(SELECT id FROM locked))
 RETURNING j.id, j.type, j.version, j.tenant_id, j.queue, j.priority, j.payload, j.attempts, j.max_attempts,
           j.idempotency_key, j.group_key, j.correlation_id, j.event_id, j.expires_at, j.created_at,
@@ -178,11 +180,11 @@ WITH d AS (
                               WHEN 'retryable' THEN 'retryable' ELSE 'pending' END)::job_status,
         attempts = CASE WHEN d.kind IN ('snoozed', 'released') THEN j.attempts - 1 ELSE j.attempts END,
         available_at = CASE WHEN d.kind IN ('retryable', 'snoozed', 'released')
-                            THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => d.delay)
+                            THEN coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => d.delay)
                             ELSE j.available_at END,
         last_error_code = CASE WHEN d.kind = 'succeeded' THEN j.last_error_code
                                WHEN d.kind = 'released' THEN j.last_error_code ELSE d.code END,
-        finished_at = CASE WHEN d.kind IN ('succeeded', 'dead') THEN coalesce(%(now)s::timestamptz, now()) END,
+        finished_at = CASE WHEN d.kind IN ('succeeded', 'dead') THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
         locked_by = NULL,
         locked_until = NULL
     FROM d
@@ -191,11 +193,11 @@ WITH d AS (
 ), att AS (
     INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail,
                               duration_ms)
-    SELECT d.id, d.token, %(worker)s, d.started_at, coalesce(%(now)s::timestamptz, now()), d.kind, d.code,
+    SELECT d.id, d.token, %(worker)s, d.started_at, coalesce(%(now)s::timestamptz, statement_timestamp()), d.kind, d.code,
            d.detail, d.duration_ms
     FROM d JOIN upd ON upd.id = d.id
 ), eff AS (
-    UPDATE effects e SET state = 'confirmed', confirmed_at = coalesce(%(now)s::timestamptz, now())
+    UPDATE effects e SET state = 'confirmed', confirmed_at = coalesce(%(now)s::timestamptz, statement_timestamp())
     FROM d JOIN upd ON upd.id = d.id
     WHERE d.kind = 'succeeded' AND d.id = ANY(%(effect_job_ids)b::uuid[]) AND e.job_id = d.id
       AND e.state = 'started'

@@ -1,0 +1,121 @@
+"""Tenant-fair claims, weights, priorities, limits at claim time (real PostgreSQL, injected now)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from opsboard import auth, queue
+from tests.conftest import connect
+import tests.support.limits  # noqa: F401  (registers the limited job types)
+
+
+def _claim_all(c, q="default", limit=10, worker="w1", max_batches=1000):
+    cursor, batches = queue.ZERO_TENANT, []
+    for _ in range(max_batches):
+        got = queue.claim(c, q, worker, limit, 30, after_tenant=cursor)
+        if not got.rows:
+            break
+        cursor = got.next_after_tenant
+        batches.append(got.rows)
+        queue.record_outcomes(c, worker, [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded", r["started_at"])
+                                          for r in got.rows])
+    return batches
+
+
+def test_light_tenant_starts_within_first_batches_despite_heavy_backlog(db_url):
+    with connect(db_url) as c:
+        heavy = auth.ensure_tenant(c, "heavy")["id"]
+        light = auth.ensure_tenant(c, "light")["id"]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, heavy) for _ in range(5000)])
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, light) for _ in range(20)])
+        batches = []
+        cursor = queue.ZERO_TENANT
+        light_seen = 0
+        while light_seen < 20:
+            got = queue.claim(c, "default", "w1", 10, 30, after_tenant=cursor)
+            cursor = got.next_after_tenant
+            batches.append(got.rows)
+            light_seen += sum(1 for r in got.rows if r["tenant_id"] == light)
+            assert len(batches) < 50, "light tenant starved"
+        # Two tenants share each batch of 10 about evenly: 20 light jobs in ~4 batches, not after 5000.
+        assert len(batches) <= 5
+        assert sum(1 for b in batches for r in b if r["tenant_id"] == heavy) <= 30
+        assert all(len(b) == 10 for b in batches[:-1])
+
+
+def test_round_robin_cursor_visits_every_tenant(db_url):
+    with connect(db_url) as c:
+        tenants = [auth.ensure_tenant(c, f"t{i:02d}")["id"] for i in range(12)]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in tenants for _ in range(5)])
+        first = queue.claim(c, "default", "w1", 4, 30)
+        second = queue.claim(c, "default", "w1", 4, 30, after_tenant=first.next_after_tenant)
+        third = queue.claim(c, "default", "w1", 4, 30, after_tenant=second.next_after_tenant)
+        seen = [r["tenant_id"] for b in (first, second, third) for r in b.rows]
+        # 12 tenants, batches of 4 visiting 4 tenants each: every tenant once, none twice.
+        assert sorted(seen) == sorted(tenants)
+
+
+def test_weights_give_proportional_share(db_url):
+    with connect(db_url) as c:
+        big = auth.ensure_tenant(c, "big", weight=3)["id"]
+        small = auth.ensure_tenant(c, "small", weight=1)["id"]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in (big, small) for _ in range(100)])
+        rows = queue.claim(c, "default", "w1", 40, 30).rows
+        n_big = sum(1 for r in rows if r["tenant_id"] == big)
+        assert len(rows) == 40
+        assert n_big == 30
+
+
+def test_priority_inside_a_tenant_and_queue(db_url):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        low = queue.enqueue(c, "diag.noop", {}, tenant=t, priority=200)
+        high = queue.enqueue(c, "diag.noop", {}, tenant=t, priority=0)
+        rows = queue.claim(c, "default", "w1", 1, 30).rows
+        assert [r["id"] for r in rows] == [high["id"]]
+        assert queue.claim(c, "default", "w1", 1, 30).rows[0]["id"] == low["id"]
+
+
+def test_queues_are_separate(db_url):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(50)])
+        otp = queue.enqueue(c, "diag.sleep", {"ms": 1}, version=2, tenant=t)
+        assert otp["queue"] == "critical"
+        rows = queue.claim(c, "critical", "w1", 10, 30).rows
+        assert [r["id"] for r in rows] == [otp["id"]]
+        assert all(r["queue"] == "default" for r in queue.claim(c, "default", "w1", 100, 30).rows)
+
+
+def test_type_and_provider_limits_at_claim_time(db_url):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        queue.enqueue_many(c, [queue.NewJob("test.limited", {"key": "x", "ms": 1}, t) for _ in range(10)]
+                           + [queue.NewJob("test.sms_a", {"key": "x", "ms": 1}, t) for _ in range(5)]
+                           + [queue.NewJob("test.sms_b", {"key": "x", "ms": 1}, t) for _ in range(5)])
+        rows = queue.claim(c, "default", "w1", 100, 30).rows
+        by_type = {}
+        for r in rows:
+            by_type[r["type"]] = by_type.get(r["type"], 0) + 1
+        assert by_type.get("test.limited") == 3
+        assert by_type.get("test.sms_a", 0) + by_type.get("test.sms_b", 0) == 2
+        # While they run, a second claim (another worker) gets none of the limited work.
+        assert queue.claim(c, "default", "w2", 100, 30).rows == []
+        # One finishes: exactly one more of that type may start.
+        done = next(r for r in rows if r["type"] == "test.limited")
+        queue.record_outcomes(c, "w1", [queue.OutcomeRecord(done["id"], done["attempts"], "succeeded",
+                                                            done["started_at"])])
+        more = queue.claim(c, "default", "w2", 100, 30).rows
+        assert [r["type"] for r in more] == ["test.limited"]
+
+
+def test_dead_job_in_group_does_not_block_the_rest(db_url):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        ids = queue.enqueue_many(c, [queue.NewJob("diag.noop", {"n": i}, t, group_key="order-1") for i in range(3)])
+        first = queue.claim(c, "default", "w1", 10, 30).rows
+        assert [r["id"] for r in first] == [ids[0]]
+        queue.record_outcomes(c, "w1", [queue.OutcomeRecord(ids[0], 1, "dead", first[0]["started_at"], code="boom")])
+        second = queue.claim(c, "default", "w1", 10, 30).rows
+        assert [r["id"] for r in second] == [ids[1]]

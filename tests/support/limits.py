@@ -1,0 +1,29 @@
+"""Job types with concurrency and rate limits (tests of issue 4)."""
+from __future__ import annotations
+
+import time
+
+from opsboard.jobtypes import Field, define, define_provider
+
+define_provider("test_sms_gateway", concurrency=2)
+define_provider("test_rated", rate_per_second=20, burst=5)
+# A type limit and two types sharing one provider limit.
+define("test.limited", handler="tests.support.limits:overlap", concurrency=3,
+       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+define("test.sms_a", handler="tests.support.limits:overlap", provider="test_sms_gateway",
+       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+define("test.sms_b", handler="tests.support.limits:overlap", provider="test_sms_gateway",
+       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+define("test.rated", handler="tests.support.limits:overlap", provider="test_rated",
+       fields={"key": Field(str), "ms": Field(int)}, max_attempts=1, timeout=30)
+
+
+def overlap(job):
+    """Record [start, end] of the handler so the test can compute the peak concurrency."""
+    with job.connection() as conn:
+        conn.execute("INSERT INTO test_spans (job_id, key, kind, started_at) VALUES (%s, %s, %s, clock_timestamp())",
+                     (job.id, job.payload["key"], job.type))
+    time.sleep(job.payload["ms"] / 1000)
+    with job.connection() as conn:
+        conn.execute("UPDATE test_spans SET ended_at = clock_timestamp() WHERE job_id = %s AND ended_at IS NULL",
+                     (job.id,))
