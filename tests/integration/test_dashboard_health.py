@@ -1,0 +1,100 @@
+"""Queue health, tenants and their partials against seeded jobs and statistics."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from psycopg.types.json import Jsonb
+
+from opsboard import auth, metrics, queue
+from opsboard.auth import TenantScope
+from tests.conftest import connect
+from worker.services.depth import DepthSampler
+
+
+def _seed(c):
+    acme = auth.ensure_tenant(c, "acme", "Acme")["id"]
+    globex = auth.ensure_tenant(c, "globex", "Globex")["id"]
+    queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, acme) for _ in range(7)]
+                       + [queue.NewJob("diag.noop", {}, globex) for _ in range(3)]
+                       + [queue.NewJob("diag.sleep", {"ms": 1}, acme) for _ in range(2)])
+    # One running (claimed) and one dead job of acme's.
+    running = queue.claim_batch(c, "default", "w-test", 1, 30)
+    c.execute("UPDATE jobs SET status = 'dead', last_error_code = 'http_410', finished_at = now() "
+              "WHERE id = (SELECT id FROM jobs WHERE status = 'pending' AND type = 'diag.sleep' LIMIT 1)")
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    hist = [0] * 16
+    hist[2] = 40
+    hist[6] = 10
+    c.execute("INSERT INTO job_stats (minute, worker_id, queue, type, succeeded, retried, dead, snoozed, "
+              "duration_ms_sum, duration_hist) VALUES (%s, 'w1', 'default', 'diag.noop', 45, 5, 0, 0, 900, %s)",
+              (now - timedelta(minutes=1), hist))
+    DepthSampler().run_once(c)
+    return acme, globex, running
+
+
+def test_queue_health_figures(db_url):
+    with connect(db_url) as c:
+        acme, globex, running = _seed(c)
+        health = metrics.queue_health(c, TenantScope(all=True))
+        (default,) = health
+        assert default.queue == "default"
+        noop = next(t for t in default.types if t.type == "diag.noop")
+        assert noop.depth["pending"] + noop.depth["running"] == 10
+        assert default.depth["dead"] == 1
+        assert noop.retry_rate == 5 / 50
+        assert noop.p50_ms == 5.0 and noop.p95_ms == 100.0
+        assert noop.per_minute == 45 / 5
+        assert sum(default.series_ok) == 45 and len(default.series_ok) == 60
+        # A tenant-scoped view sees only its tenant's depth and no platform statistics.
+        scoped = metrics.queue_health(c, TenantScope(all=False, ids=(globex,)))
+        (d2,) = scoped
+        assert d2.depth["pending"] == 3 and d2.depth["dead"] == 0
+        assert all(t.p50_ms is None for t in d2.types)
+
+
+def test_tenant_backlog_and_share(db_url):
+    with connect(db_url) as c:
+        acme, globex, running = _seed(c)
+        rows = {r.slug: r for r in metrics.tenant_backlog(c, TenantScope(all=True))}
+        owner = "acme" if running[0]["tenant_id"] == acme else "globex"
+        assert rows[owner].depth["running"] == 1 and rows[owner].running_share == 1.0
+        assert rows["acme"].depth["dead"] == 1
+        assert rows["globex"].depth["pending"] + rows["globex"].depth["running"] == 3
+
+
+def test_pages_and_partials_render(app, client, login_as):
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex, _ = _seed(c)
+    login_as("ops")
+    page = client.get("/queues/")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'hx-get="/queues/_health"' in html and 'hx-trigger="every 3s"' in html
+    assert 'data-type="diag.noop"' in html and "<svg" in html
+    part = client.get("/queues/_health")
+    assert part.status_code == 200 and b"<html" not in part.data and b"diag.noop" in part.data
+    assert client.get("/").headers["Location"].endswith("/queues/")
+    tenants = client.get("/tenants/").get_data(as_text=True)
+    assert 'data-tenant="acme"' in tenants and 'data-tenant="globex"' in tenants
+    assert client.get("/tenants/_backlog").status_code == 200
+    detail = client.get(f"/tenants/{acme}")
+    assert detail.status_code == 200 and b"diag.sleep" in detail.data
+    assert client.get("/tenants/not-a-uuid").status_code == 404
+
+
+def test_roles_and_tenant_scope(app, client, login_as):
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex, _ = _seed(c)
+    login_as("support_agent")
+    assert client.get("/queues/").status_code == 403
+    assert client.get("/tenants/").status_code == 403
+
+
+def test_tenant_scoped_ops_sees_only_its_tenant(app, client, login_as):
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex, _ = _seed(c)
+    login_as("ops", tenant="globex", operator=False)
+    html = client.get("/tenants/").get_data(as_text=True)
+    assert 'data-tenant="globex"' in html and 'data-tenant="acme"' not in html
+    assert client.get(f"/tenants/{acme}").status_code == 404
+    assert client.get("/metrics").status_code == 403
