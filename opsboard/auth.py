@@ -110,6 +110,8 @@ class Principal:
 
     def has(self, permission: str) -> bool:
         """Holds ``permission`` in at least one tenant."""
+        if permission not in ALL_PERMISSIONS:
+            raise ValueError(f"unknown permission {permission!r}")
         return permission in self.permissions
 
     def can(self, permission: str, tenant_id) -> bool:

@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, (DatabaseUnavailable, MigrationError, AuthError)):
             print(f"opsboard: {exc}", file=sys.stderr)
             return 2
+        import psycopg
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            first = (str(exc).strip().splitlines() or ["a table is missing"])[0]
+            print(f"opsboard: the database is not migrated ({first}); run `opsboard migrate` first",
+                  file=sys.stderr)
+            return 2
         raise
 
 
@@ -102,7 +108,7 @@ def cmd_createuser(config: Config, args) -> int:
     from .auth import create_user, ensure_tenant
     from .db import connect
     if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
+        password = sys.stdin.readline().rstrip("\r\n")
     elif sys.stdin.isatty():
         password = getpass.getpass("Password: ")
         if password != getpass.getpass("Again: "):
@@ -111,7 +117,9 @@ def cmd_createuser(config: Config, args) -> int:
         raise UsageError("no terminal to prompt for the password; use --password-stdin")
     conn = connect(_url(config))
     try:
-        ensure_tenant(conn, args.tenant, args.tenant_name, is_operator=args.operator)
+        tenant = ensure_tenant(conn, args.tenant, args.tenant_name, is_operator=args.operator)
+        if args.operator and not tenant["is_operator"]:
+            raise UsageError(f"tenant {args.tenant!r} exists and is not an operator tenant")
         user = create_user(conn, args.email, password, args.role, args.tenant)
         from . import audit
         audit.record(conn, audit.Actor("cli"), "user.create", target_type="user", target_id=user["id"],
@@ -124,7 +132,9 @@ def cmd_createuser(config: Config, args) -> int:
 
 def cmd_web(config: Config, args) -> int:
     from . import create_app
-    app = create_app()
+    # The configuration main() built (development mode when OPSBOARD_ENV is
+    # unset), not a second read of the environment that would default to production.
+    app = create_app({"OPSBOARD": config})
     app.run(host=args.host, port=args.port, threaded=True, use_reloader=False)
     return 0
 

@@ -13,12 +13,15 @@ SELECT * FROM audit_log WHERE action = %(action)s AND request_key = %(request_ke
 
 -- name: audit_list
 -- Audit records inside a scope, newest first, filtered, keyset-paginated on (at, id).
+-- The actor filter is a case-insensitive substring and the action filter an
+-- exact name or a dotted prefix ("job" -> "job.replay"), both matched literally:
+-- a typed % or _ is not a wildcard.
 SELECT id, at, actor_id, actor_label, action, target_type, target_id, tenant_id, reason,
        before, after, request_id
 FROM audit_log
 WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(actor)s::text IS NULL OR actor_label ILIKE '%%' || %(actor)s || '%%')
-  AND (%(action)s::text IS NULL OR action = %(action)s OR action LIKE %(action)s || '.%%')
+  AND (%(actor)s::text IS NULL OR strpos(lower(actor_label), lower(%(actor)s::text)) > 0)
+  AND (%(action)s::text IS NULL OR action = %(action)s OR starts_with(action, %(action)s::text || '.'))
   AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR at < %(until)s)
   AND (%(target_type)s::text IS NULL OR target_type = %(target_type)s)

@@ -88,7 +88,7 @@ WITH RECURSIVE tenants_ready AS (
 ), quota AS (
     SELECT tenant_id, weight,
            -- twice the weighted share, so that rows other workers hold can be skipped
-           least(%(limit)s, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight) AS take
+           least(%(limit)s::int, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight) AS take
     FROM picked
 ), cand AS (
     SELECT c.id, c.type, c.priority, c.available_at, q.tenant_id,
@@ -170,10 +170,14 @@ FROM unnest(%(names)s::text[]) AS name;
 -- retryable, dead, snoozed or released; snoozed and released give the
 -- attempt back.  One job_attempts row is written per applied outcome.
 WITH d AS (
-    SELECT * FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(kinds)b::text[], %(delays)b::float8[],
-                         %(codes)b::text[], %(details)b::text[], %(started)b::timestamptz[],
-                         %(durations)b::int[])
-             AS d(id, token, kind, delay, code, detail, started_at, duration_ms)
+    -- One row per (job, token), the first in the batch: a timeout and the
+    -- handler's late result can arrive together, and must write one attempt.
+    SELECT DISTINCT ON (id, token) *
+    FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(kinds)b::text[], %(delays)b::float8[],
+                %(codes)b::text[], %(details)b::text[], %(started)b::timestamptz[],
+                %(durations)b::int[]) WITH ORDINALITY
+         AS d(id, token, kind, delay, code, detail, started_at, duration_ms, n)
+    ORDER BY id, token, n
 ), upd AS (
     UPDATE jobs j
     SET status = (CASE d.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'dead' THEN 'dead'
@@ -189,16 +193,16 @@ WITH d AS (
         locked_until = NULL
     FROM d
     WHERE j.id = d.id AND j.status = 'running' AND j.locked_by = %(worker)s AND j.attempts = d.token
-    RETURNING j.id
+    RETURNING j.id, d.n
 ), att AS (
     INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail,
                               duration_ms)
     SELECT d.id, d.token, %(worker)s, d.started_at, coalesce(%(now)s::timestamptz, statement_timestamp()), d.kind, d.code,
            d.detail, d.duration_ms
-    FROM d JOIN upd ON upd.id = d.id
+    FROM d JOIN upd ON upd.n = d.n
 ), eff AS (
     UPDATE effects e SET state = 'confirmed', confirmed_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-    FROM d JOIN upd ON upd.id = d.id
+    FROM d JOIN upd ON upd.n = d.n
     WHERE d.kind = 'succeeded' AND d.id = ANY(%(effect_job_ids)b::uuid[]) AND e.job_id = d.id
       AND e.state = 'started'
 )

@@ -5,7 +5,7 @@
 -- when not, the seconds until the next token.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t)
 INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
-SELECT %(name)s, %(capacity)s, %(rate)s, %(capacity)s - 1, true, t FROM now_
+SELECT %(name)s::text, %(capacity)s::float8, %(rate)s::float8, %(capacity)s::float8 - 1, true, t FROM now_
 ON CONFLICT (name) DO UPDATE SET
     capacity = excluded.capacity,
     refill_rate = excluded.refill_rate,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from flask import Blueprint, render_template, request
 
@@ -21,9 +21,12 @@ def _date(name: str) -> datetime | None:
     if not raw:
         return None
     try:
-        return datetime.fromisoformat(raw)
+        value = datetime.fromisoformat(raw)
     except ValueError:
         raise ApiError(400, "invalid_date", f"{name} must be a date like 2026-11-29") from None
+    # The page shows UTC; a date without an offset means UTC too, whatever the
+    # database session's TimeZone is.
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def _filters() -> dict:
@@ -52,6 +55,8 @@ def _page():
         actions = audit.actions(conn)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
+    for row in rows:  # shown as "When (UTC)"; the same instant, so the cursor is unchanged
+        row["at"] = row["at"].astimezone(timezone.utc)
     next_cursor = f"{rows[-1]['at'].isoformat()}_{rows[-1]['id']}" if more and rows else None
     args = {k: v for k, v in request.args.items() if k != "after"}
     return {"rows": rows, "next_cursor": next_cursor, "args": args, "actions": actions}

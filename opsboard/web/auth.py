@@ -15,7 +15,13 @@ bp = Blueprint("auth", __name__)
 
 
 def _safe_next(target: str | None) -> str:
-    if target:
+    """``target`` when it is a path on this site, else the home page.
+
+    Browsers read ``/\\evil.example`` as ``//evil.example`` and drop tabs and
+    newlines inside URLs, so backslashes and control characters are refused
+    outright rather than trusting how they are later quoted.
+    """
+    if target and not any(c == "\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in target):
         parts = urlparse(target)
         if not parts.scheme and not parts.netloc and target.startswith("/") and not target.startswith("//"):
             return target

@@ -22,6 +22,8 @@ def readyz():
     try:
         with get_db().pool.connection(timeout=2) as conn:
             state = migrate.status(conn)
+    except migrate.MigrationError as exc:  # the files on disk are wrong, not the database
+        return jsonify(status="unavailable", error="migrations_invalid", detail=str(exc)), 503
     except (DatabaseUnavailable, Exception) as exc:  # pool timeout, connection refused...
         return jsonify(status="unavailable", error="database_unreachable", detail=type(exc).__name__), 503
     if not state.current:
