@@ -78,8 +78,17 @@ def _prepare(job: NewJob) -> dict:
         raise jobtypes.InvalidPayload("group_key must be 1 to 200 characters")
     if job.queue is not None and job.queue not in ("critical", "default", "bulk"):
         raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not critical, default or bulk")
+    for name, moment in (("run_at", job.run_at), ("expires_at", job.expires_at)):
+        if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
+            # A naive time would be read in the session's time zone: refuse it.
+            raise jobtypes.InvalidPayload(f"{name} must be timezone-aware")
     if job.expires_at is not None and job.run_at is not None and job.expires_at <= job.run_at:
         raise jobtypes.InvalidPayload("expires_at must be after run_at")
+    # Checked here rather than by the database, whose error would abort the caller's transaction.
+    if job.priority is not None and not -32768 <= int(job.priority) <= 32767:
+        raise jobtypes.InvalidPayload("priority must be between -32768 and 32767")
+    if job.max_attempts is not None and not 1 <= int(job.max_attempts) <= 1000:
+        raise jobtypes.InvalidPayload("max_attempts must be between 1 and 1000")
     policy = jt.policy
     return {
         "id": new_id(), "type": jt.name, "version": jt.version, "tenant_id": _tenant_id(job.tenant),
@@ -175,16 +184,22 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
             previous = audit.find_by_request_key(conn, "job.cancel", request_key)
             if previous:
                 return get_job(conn, previous["target_id"], scope) or {}
-        row = db.one(conn, "job_cancel", {"id": job_id, "now": now, **scope.params})
+        try:
+            jid = uuid.UUID(str(job_id))
+        except ValueError:
+            raise QueueError("no such job", "not_found") from None
+        # Locked first: the audit row records the status actually cancelled
+        # (pending or retryable), and no claim can take the job meanwhile.
+        current = db.one(conn, "job_get_for_update", {"id": jid, **scope.params})
+        if current is None:
+            raise QueueError("no such job", "not_found")
+        row = db.one(conn, "job_cancel", {"id": jid, "now": now, **scope.params})
         if row is None:
-            current = get_job(conn, job_id, scope)
-            if current is None:
-                raise QueueError("no such job", "not_found")
             raise QueueError(f"only pending or retryable jobs can be cancelled; this one is {current['status']}",
                              "invalid_status")
         if actor is not None:
             audit.record(conn, actor, "job.cancel", target_type="job", target_id=row["id"],
-                         tenant_id=row["tenant_id"], reason=reason, before={"status": "pending"},
+                         tenant_id=row["tenant_id"], reason=reason, before={"status": current["status"]},
                          after={"status": "cancelled"}, request_key=request_key)
         return row
 
@@ -226,6 +241,11 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
         if not limits.empty:
             db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
         rows = db.all_rows(conn, "job_claim_many", params)
+        if not rows and params["after_tenant"] != ZERO_TENANT:
+            # The walk started after the last tenant with due work: wrap around
+            # now, or a worker with one free slot idles a whole poll interval
+            # every other claim.
+            rows = db.all_rows(conn, "job_claim_many", {**params, "after_tenant": ZERO_TENANT})
     if not rows:
         return Claim([], ZERO_TENANT)
     seen, last = rows[0].pop("tenants_seen"), rows[0].pop("last_tenant")
@@ -304,49 +324,68 @@ def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -
 
 # ---------------------------------------------------------------- replay
 
+class _AlreadyReplayed(Exception):
+    """Raised inside replay's savepoint to undo a replay another request made first."""
+
+
 def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, request_key: str | None,
            *, scope: TenantScope = ALL_TENANTS) -> dict:
     """Replay a dead job: a new job with its payload and ``replay_of``, plus an audit row.
 
     Idempotent on ``request_key``: the same key returns the job the first
-    request created.  Only dead jobs can be replayed; the dead job is not touched.
+    request created (a key used for another job raises ``request_key_reused``).
+    Only dead jobs can be replayed; the dead job is not touched.  When the
+    dead job's idempotency key is held by a live job again, that job is the
+    replay and the audit row names it.
     """
     reason = (reason or "").strip()
     if not reason:
         raise QueueError("a reason is required", "reason_required")
     with conn.transaction():
-        if request_key:
-            previous = audit.find_by_request_key(conn, "job.replay", request_key)
-            if previous:
-                return get_job(conn, previous["after"]["job_id"]) or {}
         dead = get_job(conn, job_id, scope)
         if dead is None:
             raise QueueError("no such job", "not_found")
+        if request_key:
+            previous = _previous_replay(conn, dead, request_key, scope)
+            if previous is not None:
+                return previous
         if dead["status"] != JobStatus.DEAD.value:
             raise QueueError(f"only dead jobs can be replayed; this one is {dead['status']}", "invalid_status")
-        new_job_id = new_id()
-        # The audit row is written first: a concurrent identical request waits on
-        # its unique request key and then finds this one.
-        rec = audit.record(conn, actor, "job.replay", target_type="job", target_id=dead["id"],
-                           tenant_id=dead["tenant_id"], reason=reason,
-                           before={"status": "dead", "last_error_code": dead["last_error_code"]},
-                           after={"job_id": str(new_job_id)}, request_key=request_key)
-        if rec is None:
-            previous = audit.find_by_request_key(conn, "job.replay", request_key)
-            return get_job(conn, previous["after"]["job_id"]) or {}
         row = {
-            "id": new_job_id, "type": dead["type"], "version": dead["version"], "tenant_id": dead["tenant_id"],
+            "id": new_id(), "type": dead["type"], "version": dead["version"], "tenant_id": dead["tenant_id"],
             "queue": dead["queue"], "priority": dead["priority"], "idempotency_key": dead["idempotency_key"],
             "group_key": dead["group_key"], "payload": Jsonb(dead["payload"]), "max_attempts": dead["max_attempts"],
             "run_at": None, "expires_at": None, "correlation_id": dead["correlation_id"],
             "event_id": dead["event_id"], "replay_of": dead["id"],
         }
-        inserted = db.one(conn, "job_insert", row)
-        if inserted is None:
-            # Its idempotency key is held by a live job (an earlier replay still
-            # running): that job is the replay.
-            inserted = db.one(conn, "job_get_live_by_key", row)
+        try:
+            # The job first, then the audit row naming it, in one savepoint: a
+            # concurrent identical request waits on the audit row's unique
+            # request key, then finds it and undoes its own job.
+            with conn.transaction():
+                inserted = db.one(conn, "job_insert", row)
+                if inserted is None:
+                    # The idempotency key is held by a live job (an earlier replay,
+                    # or the producer enqueued it again): that job is the replay.
+                    inserted = db.one(conn, "job_get_live_by_key", row)
+                rec = audit.record(conn, actor, "job.replay", target_type="job", target_id=dead["id"],
+                                   tenant_id=dead["tenant_id"], reason=reason,
+                                   before={"status": "dead", "last_error_code": dead["last_error_code"]},
+                                   after={"job_id": str(inserted["id"])}, request_key=request_key)
+                if rec is None:
+                    raise _AlreadyReplayed()
+        except _AlreadyReplayed:
+            return _previous_replay(conn, dead, request_key, scope) or {}
         return inserted
+
+
+def _previous_replay(conn, dead: dict, request_key: str, scope: TenantScope) -> dict | None:
+    previous = audit.find_by_request_key(conn, "job.replay", request_key)
+    if previous is None:
+        return None
+    if previous["target_id"] != str(dead["id"]):
+        raise QueueError("this request key was used to replay another job", "request_key_reused")
+    return get_job(conn, previous["after"]["job_id"], scope) or {}
 
 
 @dataclass

@@ -54,8 +54,11 @@ class LeaderLock:
 
 def default_services(config: Config) -> list:
     """The leader's maintenance services, configured from ``config``."""
+    from .alerts import Alerts
+    from .depth import DepthSampler
     from .expiry import Expiry
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper
 
-    return [Reaper(), Expiry(), Pruner(PrunerConfig(retention_days=config.retention_days))]
+    return [Reaper(), Expiry(), DepthSampler(), Pruner(PrunerConfig(retention_days=config.retention_days)),
+            Alerts()]

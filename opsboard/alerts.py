@@ -1,0 +1,245 @@
+"""Alerts: rules over the queue's state, evaluated by the leader's alert service.
+
+Rules (each yields zero or more firing ``(rule, key)`` conditions):
+
+==================  =========================================================  ==========
+rule                fires when                                                  key
+==================  =========================================================  ==========
+``dead_rising``     more than ``dead_threshold`` jobs went dead in the last     ``all``
+                    ``dead_window`` seconds
+``error_code``      at least ``error_code_threshold`` retryable or dead jobs     the code
+                    failed with the same last error code in the last
+                    ``error_code_window`` seconds
+``queue_age``       a queue's oldest ready job waited longer than the           the queue
+                    queue's target (``queue_age_targets``)
+``no_worker``       a queue has ready jobs and no running worker serving it     the queue
+                    was seen in the last ``worker_silence`` seconds
+==================  =========================================================  ==========
+
+:func:`evaluate` keeps at most one open alert per (rule, key): a firing
+condition opens an alert or refreshes its ``last_seen_at``; an open alert
+whose condition no longer fires is closed.  A later recurrence opens a new
+alert.  Opening and closing each write an audit row (actor ``system``,
+``alert.open`` / ``alert.close``).
+
+Notification: until the notification system exists, the ``alert.open`` audit
+row is the record that "notifies the ops role": the dashboard's banner shows
+every open, unacknowledged alert to users holding ``alerts.view``.  When
+notifications land, :func:`evaluate` is where an opened alert becomes an
+outbox event in the same transaction.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import audit, db
+from .auth import TenantScope
+from .config import QUEUE_NAMES
+from .queue import QueueError
+from .schema import new_id
+
+RULES = ("dead_rising", "error_code", "queue_age", "no_worker")
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Thresholds of the rules; the defaults are what an ops team starts with."""
+
+    #: Seconds between evaluations by the worker's alert service.
+    interval: float = 15.0
+    dead_window: int = 600
+    #: dead_rising fires when *more than* this many jobs went dead in the window.
+    dead_threshold: int = 10
+    error_code_window: int = 600
+    #: error_code fires when *at least* this many jobs share a code.
+    error_code_threshold: int = 20
+    #: Seconds the oldest ready job of each queue may wait; queues not listed
+    #: use ``default_queue_age``.
+    queue_age_targets: dict[str, float] = field(
+        default_factory=lambda: {"critical": 30.0, "default": 300.0, "bulk": 1800.0})
+    default_queue_age: float = 300.0
+    #: A worker seen within this many seconds counts as live for no_worker.
+    worker_silence: int = 60
+    queues: tuple[str, ...] = QUEUE_NAMES
+
+    def __post_init__(self):
+        if min(self.dead_window, self.error_code_window, self.worker_silence) <= 0:
+            raise ValueError("alert windows must be positive")
+        if self.dead_threshold < 0 or self.error_code_threshold < 1:
+            raise ValueError("dead_threshold >= 0 and error_code_threshold >= 1")
+        if any(v <= 0 for v in self.queue_age_targets.values()) or self.default_queue_age <= 0:
+            raise ValueError("queue age targets must be positive")
+
+    def age_target(self, queue: str) -> float:
+        return float(self.queue_age_targets.get(queue, self.default_queue_age))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One firing condition: becomes (or refreshes) the open alert of (rule, key)."""
+
+    rule: str
+    key: str
+    severity: str
+    summary: str
+    details: dict[str, Any]
+    tenant_id: Any = None
+
+
+def _fmt_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def firing_conditions(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
+                      now: datetime | None = None) -> list[Condition]:
+    """Evaluate every rule at ``now`` (default: the database's time); no writes."""
+    found: list[Condition] = []
+
+    dead = db.one(conn, "alert_dead_recent", {"now": now, "window": config.dead_window})
+    if dead["n"] > config.dead_threshold:
+        found.append(Condition(
+            "dead_rising", "all", "warning",
+            f"{dead['n']} jobs went dead in the last {_fmt_seconds(config.dead_window)} "
+            f"(threshold {config.dead_threshold})",
+            {"dead": dead["n"], "window_seconds": config.dead_window, "threshold": config.dead_threshold,
+             "top_types": dead["top_types"]}))
+
+    for row in db.all_rows(conn, "alert_error_code_spread", {
+            "now": now, "window": config.error_code_window, "threshold": config.error_code_threshold}):
+        found.append(Condition(
+            "error_code", row["error_code"], "warning",
+            f"{row['jobs']} jobs failing with {row['error_code']} in the last "
+            f"{_fmt_seconds(config.error_code_window)}",
+            {"error_code": row["error_code"], "jobs": row["jobs"], "types": row["types"],
+             "window_seconds": config.error_code_window, "threshold": config.error_code_threshold}))
+
+    for row in db.all_rows(conn, "alert_queue_readiness", {
+            "now": now, "queues": list(config.queues), "worker_seconds": config.worker_silence}):
+        age = row["oldest_age"]
+        if age is None:
+            continue  # nothing ready in this queue
+        target = config.age_target(row["queue"])
+        if age > target:
+            found.append(Condition(
+                "queue_age", row["queue"], "critical" if row["queue"] == "critical" else "warning",
+                f"the oldest ready job in {row['queue']} has waited {_fmt_seconds(age)} "
+                f"(target {_fmt_seconds(target)})",
+                {"queue": row["queue"], "oldest_age_seconds": round(age, 1), "target_seconds": target,
+                 "oldest_ready_at": row["oldest_ready_at"].isoformat()}))
+        if row["live_workers"] == 0:
+            found.append(Condition(
+                "no_worker", row["queue"], "critical",
+                f"no live worker serves {row['queue']}, which has ready jobs",
+                {"queue": row["queue"], "silence_seconds": config.worker_silence,
+                 "oldest_age_seconds": round(age, 1)}))
+    return found
+
+
+def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
+             now: datetime | None = None) -> dict[str, int]:
+    """Evaluate the rules and bring the alerts table in line, in one transaction.
+
+    Returns counts: ``opened``, ``refreshed``, ``closed``.
+    """
+    counts = {"opened": 0, "refreshed": 0, "closed": 0}
+    with conn.transaction():
+        conditions = firing_conditions(conn, config, now)
+        for c in conditions:
+            row = db.one(conn, "alert_upsert", {
+                "id": new_id(), "rule": c.rule, "key": c.key, "tenant_id": c.tenant_id, "severity": c.severity,
+                "summary": c.summary, "details": Jsonb(c.details), "now": now})
+            if row["inserted"]:
+                counts["opened"] += 1
+                audit.record(conn, audit.SYSTEM, "alert.open", target_type="alert", target_id=row["id"],
+                             tenant_id=c.tenant_id,
+                             after={"rule": c.rule, "key": c.key, "severity": c.severity, "summary": c.summary})
+            else:
+                counts["refreshed"] += 1
+        closed = db.all_rows(conn, "alert_close_cleared", {
+            "now": now, "rules": list(RULES), "firing_rules": [c.rule for c in conditions],
+            "firing_keys": [c.key for c in conditions]})
+        for row in closed:
+            counts["closed"] += 1
+            audit.record(conn, audit.SYSTEM, "alert.close", target_type="alert", target_id=row["id"],
+                         tenant_id=row["tenant_id"], reason="the condition cleared",
+                         after={"rule": row["rule"], "key": row["key"]})
+    return counts
+
+
+# ---------------------------------------------------------------- the dashboard's side
+
+def list_alerts(conn: psycopg.Connection, scope: TenantScope, *, closed_limit: int = 50) -> dict[str, list[dict]]:
+    """Open alerts (unacknowledged first) and the most recently closed ones, inside ``scope``."""
+    return {"open": db.all_rows(conn, "alert_list_open", scope.params),
+            "closed": db.all_rows(conn, "alert_list_closed", {**scope.params, "limit": closed_limit})}
+
+
+def alert_detail(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict | None:
+    """One alert and its audit history (opened, acknowledged, closed); ``None`` outside scope."""
+    alert = get_alert(conn, scope, alert_id)
+    if alert is None:
+        return None
+    history = audit.list_records(conn, scope, target_type="alert", target_id=str(alert["id"]), limit=50)
+    return {"alert": alert, "history": list(reversed(history))}
+
+
+def get_alert(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict | None:
+    """One alert inside ``scope``, or ``None`` (also for a malformed id)."""
+    try:
+        aid = uuid.UUID(str(alert_id))
+    except ValueError:
+        return None
+    return db.one(conn, "alert_get", {"id": aid, **scope.params})
+
+
+def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: str, request_key: str | None,
+                *, scope: TenantScope, now: datetime | None = None) -> dict:
+    """Acknowledge an open alert with a reason; audited as ``alert.ack``; idempotent on ``request_key``.
+
+    Raises :class:`~opsboard.queue.QueueError`: ``reason_required``, ``not_found``,
+    ``already_acknowledged``, ``alert_closed``.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise QueueError("a reason is required", "reason_required")
+    with conn.transaction():
+        if request_key:
+            previous = audit.find_by_request_key(conn, "alert.ack", request_key)
+            if previous:
+                return get_alert(conn, scope, previous["target_id"]) or {}
+        alert = get_alert(conn, scope, alert_id)
+        if alert is None:
+            raise QueueError("no such alert", "not_found")
+        rec = audit.record(conn, actor, "alert.ack", target_type="alert", target_id=alert["id"],
+                           tenant_id=alert["tenant_id"], reason=reason,
+                           before={"acknowledged": False}, after={"acknowledged": True, "rule": alert["rule"],
+                                                                  "key": alert["key"]},
+                           request_key=request_key)
+        if rec is None:
+            previous = audit.find_by_request_key(conn, "alert.ack", request_key)
+            return get_alert(conn, scope, previous["target_id"]) or {}
+        row = db.one(conn, "alert_acknowledge", {"id": alert["id"], "actor": actor.label, "actor_id": actor.id,
+                                                 "reason": reason, "now": now, **scope.params})
+        if row is None:
+            alert = get_alert(conn, scope, alert["id"]) or alert
+            if alert["closed_at"] is not None:
+                raise QueueError("this alert is closed already", "alert_closed")
+            raise QueueError(f"already acknowledged by {alert['acknowledged_by']}", "already_acknowledged")
+        return row
+
+
+def count_unacknowledged(conn: psycopg.Connection, scope: TenantScope) -> dict:
+    """``{"n": open unacknowledged alerts, "critical": of which critical}`` inside ``scope``."""
+    return db.one(conn, "alert_count_unacknowledged", scope.params)

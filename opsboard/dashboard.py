@@ -1,0 +1,366 @@
+"""The ops dashboard's reads and actions on jobs: the job list, a job's detail,
+dead letters, resolutions and the redacted payload view.
+
+Every function takes the caller's :class:`~opsboard.auth.TenantScope`; a row
+outside it does not exist for the caller.  Replay and cancel are
+:mod:`opsboard.queue`'s; this module adds what only the dashboard needs.  No
+Flask here: the blueprints in ``opsboard.web`` parse, authorize and render.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from . import audit, db, queue
+from .auth import TenantScope
+from .queue import QueueError
+from .retry import redact
+from .schema import JobStatus
+
+#: Rows per page of the job list.
+PAGE_SIZE = 50
+#: The job page shows this much of the payload; the payload page shows it all.
+PAYLOAD_PREVIEW_BYTES = 4096
+#: The shortest search term: shorter ones cannot use the trigram indexes and
+#: would read every attempt detail.
+MIN_SEARCH = 3
+#: Python and PostgreSQL clocks may disagree: time filters on created_at widen
+#: their id bound by this much (the created_at test itself stays exact).
+CLOCK_SLACK = timedelta(minutes=5)
+#: Worker rows are refreshed every heartbeat; three missed ones make a worker stale.
+WORKER_HEARTBEAT_SECONDS = 30
+WORKER_STALE_SECONDS = 3 * WORKER_HEARTBEAT_SECONDS
+
+RESOLUTIONS = ("resolved", "ignored")
+
+
+def _rows(conn: psycopg.Connection, name: str, params: dict) -> list[dict]:
+    # prepare=False: psycopg prepares a statement after a few runs, and a
+    # prepared (generic) plan cannot fold "(param IS NULL OR ...)" away, so
+    # every filter would scan.  Unprepared, PostgreSQL plans with the values.
+    return conn.execute(db.queries[name], params, prepare=False).fetchall()
+
+
+def uuid7_floor(moment: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made before."""
+    ms = max(0, int(moment.timestamp() * 1000))
+    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62))
+
+
+# ---------------------------------------------------------------- the job list
+
+@dataclass
+class JobFilter:
+    """What the job list shows.  Empty fields do not filter.
+
+    ``since``/``until`` bound ``created_at`` (until is exclusive); ``search``
+    matches last_error_code and any attempt's detail (case-insensitive
+    substring); ``before`` is the keyset cursor: the last id of the previous page.
+    """
+
+    queue: str | None = None
+    type: str | None = None
+    tenant_id: uuid.UUID | None = None
+    status: str | None = None
+    error_code: str | None = None
+    correlation_id: str | None = None
+    event_id: uuid.UUID | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+    before: uuid.UUID | None = None
+
+    def validate(self) -> "JobFilter":
+        """Raise :class:`QueueError` (code ``invalid_filter``) on values no row can match."""
+        if self.status is not None and self.status not in {s.value for s in JobStatus}:
+            raise QueueError(f"status must be one of {', '.join(s.value for s in JobStatus)}", "invalid_filter")
+        if self.search is not None and len(self.search) < MIN_SEARCH:
+            raise QueueError(f"search for at least {MIN_SEARCH} characters", "search_too_short")
+        if self.since and self.until and self.until <= self.since:
+            raise QueueError("the end of the time range must be after its start", "invalid_filter")
+        return self
+
+    def args(self) -> dict[str, str]:
+        """The filter as query-string arguments (without the cursor), for links."""
+        out = {}
+        for key, value in asdict(self).items():
+            if value is None or key == "before":
+                continue
+            out[key] = value.isoformat() if isinstance(value, datetime) else str(value)
+        return out
+
+
+def _like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass
+class JobPage:
+    rows: list[dict]
+    #: The cursor of the next (older) page, or None on the last page.
+    next_before: uuid.UUID | None
+
+
+def list_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, *,
+              limit: int = PAGE_SIZE) -> JobPage:
+    """One page of jobs inside ``scope`` matching ``filter``, newest first."""
+    filter.validate()
+    params = {
+        **scope.params, "queue": filter.queue, "type": filter.type, "tenant_id": filter.tenant_id,
+        "status": filter.status, "error_code": filter.error_code, "correlation_id": filter.correlation_id,
+        "event_id": filter.event_id, "since": filter.since, "until": filter.until,
+        "since_id": uuid7_floor(filter.since - CLOCK_SLACK) if filter.since else None,
+        "until_id": uuid7_floor(filter.until + CLOCK_SLACK) if filter.until else None,
+        "pattern": _like_pattern(filter.search) if filter.search else None,
+        "before": filter.before, "limit": limit + 1,
+    }
+    rows = _rows(conn, "dashboard_job_list", params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return JobPage(rows, rows[-1]["id"] if more and rows else None)
+
+
+def tenant_options(conn: psycopg.Connection, scope: TenantScope) -> list[dict]:
+    """Tenants for filter menus, inside ``scope``."""
+    return db.all_rows(conn, "dashboard_tenant_options", scope.params)
+
+
+# ---------------------------------------------------------------- one job
+
+_SECRET_KEY = re.compile(r"(pass(word|wd)?|pwd|secret|token|api[_-]?key|auth(orization)?|credential|"
+                         r"private[_-]?key|signature|cookie|otp|pin|cvv|card)", re.IGNORECASE)
+_PERSIAN_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
+
+
+#: redact() cuts its result at retry.MAX_DETAIL characters (it is made for
+#: attempt details); a payload value is redacted in segments well below that.
+_SEGMENT = 240
+_DIGITISH = set("0123456789+()-.۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩")
+
+
+def _segments(text: str) -> list[str]:
+    """``text`` in pieces of at most _SEGMENT characters, cut at whitespace that
+    is not inside a run of digits (a phone number is written with spaces)."""
+    out = []
+    while len(text) > _SEGMENT:
+        window = text[:_SEGMENT]
+        cut = 0
+        for i in range(len(window) - 1, 0, -1):
+            between_digits = window[i - 1] in _DIGITISH and text[i + 1:i + 2] in _DIGITISH
+            if window[i].isspace() and not between_digits:
+                cut = i + 1
+                break
+        if cut == 0:
+            cut = next((i + 1 for i in range(len(window) - 1, 0, -1) if window[i].isspace()), _SEGMENT)
+        out.append(text[:cut])
+        text = text[cut:]
+    out.append(text)
+    return out
+
+
+def _redact_text(text: str) -> str:
+    """``text`` unchanged unless it holds something :func:`opsboard.retry.redact` removes.
+
+    redact() also turns Persian digits into ASCII ones; a piece that only
+    differs by that is shown as written.
+    """
+    pieces = []
+    for piece in _segments(text):
+        cleaned = redact(piece)
+        pieces.append(piece if cleaned == piece.translate(_PERSIAN_DIGITS) else cleaned)
+    return "".join(pieces)
+
+
+def redact_payload(value: Any, key: str | None = None) -> Any:
+    """A copy of a payload for display: every key kept, values that look like
+    emails, phone numbers, tokens or secrets (or sit under a secret-sounding
+    key) replaced by a marker.  Numbers are checked too (a phone stored as an
+    integer).  The stored payload is never changed.
+    """
+    if key is not None and _SECRET_KEY.search(key) and not isinstance(value, (dict, list)) and value is not None:
+        return "[redacted]"
+    if isinstance(value, dict):
+        return {_redact_text(str(k)): redact_payload(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_payload(v, key) for v in value]
+    if isinstance(value, str):
+        return _redact_text(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = str(value)
+        cleaned = _redact_text(text)
+        return value if cleaned == text else cleaned
+    return value
+
+
+def payload_text(payload: Any) -> str:
+    """The redacted payload, pretty-printed (non-ASCII text kept readable)."""
+    return json.dumps(redact_payload(payload), indent=2, ensure_ascii=False, default=str)
+
+
+def cut_utf8(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``limit`` UTF-8 bytes on a character boundary; and whether it was cut."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", errors="ignore"), True
+
+
+@dataclass
+class JobDetail:
+    job: dict
+    attempts: list[dict]
+    replays: list[dict]
+    #: The dead job this one replays (inside scope), or None.
+    replay_of: dict | None
+    payload_preview: str
+    payload_cut: bool
+    payload_bytes: int
+
+
+def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetail | None:
+    """A job with its attempts, replays, resolution and redacted payload preview; ``None`` outside scope."""
+    jid = _uuid_or_none(job_id)
+    if jid is None:
+        return None
+    job = db.one(conn, "dashboard_job_get", {"id": jid, **scope.params})
+    if job is None:
+        return None
+    text = payload_text(job["payload"])
+    preview, cut = cut_utf8(text, PAYLOAD_PREVIEW_BYTES)
+    original = None
+    if job["replay_of"] is not None:
+        original = db.one(conn, "dashboard_job_get", {"id": job["replay_of"], **scope.params})
+    return JobDetail(
+        job=job, attempts=queue.attempts(conn, jid),
+        replays=db.all_rows(conn, "dashboard_job_replays", {"id": jid, **scope.params}),
+        replay_of=original, payload_preview=preview, payload_cut=cut,
+        payload_bytes=len(text.encode("utf-8")))
+
+
+def job_payload(conn: psycopg.Connection, scope: TenantScope, job_id) -> tuple[dict, str] | None:
+    """A job and its whole redacted payload text; ``None`` outside scope."""
+    job = queue.get_job(conn, job_id, scope)
+    if job is None:
+        return None
+    return job, payload_text(job["payload"])
+
+
+def _uuid_or_none(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError):
+        return None
+
+
+# ---------------------------------------------------------------- dead letters
+
+def dead_letter_groups(conn: psycopg.Connection, scope: TenantScope, *, queue_name: str | None = None,
+                       tenant_id=None, include_handled: bool = False, limit: int = 500) -> list[dict]:
+    """Dead jobs grouped by (type, last_error_code), newest failure first.
+
+    Each group has ``open`` (neither replayed nor resolved/ignored), ``total``,
+    ``newest`` / ``newest_open`` failure times, its queues and tenant count.
+    """
+    return _rows(conn, "dashboard_dead_groups", {
+        **scope.params, "queue": queue_name, "tenant_id": tenant_id,
+        "include_handled": include_handled, "limit": limit})
+
+
+def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> int:
+    """How many dead jobs :func:`opsboard.queue.replay_many` would replay with ``filter``."""
+    return _rows(conn, "dashboard_dead_count", {
+        **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
+        "error_code": filter.error_code, "since": filter.since, "until": filter.until,
+        "open_only": filter.open_only})[0]["n"]
+
+
+def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter, actor: audit.Actor,
+                    reason: str, request_key: str, *, limit: int = 1000) -> queue.BulkReplay:
+    """Replay every dead job matching ``filter`` (see :func:`opsboard.queue.replay_many`),
+    then write one summary audit row ``job.replay_many`` listing the new job ids.
+
+    Each replay has its own ``job.replay`` audit row and is idempotent on
+    ``request_key:job_id``; a repeated request returns the same replays.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise QueueError("a reason is required", "reason_required")
+    description = {k: (str(v) if v is not None else None) for k, v in asdict(filter).items()}
+    # One transaction: the replays and their summary land together, and a
+    # concurrent identical request waits on the first replay's audit key.
+    with conn.transaction():
+        if request_key:
+            previous = audit.find_by_request_key(conn, "job.replay_many", request_key)
+            if previous:  # a repeated submit: the jobs it replayed are no longer open
+                ids = (previous["after"] or {}).get("job_ids", [])
+                return queue.BulkReplay(replayed=[queue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
+                                        matched=(previous["before"] or {}).get("matched", len(ids)))
+        result = queue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
+        audit.record(conn, actor, "job.replay_many", target_type="job_filter",
+                     target_id=json.dumps(description, sort_keys=True)[:500], reason=reason,
+                     before={"matched": result.matched, "filter": description},
+                     after={"job_ids": [str(r["id"]) for r in result.replayed if r]}, request_key=request_key)
+    return result
+
+
+# ---------------------------------------------------------------- resolutions
+
+def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Actor, reason: str,
+            request_key: str | None, *, scope: TenantScope) -> dict:
+    """Mark a dead job ``resolved`` or ``ignored`` with a reason; audited as ``job.resolve``.
+
+    The dead job row is not touched: a ``job_resolutions`` row records the
+    decision (one per job).  Idempotent on ``request_key``.  Raises
+    :class:`~opsboard.queue.QueueError`: ``reason_required``, ``invalid_resolution``,
+    ``not_found``, ``invalid_status`` (not dead), ``already_resolved``.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise QueueError("a reason is required", "reason_required")
+    if resolution not in RESOLUTIONS:
+        raise QueueError(f"resolution must be {' or '.join(RESOLUTIONS)}", "invalid_resolution")
+    with conn.transaction():
+        if request_key:
+            previous = audit.find_by_request_key(conn, "job.resolve", request_key)
+            if previous:
+                return db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {}
+        job = queue.get_job(conn, job_id, scope)
+        if job is None:
+            raise QueueError("no such job", "not_found")
+        if job["status"] != JobStatus.DEAD.value:
+            raise QueueError(f"only dead jobs can be resolved; this one is {job['status']}", "invalid_status")
+        # The audit row first: a concurrent identical request waits on its
+        # unique request key, then finds this one.
+        rec = audit.record(conn, actor, "job.resolve", target_type="job", target_id=job["id"],
+                           tenant_id=job["tenant_id"], reason=reason,
+                           before={"status": "dead", "last_error_code": job["last_error_code"]},
+                           after={"resolution": resolution, "job_ids": [str(job["id"])]},
+                           request_key=request_key)
+        if rec is None:
+            previous = audit.find_by_request_key(conn, "job.resolve", request_key)
+            return db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {}
+        row = db.one(conn, "job_resolution_insert", {
+            "job_id": job["id"], "resolution": resolution, "reason": reason, "actor": actor.label,
+            "actor_id": actor.id})
+        if row is None:
+            existing = db.one(conn, "job_resolution_get", {"job_id": job["id"]})
+            raise QueueError(f"this job was already {existing['resolution']} by {existing['actor']}",
+                             "already_resolved")
+        return row
+
+
+# ---------------------------------------------------------------- workers
+
+def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime | None = None,
+                 stale_seconds: int = WORKER_STALE_SECONDS, jobs_per_worker: int = 20) -> list[dict]:
+    """Worker rows, each with ``stale`` (silent for over ``stale_seconds``), ``seen_ago``
+    seconds and the running jobs it holds inside ``scope`` (``running_count``, ``running``)."""
+    return db.all_rows(conn, "dashboard_worker_list", {
+        **scope.params, "now": now, "stale_seconds": stale_seconds, "jobs_per_worker": jobs_per_worker})

@@ -1,0 +1,138 @@
+-- name: dashboard_job_list
+-- One page of the job list, newest first: filters, text search, keyset on id.
+--
+-- Run unprepared (see opsboard.dashboard._rows) so that every "(param IS NULL
+-- OR ...)" folds away at plan time and each filter can use its index: the
+-- primary key for the plain list and for time ranges (UUIDv7 ids sort by
+-- creation, so created_at bounds become id bounds with a slack for clock skew
+-- between hosts), jobs_tenant_idx, jobs_status_idx, jobs_dead_idx,
+-- jobs_correlation_idx.  The search first gathers the matching ids from the
+-- two trigram indexes (where pg_trgm exists), then fetches those rows by
+-- primary key: "= ANY(ARRAY(...))" keeps the planner from walking the whole
+-- table backwards testing each row against the matches, which an IN (...)
+-- invites (it guesses that half the rows match).
+-- Never OFFSET: the cursor is the last id shown.
+SELECT j.id, j.type, j.version, j.tenant_id, t.slug AS tenant_slug, j.queue, j.priority, j.status,
+       j.attempts, j.max_attempts, j.last_error_code, j.correlation_id, j.replay_of, j.available_at,
+       j.created_at, j.started_at, j.finished_at
+FROM jobs j
+JOIN tenants t ON t.id = j.tenant_id
+WHERE (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(type)s::text IS NULL OR j.type = %(type)s)
+  AND (%(tenant_id)s::uuid IS NULL OR j.tenant_id = %(tenant_id)s)
+  AND (%(status)s::job_status IS NULL OR j.status = %(status)s)
+  AND (%(error_code)s::text IS NULL OR j.last_error_code = %(error_code)s)
+  AND (%(correlation_id)s::text IS NULL OR j.correlation_id = %(correlation_id)s)
+  AND (%(event_id)s::uuid IS NULL OR j.event_id = %(event_id)s)
+  AND (%(since)s::timestamptz IS NULL OR (j.id >= %(since_id)s::uuid AND j.created_at >= %(since)s))
+  AND (%(until)s::timestamptz IS NULL OR (j.id < %(until_id)s::uuid AND j.created_at < %(until)s))
+  AND (%(pattern)s::text IS NULL OR j.id = ANY(ARRAY(
+          SELECT e.id FROM jobs e WHERE e.last_error_code ILIKE %(pattern)s
+          UNION
+          SELECT a.job_id FROM job_attempts a WHERE a.detail ILIKE %(pattern)s)))
+  AND (%(before)s::uuid IS NULL OR j.id < %(before)s)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_get
+-- One job inside a scope, with its tenant and the resolution recorded for it.
+SELECT j.*, t.slug AS tenant_slug, t.name AS tenant_name,
+       r.resolution, r.reason AS resolution_reason, r.actor AS resolution_actor, r.at AS resolution_at
+FROM jobs j
+JOIN tenants t ON t.id = j.tenant_id
+LEFT JOIN job_resolutions r ON r.job_id = j.id
+WHERE j.id = %(id)s AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]));
+
+-- name: dashboard_job_replays
+-- The jobs that replay a job (a dead job can be replayed more than once over time).
+SELECT id, status, created_at, finished_at, last_error_code
+FROM jobs
+WHERE replay_of = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+ORDER BY id;
+
+-- name: dashboard_dead_groups
+-- Dead letters grouped by (type, last error code), newest failure first.
+-- "Open" dead jobs are neither resolved/ignored nor replayed yet; groups with
+-- none open are shown only on request.  Reads the dead rows only (partial
+-- indexes); whether a row is open comes from two anti-joins, computed once
+-- per row rather than once per aggregate.
+WITH dead AS (
+    SELECT j.type, j.last_error_code, j.finished_at, j.queue, j.tenant_id,
+           (r.job_id IS NULL AND p.replay_of IS NULL) AS open
+    FROM jobs j
+    LEFT JOIN job_resolutions r ON r.job_id = j.id
+    LEFT JOIN (SELECT DISTINCT replay_of FROM jobs WHERE replay_of IS NOT NULL) p ON p.replay_of = j.id
+    WHERE j.status = 'dead'
+      AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+      AND (%(tenant_id)s::uuid IS NULL OR j.tenant_id = %(tenant_id)s)
+)
+SELECT type, last_error_code,
+       count(*) AS total,
+       count(*) FILTER (WHERE open) AS open,
+       max(finished_at) AS newest,
+       max(finished_at) FILTER (WHERE open) AS newest_open,
+       array_agg(DISTINCT queue ORDER BY queue) AS queues,
+       count(DISTINCT tenant_id) AS tenants
+FROM dead
+GROUP BY type, last_error_code
+HAVING %(include_handled)s OR count(*) FILTER (WHERE open) > 0
+ORDER BY coalesce(max(finished_at) FILTER (WHERE open), max(finished_at)) DESC NULLS LAST, type, last_error_code
+LIMIT %(limit)s;
+
+-- name: dashboard_dead_count
+-- How many dead jobs a bulk replay with this filter would replay: the same
+-- predicate as job_dead_select (jobs.sql), kept in step with it by a test.
+SELECT count(*) AS n FROM jobs
+WHERE status = 'dead'
+  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR finished_at < %(until)s)
+  AND (NOT %(open_only)s OR (
+        NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
+        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)));
+
+-- name: job_resolution_insert
+-- Record the decision about a dead job; nothing when one exists already.
+INSERT INTO job_resolutions (job_id, resolution, reason, actor, actor_id)
+VALUES (%(job_id)s, %(resolution)s, %(reason)s, %(actor)s, %(actor_id)s)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING *;
+
+-- name: job_resolution_get
+-- The decision recorded about a job.
+SELECT * FROM job_resolutions WHERE job_id = %(job_id)s;
+
+-- name: dashboard_tenant_options
+-- Tenants for the filter menus, inside a scope.
+SELECT id, slug, name FROM tenants
+WHERE (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]))
+ORDER BY slug
+LIMIT 500;
+
+-- name: dashboard_worker_list
+-- Live worker rows with the jobs they hold (inside the caller's scope).  A
+-- worker silent for longer than stale_seconds is flagged stale; the pruner
+-- forgets it much later.  Running jobs are few: the lateral reads the
+-- partial jobs_running_idx.
+SELECT w.id, w.hostname, w.pid, w.queues, w.version, w.state, w.is_leader, w.running_jobs AS reported_running,
+       w.started_at, w.last_seen_at,
+       w.last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_seconds)s) AS stale,
+       greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.last_seen_at))::float8 AS seen_ago,
+       r.n AS running_count, r.jobs AS running
+FROM workers w
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           coalesce(jsonb_agg(jsonb_build_object('id', x.id, 'type', x.type, 'started_at', x.started_at)
+                              ORDER BY x.id) FILTER (WHERE x.rn <= %(jobs_per_worker)s), '[]'::jsonb) AS jobs
+    FROM (SELECT j.id, j.type, j.started_at, row_number() OVER (ORDER BY j.id) AS rn
+          FROM jobs j
+          WHERE j.status = 'running' AND j.locked_by = w.id
+            AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))) x
+) r
+ORDER BY w.hostname, w.id;

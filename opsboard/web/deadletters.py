@@ -1,0 +1,46 @@
+"""Dead letters: dead jobs grouped by (type, last error code), with links to
+the matching jobs and a "replay all" that asks for confirmation first."""
+from __future__ import annotations
+
+from flask import Blueprint, make_response, render_template, request, url_for
+
+from .. import dashboard
+from ..config import QUEUE_NAMES
+from . import forms
+from .app import get_db
+from .errors import ApiError
+from .security import current_scope, requires
+
+bp = Blueprint("deadletters", __name__, url_prefix="/dead")
+bp.context_processor(forms.form_globals)
+
+
+def _context() -> dict:
+    queue_name = (request.args.get("queue") or "").strip() or None
+    if queue_name is not None and queue_name not in QUEUE_NAMES:
+        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+    tenant_id = forms.arg_uuid("tenant_id")
+    include_handled = request.args.get("show") == "all"
+    scope = current_scope("jobs.view")
+    with get_db().connection() as conn:
+        groups = dashboard.dead_letter_groups(conn, scope, queue_name=queue_name, tenant_id=tenant_id,
+                                              include_handled=include_handled)
+        tenants = dashboard.tenant_options(conn, scope)
+    return {"groups": groups, "queues": QUEUE_NAMES, "tenants": tenants,
+            "args": {k: v for k, v in request.args.items() if v},
+            "queue_name": queue_name, "tenant_id": tenant_id, "include_handled": include_handled,
+            "total_open": sum(g["open"] for g in groups)}
+
+
+@bp.route("/")
+@requires("jobs.view")
+def index():
+    return render_template("deadletters/index.html", **_context())
+
+
+@bp.route("/_groups")
+@requires("jobs.view")
+def groups():
+    response = make_response(render_template("deadletters/_groups.html", **_context()))
+    response.headers["HX-Push-Url"] = url_for("deadletters.index", **{k: v for k, v in request.args.items() if v})
+    return response

@@ -1,0 +1,99 @@
+"""What the dashboard's action forms share: the reason, the request key that
+makes a double submit harmless, the actor, and the mapping of core errors to
+HTTP answers.
+
+Every action form carries a hidden ``request_key`` made when the form was
+rendered (:func:`request_key_field`).  Submitting the same form twice sends the
+same key; the core records an action once per key and returns the first
+result.  The key is namespaced by the user, so one user's key can never
+return another user's result.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timezone
+
+from flask import render_template, request
+from flask_login import current_user
+from markupsafe import Markup
+
+from ..audit import Actor
+from ..queue import QueueError
+from .app import request_id
+from .errors import ApiError
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9-]{8,64}$")
+
+#: Core error codes -> HTTP status.
+_STATUS = {"not_found": 404, "reason_required": 400, "invalid_filter": 400, "search_too_short": 400,
+           "invalid_resolution": 400, "invalid_tenant": 400, "invalid_status": 409, "already_resolved": 409,
+           "already_acknowledged": 409, "alert_closed": 409, "idempotency_conflict": 409,
+           "request_key_reused": 409}
+
+MAX_REASON = 2000
+
+
+def request_key_field() -> Markup:
+    """A hidden input with a fresh request key, for an action form."""
+    return Markup(f'<input type="hidden" name="request_key" value="{uuid.uuid4()}">')
+
+
+def form_globals() -> dict:
+    return {"request_key_field": request_key_field}
+
+
+def reason() -> str:
+    """The action's reason: required, trimmed, at most MAX_REASON characters."""
+    text = (request.form.get("reason") or "").strip()
+    if not text:
+        raise ApiError(400, "reason_required", "Give a reason: it is kept in the audit log.")
+    if len(text) > MAX_REASON:
+        raise ApiError(400, "reason_too_long", f"Keep the reason under {MAX_REASON} characters.")
+    return text
+
+
+def request_key() -> str:
+    """The form's request key, namespaced by the user."""
+    raw = (request.form.get("request_key") or "").strip()
+    if not _KEY_RE.match(raw):
+        raise ApiError(400, "request_key_required", "The form is missing its request key; reload the page.")
+    return f"{current_user.id}:{raw}"
+
+
+def actor() -> Actor:
+    return Actor.of(current_user, request_id())
+
+
+def core_error(exc: QueueError) -> ApiError:
+    """A refusal of the core as an HTTP error with the same code."""
+    return ApiError(_STATUS.get(exc.code, 400), exc.code, str(exc))
+
+
+def arg_uuid(name: str, source=None) -> uuid.UUID | None:
+    raw = ((source or request.args).get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_filter", f"{name} must be an id") from None
+
+
+def arg_time(name: str, source=None) -> datetime | None:
+    """A date or date-and-time argument, read as UTC when it carries no zone."""
+    raw = ((source or request.args).get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_date", f"{name} must be a date like 2026-11-29 or 2026-11-29T14:30") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def render_result(partial: str, status: int = 200, **context):
+    """An action's result: the partial for htmx, a whole page for a plain form post."""
+    if request.headers.get("HX-Request"):
+        return render_template(partial, **context), status
+    return render_template("jobs/result.html", partial=partial, **context), status

@@ -1,0 +1,184 @@
+"""Jobs: the filterable list, a job's page and payload, and the operator
+actions on jobs (replay, replay all matching, resolve/ignore, cancel).
+
+Actions are POST + CSRF, need a reason and a request key, check the
+permission for the job's own tenant, write an audit row (in the core), and
+answer with a partial that htmx swaps in next to the form.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, abort, make_response, render_template, request, url_for
+
+from .. import dashboard, jobtypes, queue
+from ..config import QUEUE_NAMES
+from ..queue import QueueError
+from ..schema import JobStatus
+from . import forms
+from .app import get_db
+from .errors import ApiError
+from .security import current_scope, require_for_tenant, requires
+
+bp = Blueprint("jobs", __name__, url_prefix="/jobs")
+bp.context_processor(forms.form_globals)
+
+STATUSES = [s.value for s in JobStatus]
+#: Dead jobs replayed by one "replay all matching" request at most.
+BULK_LIMIT = 1000
+
+
+def _text(name: str, source=None, max_len: int = 200) -> str | None:
+    value = ((source or request.args).get(name) or "").strip()
+    if len(value) > max_len:
+        raise ApiError(400, "invalid_filter", f"{name} is too long")
+    return value or None
+
+
+def _filter() -> dashboard.JobFilter:
+    queue_name = _text("queue")
+    if queue_name is not None and queue_name not in QUEUE_NAMES:
+        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+    f = dashboard.JobFilter(
+        queue=queue_name, type=_text("type"), tenant_id=forms.arg_uuid("tenant_id"), status=_text("status"),
+        error_code=_text("error_code"), correlation_id=_text("correlation_id"),
+        event_id=forms.arg_uuid("event_id"), since=forms.arg_time("since"), until=forms.arg_time("until"),
+        search=_text("q"), before=forms.arg_uuid("before"))
+    try:
+        return f.validate()
+    except QueueError as exc:
+        raise forms.core_error(exc) from None
+
+
+def _list_context() -> dict:
+    f = _filter()
+    scope = current_scope("jobs.view")
+    with get_db().connection() as conn:
+        page = dashboard.list_jobs(conn, scope, f)
+        tenants = dashboard.tenant_options(conn, scope)
+    args = {k: v for k, v in request.args.items() if k != "before" and v}
+    return {"page": page, "filter": f, "args": args, "tenants": tenants, "statuses": STATUSES,
+            "queues": QUEUE_NAMES, "types": sorted({jt.name for jt in jobtypes.all_types()})}
+
+
+@bp.route("/")
+@requires("jobs.view")
+def index():
+    return render_template("jobs/index.html", **_list_context())
+
+
+@bp.route("/_rows")
+@requires("jobs.view")
+def rows():
+    response = make_response(render_template("jobs/_rows.html", **_list_context()))
+    # The address bar shows the page, not the partial: reloading it works.
+    response.headers["HX-Push-Url"] = url_for("jobs.index", **{k: v for k, v in request.args.items() if v})
+    return response
+
+
+@bp.route("/<uuid:job_id>")
+@requires("jobs.view")
+def detail(job_id):
+    with get_db().connection() as conn:
+        d = dashboard.job_detail(conn, current_scope("jobs.view"), job_id)
+    if d is None:
+        abort(404, "No such job, or it belongs to a tenant you cannot see.")
+    return render_template("jobs/detail.html", d=d, job=d.job)
+
+
+@bp.route("/<uuid:job_id>/payload")
+@requires("jobs.view")
+def payload(job_id):
+    with get_db().connection() as conn:
+        found = dashboard.job_payload(conn, current_scope("jobs.view"), job_id)
+    if found is None:
+        abort(404, "No such job, or it belongs to a tenant you cannot see.")
+    job, text = found
+    return render_template("jobs/payload.html", job=job, text=text)
+
+
+def _job_for_action(conn, job_id, permission: str) -> dict:
+    """The job, visible to the user (else 404) and actionable for its tenant (else 403)."""
+    job = queue.get_job(conn, job_id, current_scope("jobs.view"))
+    if job is None:
+        raise ApiError(404, "not_found", "No such job, or it belongs to a tenant you cannot see.")
+    require_for_tenant(permission, job["tenant_id"])
+    return job
+
+
+@bp.route("/<uuid:job_id>/replay", methods=["POST"])
+@requires("jobs.replay")
+def replay(job_id):
+    reason, key = forms.reason(), forms.request_key()
+    with get_db().connection() as conn:
+        _job_for_action(conn, job_id, "jobs.replay")
+        try:
+            new = queue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
+        except QueueError as exc:
+            raise forms.core_error(exc) from None
+    return forms.render_result("jobs/_action_result.html", action="replay", job_id=job_id, new_jobs=[new],
+                               reason=reason)
+
+
+@bp.route("/<uuid:job_id>/resolve", methods=["POST"])
+@requires("jobs.resolve")
+def resolve(job_id):
+    reason, key = forms.reason(), forms.request_key()
+    resolution = request.form.get("resolution", "resolved")
+    with get_db().connection() as conn:
+        _job_for_action(conn, job_id, "jobs.resolve")
+        try:
+            row = dashboard.resolve(conn, job_id, resolution, forms.actor(), reason, key,
+                                    scope=current_scope("jobs.resolve"))
+        except QueueError as exc:
+            raise forms.core_error(exc) from None
+    return forms.render_result("jobs/_action_result.html", action="resolve", job_id=job_id, resolution=row,
+                               reason=reason)
+
+
+@bp.route("/<uuid:job_id>/cancel", methods=["POST"])
+@requires("jobs.cancel")
+def cancel(job_id):
+    reason, key = forms.reason(), forms.request_key()
+    with get_db().connection() as conn:
+        _job_for_action(conn, job_id, "jobs.cancel")
+        try:
+            row = queue.cancel(conn, job_id, actor=forms.actor(), reason=reason, request_key=key,
+                               scope=current_scope("jobs.cancel"))
+        except QueueError as exc:
+            raise forms.core_error(exc) from None
+    return forms.render_result("jobs/_action_result.html", action="cancel", job_id=job_id, job=row,
+                               reason=reason)
+
+
+def _dead_filter(source) -> queue.DeadFilter:
+    queue_name = _text("queue", source)
+    if queue_name is not None and queue_name not in QUEUE_NAMES:
+        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+    return queue.DeadFilter(type=_text("type", source), queue=queue_name,
+                            tenant_id=forms.arg_uuid("tenant_id", source),
+                            error_code=_text("error_code", source), open_only=True)
+
+
+@bp.route("/replay-many/confirm")
+@requires("jobs.replay")
+def replay_many_confirm():
+    """How many open dead jobs match, and the form that replays them (no change yet)."""
+    f = _dead_filter(request.args)
+    with get_db().connection() as conn:
+        n = dashboard.count_dead(conn, current_scope("jobs.replay"), f)
+    return render_template("jobs/_replay_many_confirm.html", f=f, count=n, limit=BULK_LIMIT)
+
+
+@bp.route("/replay-many", methods=["POST"])
+@requires("jobs.replay")
+def replay_many():
+    """Replay every open dead job matching the filter, in the user's jobs.replay scope."""
+    f = _dead_filter(request.form)
+    reason, key = forms.reason(), forms.request_key()
+    with get_db().connection() as conn:
+        try:
+            result = dashboard.replay_matching(conn, current_scope("jobs.replay"), f, forms.actor(), reason, key,
+                                               limit=BULK_LIMIT)
+        except QueueError as exc:
+            raise forms.core_error(exc) from None
+    return forms.render_result("jobs/_action_result.html", action="replay_many", new_jobs=result.replayed,
+                               matched=result.matched, reason=reason, f=f)

@@ -1,0 +1,230 @@
+"""The job list (filters, search, keyset pages, tenant isolation), a job's page and its payload."""
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from opsboard import dashboard
+from opsboard.auth import TenantScope
+from tests.conftest import connect
+from tests.support import dashboard as seed
+
+HX = {"HX-Request": "true"}
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'data-job-id="([0-9a-f-]{36})"', html)
+
+
+@pytest.fixture
+def seeded(app):
+    """Two tenants, jobs in several queues, types and statuses."""
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex = seed.tenant(c, "acme"), seed.tenant(c, "globex")
+        pending = seed.jobs(c, acme, 3, "diag.noop")
+        bulk = seed.jobs(c, acme, 2, "diag.sleep", {"ms": 5}, queue="bulk")
+        dead = seed.jobs(c, acme, 2, "test.permanent", {"to": "x"})
+        seed.kill(c, dead, "http_410", detail="endpoint answered 410 Gone for hook 7")
+        retry = seed.jobs(c, globex, 2, "test.raise", correlation_id="req-42")
+        seed.fail(c, retry, "smtp_timeout", detail="the relay did not answer within 30 s")
+        done = seed.jobs(c, globex, 1, "diag.noop")
+        seed.succeed(c, done)
+    return {"acme": acme, "globex": globex, "pending": pending, "bulk": bulk, "dead": dead, "retry": retry,
+            "done": done}
+
+
+def test_list_shows_every_job_newest_first(client, login_as, seeded):
+    login_as("ops")
+    r = client.get("/jobs/")
+    assert r.status_code == 200
+    html = r.get_data(as_text=True)
+    ids = _ids(html)
+    everything = [str(i) for k in ("pending", "bulk", "dead", "retry", "done") for i in seeded[k]]
+    assert sorted(ids) == sorted(everything)
+    assert ids == sorted(ids, reverse=True)  # UUIDv7: newest first
+    assert 'data-rows="10"' in html
+    assert "http_410" in html and "smtp_timeout" in html and "globex" in html
+
+
+@pytest.mark.parametrize("query, expect", [
+    ("queue=bulk", ["bulk"]),
+    ("type=test.permanent", ["dead"]),
+    ("status=dead", ["dead"]),
+    ("status=retryable", ["retry"]),
+    ("status=succeeded", ["done"]),
+    ("error_code=smtp_timeout", ["retry"]),
+    ("correlation_id=req-42", ["retry"]),
+    ("q=HTTP_41", ["dead"]),                  # the error code, case-insensitive
+    ("q=did+not+answer", ["retry"]),          # an attempt's detail
+    ("q=100%25", []),                         # % is literal, not a wildcard
+    ("status=pending&queue=default", ["pending"]),
+])
+def test_filters_and_search(client, login_as, seeded, query, expect):
+    login_as("ops")
+    r = client.get(f"/jobs/_rows?{query}", headers=HX)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    want = sorted(str(i) for k in expect for i in seeded[k])
+    assert sorted(_ids(r.get_data(as_text=True))) == want
+    assert r.headers["HX-Push-Url"].startswith("/jobs/?")
+
+
+def test_filter_by_tenant(client, login_as, seeded):
+    login_as("ops")
+    html = client.get(f"/jobs/?tenant_id={seeded['globex']}").get_data(as_text=True)
+    assert sorted(_ids(html)) == sorted(str(i) for i in seeded["retry"] + seeded["done"])
+
+
+def test_time_range_filters_on_created_at(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        ids = {str(i) for i in seed.jobs(c, t, 2)}
+        now = seed.db_now(c)
+    login_as("ops")
+    hour_ago, in_an_hour = (now - timedelta(hours=1)), (now + timedelta(hours=1))
+    fmt = "%Y-%m-%dT%H:%M"
+    html = client.get(f"/jobs/?since={hour_ago:{fmt}}&until={in_an_hour:{fmt}}").get_data(as_text=True)
+    assert set(_ids(html)) == ids
+    assert _ids(client.get(f"/jobs/?since={in_an_hour:{fmt}}").get_data(as_text=True)) == []
+    assert _ids(client.get(f"/jobs/?until={hour_ago:{fmt}}").get_data(as_text=True)) == []
+    r = client.get(f"/jobs/?since={in_an_hour:{fmt}}&until={hour_ago:{fmt}}", headers={"Accept": "application/json"})
+    assert r.status_code == 400 and r.json["error"] == "invalid_filter"
+
+
+def test_time_range_with_ids_of_that_time(conn):
+    """created_at bounds become id bounds: a job is found by the time its id says."""
+    t = seed.tenant(conn)
+    [job] = seed.jobs(conn, t, 1)
+    now = seed.db_now(conn)
+    scope = TenantScope(all=True)
+    f = dashboard.JobFilter(since=now - timedelta(minutes=1), until=now + timedelta(minutes=1))
+    assert [r["id"] for r in dashboard.list_jobs(conn, scope, f).rows] == [job]
+    f = dashboard.JobFilter(since=now + timedelta(minutes=1))
+    assert dashboard.list_jobs(conn, scope, f).rows == []
+    f = dashboard.JobFilter(until=now - timedelta(minutes=1))
+    assert dashboard.list_jobs(conn, scope, f).rows == []
+
+
+def test_keyset_pages_of_fifty(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        ids = [str(i) for i in seed.jobs(c, t, 120)]
+    login_as("ops")
+    seen, url = [], "/jobs/?queue=default"
+    pages = 0
+    while url:
+        html = client.get(url).get_data(as_text=True)
+        page = _ids(html)
+        pages += 1
+        assert len(page) == (50 if pages < 3 else 20)
+        seen += page
+        m = re.search(r'rel="next" href="([^"]+)"', html)
+        url = m.group(1).replace("&amp;", "&") if m else None
+        if url:
+            assert "before=" in url and "queue=default" in url and "offset" not in url
+    assert pages == 3
+    assert seen == sorted(ids, reverse=True)
+
+
+def test_tenant_scoped_user_sees_only_their_tenant(client, login_as, seeded):
+    login_as("ops", tenant="acme", operator=False)
+    html = client.get("/jobs/").get_data(as_text=True)
+    acme_jobs = {str(i) for k in ("pending", "bulk", "dead") for i in seeded[k]}
+    assert set(_ids(html)) == acme_jobs
+    assert client.get(f"/jobs/{seeded['retry'][0]}").status_code == 404
+    assert client.get(f"/jobs/{seeded['retry'][0]}/payload").status_code == 404
+    # Filtering by another tenant's id or correlation finds nothing.
+    assert _ids(client.get(f"/jobs/?tenant_id={seeded['globex']}").get_data(as_text=True)) == []
+    assert _ids(client.get("/jobs/?correlation_id=req-42").get_data(as_text=True)) == []
+
+
+@pytest.mark.parametrize("query, code", [
+    ("status=bogus", "invalid_filter"), ("q=ab", "search_too_short"), ("queue=nope", "invalid_filter"),
+    ("since=yesterday", "invalid_date"), ("tenant_id=42", "invalid_filter"), ("before=zzz", "invalid_filter"),
+])
+def test_bad_filters_are_400(client, login_as, query, code):
+    login_as("ops")
+    r = client.get(f"/jobs/?{query}", headers={"Accept": "application/json"})
+    assert r.status_code == 400 and r.json["error"] == code
+
+
+def test_list_needs_jobs_view(client, login_as):
+    login_as("support_agent")
+    assert client.get("/jobs/").status_code == 403
+    assert client.get("/dead/").status_code == 403
+
+
+# ---------------------------------------------------------------- one job
+
+def test_detail_shows_fields_attempts_replays_and_links(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        event = uuid.uuid4()
+        [dead] = seed.jobs(c, t, 1, "test.permanent", {"n": 1}, correlation_id="req-7", event_id=event)
+        seed.kill(c, [dead], "http_410", detail="گیرنده پیدا نشد (410)")
+    login_as("ops")
+    html = client.get(f"/jobs/{dead}").get_data(as_text=True)
+    assert "test.permanent" in html and "acme" in html and "http_410" in html
+    assert f'href="/jobs/?correlation_id=req-7"' in html
+    assert f'href="/jobs/?event_id={event}"' in html
+    assert '<td dir="auto">گیرنده پیدا نشد (410)</td>' in html      # Persian, as written
+    assert "host-1:100:abc" in html and "never replayed" in html
+    # Replay it, then both pages link to each other.
+    key = seed.request_key(html)
+    r = client.post(f"/jobs/{dead}/replay", data={"reason": "provider fixed", "request_key": key,
+                                                   "csrf_token": client.csrf}, headers=HX)
+    new = re.search(r'data-new-job-id="([^"]+)"', r.get_data(as_text=True)).group(1)
+    html = client.get(f"/jobs/{dead}").get_data(as_text=True)
+    assert f'href="/jobs/{new}"' in html and "never replayed" not in html
+    html = client.get(f"/jobs/{new}").get_data(as_text=True)
+    assert f'href="/jobs/{dead}"' in html and "this job replays" in html
+    # Its correlation id carried over: the filtered list shows both.
+    assert sorted(_ids(client.get("/jobs/?correlation_id=req-7").get_data(as_text=True))) == sorted([str(dead), new])
+
+
+def test_unknown_or_malformed_job_is_404(client, login_as):
+    login_as("ops")
+    assert client.get(f"/jobs/{uuid.uuid4()}").status_code == 404
+    assert client.get("/jobs/not-a-uuid").status_code == 404
+
+
+def test_payload_is_redacted_and_cut_at_4kb(client, login_as, app):
+    payload = {
+        "email": "ali.rezaei@example.com", "contact": {"phone": "+98 912 345 6789", "mobile": 989123456789},
+        "api_token": "short", "note": "سلام، سفارش شما ثبت شد ۱۲", "hook": "https://h.example/x?sig=abc",
+        "auth": {"password": "hunter2"}, "ids": [1, 2, 3], "zz_padding_after_the_rest": "lorem ipsum " * 500,
+    }
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        [job] = seed.jobs(c, t, 1, "test.permanent", payload)
+    login_as("ops")
+    html = client.get(f"/jobs/{job}").get_data(as_text=True)
+    for secret in ("ali.rezaei", "912 345 6789", "989123456789", "hunter2", "sig=abc", '"short"'):
+        assert secret not in html, secret
+    for key in ("email", "contact", "phone", "mobile", "api_token", "note", "hook", "password", "ids"):
+        assert f"&#34;{key}&#34;" in html, key
+    assert "سلام، سفارش شما ثبت شد ۱۲" in html  # Persian text and digits kept
+    assert '<pre dir="auto" class="payload">' in html
+    pre = re.search(r'<pre dir="auto" class="payload">(.*?)</pre>', html, re.S).group(1)
+    assert len(pre.encode()) < 4096 + 600  # 4 KB of JSON (escaped for HTML) and the ellipsis
+    assert f'href="/jobs/{job}/payload"' in html
+    full = client.get(f"/jobs/{job}/payload").get_data(as_text=True)
+    assert full.count("lorem ipsum") == 500 and "ali.rezaei" not in full and "hunter2" not in full
+    assert "[email]" in full and "[phone]" in full and "[redacted]" in full
+
+
+def test_small_payload_has_no_payload_link(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        [job] = seed.jobs(c, t, 1, "diag.noop", {"order_id": 7})
+    login_as("ops")
+    html = client.get(f"/jobs/{job}").get_data(as_text=True)
+    assert "&#34;order_id&#34;: 7" in html and f"/jobs/{job}/payload" not in html
+
+
+def test_no_route_edits_a_payload(app):
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint.startswith("jobs.") and "payload" in rule.rule:
+            assert rule.methods <= {"GET", "HEAD", "OPTIONS"}, rule
