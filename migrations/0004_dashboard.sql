@@ -52,6 +52,10 @@ CREATE INDEX jobs_tenant_idx ON jobs (tenant_id, id);
 -- non-HOT updates (status is in the ready index's predicate), so this costs one
 -- more index insertion per status change, not a new kind of write.
 CREATE INDEX jobs_status_idx ON jobs (status, id);
+-- A job's page shows the earlier jobs of its ordered group that died (the
+-- group moved on past them); only dead grouped rows are in it.
+CREATE INDEX jobs_group_dead_idx ON jobs (tenant_id, group_key, id)
+    WHERE group_key IS NOT NULL AND status = 'dead';
 -- "Dead jobs finished in the last ten minutes" (alerts, the dead-letter page's
 -- newest failure): only dead rows, so it is written once per dead job.
 CREATE INDEX jobs_dead_finished_idx ON jobs (finished_at) WHERE status = 'dead';

@@ -8,6 +8,8 @@ Flask here: the blueprints in ``opsboard.web`` parse, authorize and render.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import uuid
@@ -222,6 +224,10 @@ class JobDetail:
     payload_preview: str
     payload_cut: bool
     payload_bytes: int
+    #: Ordered groups: unfinished jobs of the same group, and earlier jobs of it
+    #: that died (the group moved on past them: a dead job does not block it).
+    group_active: list[dict] = dataclasses.field(default_factory=list)
+    group_dead_before: list[dict] = dataclasses.field(default_factory=list)
 
 
 def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetail | None:
@@ -237,11 +243,16 @@ def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetai
     original = None
     if job["replay_of"] is not None:
         original = db.one(conn, "dashboard_job_get", {"id": job["replay_of"], **scope.params})
+    group_active, group_dead = [], []
+    if job["group_key"] is not None:
+        params = {"tenant_id": job["tenant_id"], "group_key": job["group_key"], "id": jid}
+        group_active = db.all_rows(conn, "dashboard_group_active", params)
+        group_dead = db.all_rows(conn, "dashboard_group_dead_before", params)
     return JobDetail(
         job=job, attempts=queue.attempts(conn, jid),
         replays=db.all_rows(conn, "dashboard_job_replays", {"id": jid, **scope.params}),
         replay_of=original, payload_preview=preview, payload_cut=cut,
-        payload_bytes=len(text.encode("utf-8")))
+        payload_bytes=len(text.encode("utf-8")), group_active=group_active, group_dead_before=group_dead)
 
 
 def job_payload(conn: psycopg.Connection, scope: TenantScope, job_id) -> tuple[dict, str] | None:

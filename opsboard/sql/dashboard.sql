@@ -136,3 +136,16 @@ CROSS JOIN LATERAL (
             AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))) x
 ) r
 ORDER BY w.hostname, w.id;
+
+-- name: dashboard_group_active
+-- Unfinished jobs of one ordered group, oldest first (jobs_group_idx).
+SELECT id, type, status::text AS status, created_at FROM jobs
+WHERE tenant_id = %(tenant_id)s AND group_key = %(group_key)s
+  AND status IN ('pending', 'running', 'retryable')
+ORDER BY id LIMIT 20;
+
+-- name: dashboard_group_dead_before
+-- Earlier jobs of the group that died: the group moved on past them.
+SELECT id, type, last_error_code, finished_at FROM jobs
+WHERE tenant_id = %(tenant_id)s AND group_key = %(group_key)s AND status = 'dead' AND id < %(id)s
+ORDER BY id DESC LIMIT 20;

@@ -12,7 +12,7 @@ bp = Blueprint("workers", __name__, url_prefix="/workers")
 
 def _context() -> dict:
     with get_db().connection() as conn:
-        workers = dashboard.list_workers(conn, current_scope("jobs.view"))
+        workers = dashboard.list_workers(conn, current_scope("workers.view"))
     return {"workers": workers, "stale_seconds": dashboard.WORKER_STALE_SECONDS,
             "stale_count": sum(1 for w in workers if w["stale"])}
 
