@@ -155,6 +155,8 @@ def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | N
         for q, (ok, failed) in series.items():
             qh = queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300)))
             qh.series_ok, qh.series_failed = ok, failed
+    for q in ("critical", "default", "bulk"):  # every queue shows, busy or not
+        queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300), sampled_at=sampled_at))
     order = {"critical": 0, "default": 1, "bulk": 2}
     return sorted(queues.values(), key=lambda qh: (order.get(qh.queue, 9), qh.queue))
 

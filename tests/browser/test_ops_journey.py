@@ -93,7 +93,7 @@ def _no_overflow(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
-def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(server, browser, world, shots):
+def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(app, server, browser, world, shots):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     problems: list[str] = []
@@ -109,6 +109,27 @@ def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(server, browser, w
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/login" not in url)
+
+    # Home is queue health; its partial refreshes itself: new jobs appear without a reload.
+    from opsboard import queue
+    from worker.services.depth import DepthSampler
+    with connect(app.extensions["test_db_url"]) as c:
+        DepthSampler().run_once(c)
+    page.goto(f"{server}/")
+    page.wait_for_url("**/queues/")
+    waiting = page.locator('[data-queue="default"] .value')
+    before = int(waiting.inner_text().replace(",", ""))
+    with connect(app.extensions["test_db_url"]) as c:
+        acme = c.execute("SELECT id FROM tenants WHERE slug = 'acme'").fetchone()["id"]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, acme) for _ in range(5)])
+        DepthSampler().run_once(c)
+    with page.expect_response(lambda r: "/queues/_health" in r.url, timeout=10_000):
+        pass
+    page.wait_for_function(
+        "n => document.querySelector('[data-queue=\"default\"] .value').textContent.trim() === String(n)",
+        arg=before + 5, timeout=10_000)
+    assert page.url.endswith("/queues/")  # refreshed in place, not reloaded
+    shots(page, "queue-health")
 
     # Dead letters: one group of three, and the alert banner (loaded by htmx).
     page.goto(f"{server}/dead/")

@@ -36,7 +36,9 @@ def test_queue_health_figures(db_url):
     with connect(db_url) as c:
         acme, globex, running = _seed(c)
         health = metrics.queue_health(c, TenantScope(all=True))
-        (default,) = health
+        assert [q.queue for q in health] == ["critical", "default", "bulk"]
+        default = health[1]
+        assert health[0].types == [] and health[0].depth["pending"] == 0
         assert default.queue == "default"
         noop = next(t for t in default.types if t.type == "diag.noop")
         assert noop.depth["pending"] + noop.depth["running"] == 10
@@ -47,7 +49,7 @@ def test_queue_health_figures(db_url):
         assert sum(default.series_ok) == 45 and len(default.series_ok) == 60
         # A tenant-scoped view sees only its tenant's depth and no platform statistics.
         scoped = metrics.queue_health(c, TenantScope(all=False, ids=(globex,)))
-        (d2,) = scoped
+        d2 = scoped[1]
         assert d2.depth["pending"] == 3 and d2.depth["dead"] == 0
         assert all(t.p50_ms is None for t in d2.types)
 
