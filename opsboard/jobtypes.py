@@ -197,9 +197,14 @@ def validate(jt: JobType, payload: Any) -> dict:
     if not isinstance(payload, dict):
         raise InvalidPayload(f"{jt.name}: payload must be a JSON object, not {type(payload).__name__}")
     try:
-        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        # allow_nan=False: NaN and Infinity are not JSON, and PostgreSQL's jsonb rejects them.
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{jt.name}: payload is not JSON-serialisable ({exc})") from None
+    if _has_nul(payload):
+        # jsonb cannot store a NUL character: refuse it here, not as a database error at insert.
+        raise InvalidPayload(f"{jt.name}: payload contains a NUL character")
+    size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidPayload(f"{jt.name}: payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} "
                              "(store large data elsewhere and pass its id)")
@@ -216,7 +221,9 @@ def validate(jt: JobType, payload: Any) -> dict:
             types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
             if isinstance(value, bool) and bool not in types:
                 raise InvalidPayload(f"{jt.name}: field {name!r} must be {_names(types)}")
-            if not isinstance(value, types):
+            # JSON has one number type: a float field takes 3 as well as 3.0.
+            if not isinstance(value, types) and not (float in types and isinstance(value, int)
+                                                     and not isinstance(value, bool)):
                 raise InvalidPayload(f"{jt.name}: field {name!r} must be {_names(types)}")
             if spec.max_length is not None and hasattr(value, "__len__") and len(value) > spec.max_length:
                 raise InvalidPayload(f"{jt.name}: field {name!r} is longer than {spec.max_length}")
@@ -225,6 +232,16 @@ def validate(jt: JobType, payload: Any) -> dict:
     if jt.check:
         jt.check(payload)
     return payload
+
+
+def _has_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def _names(types) -> str:

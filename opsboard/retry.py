@@ -17,6 +17,7 @@ Snooze         not now (rate limited); attempt not counted   pending
 """
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -84,13 +85,26 @@ def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = N
     return (rng or random).uniform(0.0, ceiling)
 
 
+#: The longest a job is ever put off (a week).  A provider's absurd Retry-After
+#: (or an infinite one) would otherwise overflow the database's timestamp and
+#: fail the whole batch of outcomes it was written with, other jobs included.
+MAX_DELAY = 7 * 24 * 3600.0
+
+
+def _bounded(seconds) -> float:
+    seconds = float(seconds)
+    if math.isnan(seconds) or seconds <= 0.0:
+        return 0.0
+    return min(seconds, MAX_DELAY)
+
+
 def retry_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
                 rng: random.Random | None = None) -> float:
-    """The backoff, or the provider's ``Retry-After`` when that is larger."""
+    """The backoff, or the provider's ``Retry-After`` when that is larger (at most :data:`MAX_DELAY`)."""
     delay = backoff(attempt, base, cap, rng)
-    if retry_after is not None and retry_after > delay:
-        return float(retry_after)
-    return delay
+    if retry_after is not None and _bounded(retry_after) > delay:
+        return _bounded(retry_after)
+    return _bounded(delay)
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ def decide(outcome: Outcome, attempt: int, max_attempts: int, base: float, cap: 
         seconds = outcome.seconds
         if outcome.until is not None and now is not None:
             seconds = max(seconds, (outcome.until - now).total_seconds())
-        return Decision("snoozed", delay=max(0.0, seconds), code=error_code(outcome.code), counts_attempt=False)
+        return Decision("snoozed", delay=_bounded(seconds), code=error_code(outcome.code), counts_attempt=False)
     code = error_code(getattr(outcome, "code", "unknown"))
     detail = redact(getattr(outcome, "detail", None))
     if isinstance(outcome, Permanent) or attempt >= max_attempts:
@@ -123,55 +137,78 @@ def decide(outcome: Outcome, attempt: int, max_attempts: int, base: float, cap: 
 
 
 _CODE_BAD = re.compile(r"[^a-z0-9_.:-]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# "ConnectionError" -> "Connection_Error"; "HTTPError" -> "HTTP_Error".
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def error_code(raw: str | None) -> str:
     """A short, stable, groupable code: ``ConnectionError`` -> ``connection_error``.
 
     Codes are identifiers, never messages: anything that looks like personal data
-    is redacted first and the result is cut to 64 characters.
+    is redacted first (before the camel-case split, which would otherwise break
+    a token apart) and the result is cut to 64 characters.
     """
     if not raw:
         return "unknown"
-    text = redact(_CAMEL.sub("_", str(raw))).lower()
-    text = _CODE_BAD.sub("_", text).strip("_")
-    return (text or "unknown")[:64]
+    text = _CAMEL.sub("_", redact(str(raw))).lower()
+    text = _CODE_BAD.sub("_", text).strip("_.:-")
+    text = re.sub(r"_+", "_", text)
+    return (text or "unknown")[:64].rstrip("_.:-") or "unknown"
 
 
-# Order matters: URLs before emails (user@host in URLs), tokens before phones.
+# Order matters: URLs before emails (user@host in URLs), key=value secrets
+# before the shape-based token rules, phones last (a token's digits are not a phone).
 _URL_QUERY = re.compile(r"(?P<base>\bhttps?://[^\s?#\"'<>]+)[?#][^\s\"'<>]*", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/@\"'<>]+@", re.IGNORECASE)
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
-_BEARER = re.compile(r"\b(bearer|basic|token|apikey|api_key|api-key|secret|password|passwd|pwd|authorization)"
-                     r"(\s*[:=]\s*|\s+)(\"?)[^\s\"',;]+", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(?P<scheme>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://)[^\s/@\"'<>]+@", re.IGNORECASE)
+# Unicode-aware: a Persian local part or domain is an address too.  Anchored at
+# the start of a run so that a long run without "@" costs linear time.
+_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@[\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
+# A secret after its name: "password=x", "Authorization: Bearer x", "access_token=x",
+# '"client_secret": "x y"'.  The name may carry a prefix (access_, client_, x-).
+_SECRET_NAMES = (r"bearer|basic|token|api[_-]?key|secret|password|passwd|pwd|authorization|"
+                 r"credentials?|private[_-]?key|access[_-]?key|signature|cookie")
+_BEARER = re.compile(
+    r"(?<![A-Za-z0-9])(?P<key>[A-Za-z0-9_-]*?(?:" + _SECRET_NAMES + r"))"
+    r"(?P<sep>[\"']?\s*[:=]\s*|\s+)"
+    r"(?:\"[^\"]*\"|'[^']*'|(?:(?:bearer|basic|token|digest)\s+)?[^\s\"',;&]+)",
+    re.IGNORECASE)
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
 _LONG_TOKEN = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{24,}\b")
 _HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
-_PHONE = re.compile(r"(?<![\w/.-])\+?(?:\d[\s().-]?){7,14}\d(?![\w/.-])")
+# Base64 secrets (an AWS secret key has "/" and "+"): mixed case and a digit, 32+ characters.
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*\d)"
+                     r"[A-Za-z0-9+/]{32,}={0,2}")
+# 8 to 15 digits with up to two separators between them ("(0912) 345-6789"),
+# not glued to a Latin letter or digit; a trailing "." ends a sentence, but
+# ".5" would continue a number.
+_PHONE = re.compile(r"(?<![0-9A-Za-z/])(?<!\d[.-])\+?(?:\d[\s().-]{0,2}){7,14}\d(?![0-9A-Za-z/]|[.-]\d)")
 _PERSIAN_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
 
 MAX_DETAIL = 500
+#: Longer input is cut before redaction so that a huge message costs bounded time.
+_MAX_INPUT = 20 * MAX_DETAIL
 
 
-def redact(text: str | None) -> str | None:
+def redact(text: str | None, limit: int | None = MAX_DETAIL) -> str | None:
     """Remove emails, phone numbers, tokens and URL query strings from ``text``.
 
     Used on every error code and attempt detail before it is stored or logged.
     Persian and Arabic digits are normalised first so a phone number written
-    in them is caught too.
+    in them is caught too.  The result is cut to ``limit`` characters (``None``:
+    not cut, for views that show a whole value).
     """
     if text is None:
         return None
-    s = str(text).translate(_PERSIAN_DIGITS)
+    s = str(text)[:_MAX_INPUT].translate(_PERSIAN_DIGITS)
     s = _URL_USERINFO.sub(lambda m: m.group("scheme") + "[redacted]@", s)
     s = _URL_QUERY.sub(lambda m: m.group("base") + "?[redacted]", s)
     s = _EMAIL.sub("[email]", s)
-    s = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[redacted]", s)
+    s = _BEARER.sub(lambda m: f"{m.group('key')}{m.group('sep')}[redacted]", s)
     s = _JWT.sub("[token]", s)
     s = _HEX.sub("[token]", s)
     s = _LONG_TOKEN.sub("[token]", s)
+    s = _BASE64.sub("[token]", s)
     s = _PHONE.sub("[phone]", s)
-    if len(s) > MAX_DETAIL:
-        s = s[:MAX_DETAIL - 1] + "…"
+    if limit is not None and len(s) > limit:
+        s = s[:limit - 1] + "…"
     return s

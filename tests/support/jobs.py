@@ -20,6 +20,9 @@ define("test.suicide", handler="tests.support.jobs:suicide", max_attempts=2, tim
 define("test.snooze", handler="tests.support.jobs:snooze_once", fields={"key": Field(str)}, max_attempts=1)
 define("test.slow", handler="tests.support.jobs:slow", fields={"key": Field(str), "ms": Field(int)},
        max_attempts=3, timeout=30)
+# A provider answering 429 with the given Retry-After (a string, so that "inf" fits in JSON).
+define("test.retry_after", handler="tests.support.jobs:retry_after", fields={"after": Field(str)},
+       max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
 
 
 def record(job):
@@ -62,3 +65,7 @@ def slow(job):
         conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
                      (job.id, job.payload["key"], job.worker_id, job.attempt))
     job.cancelled.wait(job.payload["ms"] / 1000)
+
+
+def retry_after(job):
+    return retry.Retryable("http_429", retry_after=float(job.payload["after"]), detail="rate limited")

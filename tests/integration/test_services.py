@@ -1,0 +1,128 @@
+"""Maintenance services called through run_once with an explicit ``now``."""
+from datetime import timedelta
+
+import pytest
+
+from opsboard import queue
+from opsboard.queue import OutcomeRecord
+from worker.services import LeaderLock
+from worker.services.expiry import Expiry, ExpiryConfig
+from worker.services.pruner import Pruner, PrunerConfig, uuid7_floor
+from worker.services.reaper import Reaper, ReaperConfig
+
+
+@pytest.fixture
+def tenant(conn, make_tenant):
+    return make_tenant(conn)
+
+
+@pytest.fixture
+def t0(conn):
+    return conn.execute("SELECT now() AS n").fetchone()["n"]
+
+
+def enqueue(conn, tenant, n, **kw):
+    return [queue.enqueue(conn, "test.record", {"key": f"k{i}"}, tenant=tenant["id"], **kw)["id"] for i in range(n)]
+
+
+def finish(conn, rows, kind, now, code=None):
+    return queue.record_outcomes(conn, "w", [OutcomeRecord(r["id"], r["attempts"], kind, now, code=code)
+                                             for r in rows], now=now)
+
+
+def statuses(conn, ids) -> dict:
+    rows = conn.execute("SELECT status, count(*) AS n FROM jobs WHERE id = ANY(%s) GROUP BY status", (ids,))
+    return {r["status"]: r["n"] for r in rows}
+
+
+def test_reaper_recovers_expired_leases_in_batches(conn, tenant, t0):
+    ids = enqueue(conn, tenant, 7)
+    last = enqueue(conn, tenant, 2, max_attempts=1)
+    queue.claim_batch(conn, "default", "w", 100, 10, now=t0)
+    reaper = Reaper(ReaperConfig(batch=3))
+    assert reaper.run_once(conn, now=t0 + timedelta(seconds=9)) == 0
+    assert reaper.run_once(conn, now=t0 + timedelta(seconds=11)) == 9
+    assert statuses(conn, ids) == {"retryable": 7}
+    assert statuses(conn, last) == {"dead": 2}
+    n = conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s) AND outcome = 'lease_expired'",
+                     (ids + last,)).fetchone()["n"]
+    assert n == 9
+    # Recovered jobs are claimable at once and keep their attempt count.
+    again = queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=11))
+    assert sorted(r["id"] for r in again) == sorted(ids) and {r["attempts"] for r in again} == {2}
+    assert reaper.run_once(conn, now=t0 + timedelta(seconds=11)) == 0
+
+
+def test_expiry_in_batches(conn, tenant, t0):
+    ids = enqueue(conn, tenant, 5, expires_at=t0 + timedelta(minutes=1))
+    assert Expiry(ExpiryConfig(batch=2)).run_once(conn, now=t0 + timedelta(minutes=1)) == 5
+    assert statuses(conn, ids) == {"dead": 5}
+    assert {r["last_error_code"] for r in conn.execute("SELECT last_error_code FROM jobs WHERE id = ANY(%s)", (ids,))} \
+        == {"expired"}
+
+
+def test_expiry_takes_retryable_jobs_too(conn, tenant, t0):
+    [j] = enqueue(conn, tenant, 1, expires_at=t0 + timedelta(minutes=1))
+    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    finish(conn, rows, "retryable", t0, code="http_503")
+    assert Expiry().run_once(conn, now=t0 + timedelta(minutes=2)) == 1
+    assert queue.get_job(conn, j)["status"] == "dead"
+
+
+def test_pruner_deletes_old_finished_jobs_with_their_attempts_and_keeps_dead_ones(conn, tenant, t0):
+    ok = enqueue(conn, tenant, 4)
+    dead = enqueue(conn, tenant, 2)
+    rows = {r["id"]: r for r in queue.claim_batch(conn, "default", "w", 100, 30, now=t0)}
+    finish(conn, [rows[i] for i in ok], "succeeded", t0)
+    finish(conn, [rows[i] for i in dead], "dead", t0, code="http_410")
+    cancelled = enqueue(conn, tenant, 1)
+    queue.cancel(conn, cancelled[0], now=t0)
+    pending = enqueue(conn, tenant, 1)
+    pruner = Pruner(PrunerConfig(retention_days=7, batch=2))
+
+    # Within the retention nothing goes.
+    assert pruner.run_once(conn, now=t0 + timedelta(days=6)) == 0
+    assert pruner.run_once(conn, now=t0 + timedelta(days=8)) == 5
+    left = {r["id"] for r in conn.execute("SELECT id FROM jobs WHERE id = ANY(%s)", (ok + dead + cancelled + pending,))}
+    assert left == set(dead + pending)
+    assert conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s)", (ok,)).fetchone()["n"] == 0
+    assert conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s)", (dead,)).fetchone()["n"] == 2
+    assert pruner.run_once(conn, now=t0 + timedelta(days=365)) == 0
+
+
+def test_pruner_keeps_a_replayed_dead_job_and_prunes_its_succeeded_replay(conn, tenant, t0):
+    from opsboard import audit
+    [j] = enqueue(conn, tenant, 1)
+    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    finish(conn, rows, "dead", t0, code="x")
+    new = queue.replay(conn, j, audit.Actor(label="ops"), "retry", None)
+    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    finish(conn, rows, "succeeded", t0)
+    assert Pruner().run_once(conn, now=t0 + timedelta(days=30)) == 1
+    assert queue.get_job(conn, j)["status"] == "dead"
+    assert queue.get_job(conn, new["id"]) is None
+
+
+def test_uuid7_floor_orders_with_ids_made_at_that_time(t0):
+    from opsboard.schema import new_id
+    made = new_id()
+    assert uuid7_floor(t0 - timedelta(seconds=1)) < made < uuid7_floor(t0 + timedelta(days=1))
+    assert uuid7_floor(t0).version == 7
+
+
+def test_only_one_leader_at_a_time(db_url):
+    a, b = LeaderLock(db_url), LeaderLock(db_url)
+    try:
+        assert a.try_hold() is True
+        assert b.try_hold() is False
+        assert a.try_hold() is True  # still held
+        a.release()
+        assert b.try_hold() is True
+        assert a.try_hold() is False
+        # A leader whose connection dies loses the lock with it.
+        b.conn.close()
+        assert a.try_hold() is True
+        assert b.try_hold() is False
+    finally:
+        a.release()
+        b.release()
