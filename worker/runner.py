@@ -283,6 +283,10 @@ class Worker:
             self._set_state("stopping")
         except psycopg.Error:
             pass
+        # No claim may be in flight once we start counting what to release.
+        for t in self._threads:
+            if t.name.startswith("fetch-"):
+                t.join(timeout=15)
         # Jobs claimed but not started go back at once.
         for qs in self.queues.values():
             while True:
@@ -292,11 +296,13 @@ class Worker:
                     break
                 if item is not None:
                     self._release(item, "shutdown")
+                    with qs.lock:
+                        qs.in_flight -= 1
+        # Wait for every claimed job to be given back by its slot (finished, or
+        # released by a slot that saw the stop), up to the grace period.
         deadline = time.monotonic() + self.config.shutdown_grace_seconds
         while time.monotonic() < deadline:
-            with self.running_lock:
-                busy = [r for r in self.running.values() if not r.done and not r.abandoned]
-            if not busy:
+            if all(qs.in_flight <= 0 for qs in self.queues.values()):
                 break
             time.sleep(0.05)
         with self.running_lock:
@@ -480,16 +486,15 @@ class Worker:
 
     def _write_outcomes(self, batch) -> None:
         records = [b[0] for b in batch]
-        for attempt in range(10):
-            try:
-                with self.pool.connection() as conn:
-                    applied = queue.record_outcomes(conn, self.id, records)
-                break
-            except psycopg.Error as exc:
-                log.warning("recording %d outcomes failed (%s); retrying", len(records), type(exc).__name__)
-                time.sleep(min(5.0, 0.1 * 2 ** attempt))
-        else:
-            log.error("gave up recording %d outcomes; the reaper will recover those jobs", len(records))
+        applied = self._write_records(records)
+        if applied is None and len(records) > 1:
+            # The batch kept failing: write one by one, so that a single bad
+            # record cannot hold back every other job's outcome.
+            applied = set()
+            for rec in records:
+                applied |= self._write_records([rec], tries=2) or set()
+        if applied is None:
+            log.error("gave up recording %d outcome(s); the reaper will recover those jobs", len(records))
             return
         for rec, queue_name, type_ in batch:
             if rec.job_id in applied:
@@ -497,6 +502,20 @@ class Worker:
         lost = len(records) - len(applied)
         if lost:
             log.warning("%d outcome(s) not applied: lease lost or job reclaimed", lost)
+
+    def _write_records(self, records, tries: int = 8) -> set | None:
+        """Write outcomes; ``None`` when they could not be written after ``tries``."""
+        for attempt in range(tries):
+            try:
+                with self.pool.connection() as conn:
+                    return queue.record_outcomes(conn, self.id, records)
+            except psycopg.OperationalError as exc:  # the database is away: wait for it
+                log.warning("recording %d outcomes failed (%s); retrying", len(records), type(exc).__name__)
+                time.sleep(min(5.0, 0.1 * 2 ** attempt))
+            except psycopg.Error as exc:  # the data itself is refused: retrying will not help
+                log.error("recording %d outcomes was refused (%s)", len(records), type(exc).__name__)
+                return None
+        return None
 
     def _flush_stats(self) -> None:
         rows = self.stats.take(self.id)

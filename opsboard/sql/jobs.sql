@@ -230,7 +230,10 @@ WITH lost AS (
     UPDATE jobs j
     SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retryable' END)::job_status,
         last_error_code = 'lease_expired',
-        available_at = coalesce(%(now)s::timestamptz, now()),
+        -- Back off before the next try (a job that kills its worker must not
+        -- crash-loop the fleet): 2^attempts seconds, capped at 5 min, jittered.
+        available_at = coalesce(%(now)s::timestamptz, now())
+                       + make_interval(secs => least(300, power(2, j.attempts)) * (0.5 + random() / 2)),
         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN coalesce(%(now)s::timestamptz, now()) END,
         locked_by = NULL,
         locked_until = NULL

@@ -252,6 +252,8 @@ def test_fencing_a_reclaimed_job_ignores_the_old_worker(conn, tenant, t0):
     t1 = t0 + timedelta(seconds=10)
     assert Reaper().run_once(conn, now=t1) == 1
     assert job(conn, j["id"])["status"] == "retryable"
+    # (the reaper backs a recovered job off by 1-2 s after its first attempt)
+    t1 = t1 + timedelta(seconds=3)
     [b_row] = queue.claim_batch(conn, "default", "worker-b", 10, lease_seconds=5, now=t1)
     assert b_row["id"] == j["id"] and b_row["attempts"] == 2
 
@@ -276,7 +278,7 @@ def test_fencing_the_same_worker_reclaiming_uses_the_attempt_as_token(conn, tena
     [first] = queue.claim_batch(conn, "default", "w", 10, 5, now=t0)
     t1 = t0 + timedelta(seconds=10)
     Reaper().run_once(conn, now=t1)
-    [second] = queue.claim_batch(conn, "default", "w", 10, 5, now=t1)
+    [second] = queue.claim_batch(conn, "default", "w", 10, 5, now=t1 + timedelta(seconds=3))
     assert queue.record_outcomes(conn, "w", [outcome(first, "dead", code="x")], now=t1) == set()
     assert queue.record_outcomes(conn, "w", [outcome(second, "succeeded")], now=t1) == {j["id"]}
 

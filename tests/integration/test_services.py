@@ -47,10 +47,15 @@ def test_reaper_recovers_expired_leases_in_batches(conn, tenant, t0):
     n = conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s) AND outcome = 'lease_expired'",
                      (ids + last,)).fetchone()["n"]
     assert n == 9
-    # Recovered jobs are claimable at once and keep their attempt count.
-    again = queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=11))
+    # Recovered jobs back off (2^attempts s, jittered by half: 1-2 s after a first attempt),
+    # so that a job that kills its worker cannot crash-loop the fleet; they keep their attempt count.
+    assert queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=11.9)) == []
+    waits = conn.execute("SELECT extract(epoch FROM available_at - %s) AS w FROM jobs WHERE id = ANY(%s)",
+                         (t0 + timedelta(seconds=11), ids)).fetchall()
+    assert all(1.0 - 1e-3 <= float(r["w"]) <= 2.0 + 1e-3 for r in waits)
+    again = queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=13.1))
     assert sorted(r["id"] for r in again) == sorted(ids) and {r["attempts"] for r in again} == {2}
-    assert reaper.run_once(conn, now=t0 + timedelta(seconds=11)) == 0
+    assert reaper.run_once(conn, now=t0 + timedelta(seconds=13.1)) == 0
 
 
 def test_expiry_in_batches(conn, tenant, t0):
