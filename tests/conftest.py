@@ -146,7 +146,7 @@ def make_tenant():
 
 # ---------------------------------------------------------------- web
 
-def test_config(**changes) -> Config:
+def make_config(**changes) -> Config:
     return Config.from_env({"OPSBOARD_ENV": "test", "OPSBOARD_SECRET_KEY": "test-secret-" + "x" * 32}).replace(**changes)
 
 
@@ -155,7 +155,7 @@ def app(db_url):
     from opsboard import create_app
     from opsboard.db import Database
     database = Database(db_url, min_size=1, max_size=4).open()
-    application = create_app({"OPSBOARD": test_config(database_url=db_url), "DATABASE": database, "TESTING": True})
+    application = create_app({"OPSBOARD": make_config(database_url=db_url), "DATABASE": database, "TESTING": True})
     application.extensions["test_db_url"] = db_url
     yield application
     database.close()

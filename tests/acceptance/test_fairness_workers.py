@@ -125,10 +125,10 @@ def test_metrics_endpoint_parses(app, client, login_as):
 def test_metrics_bearer_token(db_url):
     from opsboard import create_app
     from opsboard.db import Database
-    from tests.conftest import test_config
+    from tests.conftest import make_config
     database = Database(db_url).open()
     try:
-        app = create_app({"OPSBOARD": test_config(database_url=db_url, metrics_token="s3cret-token"),
+        app = create_app({"OPSBOARD": make_config(database_url=db_url, metrics_token="s3cret-token"),
                           "DATABASE": database})
         client = app.test_client()
         assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401

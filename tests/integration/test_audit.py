@@ -244,7 +244,7 @@ def test_page_dates_are_utc_whatever_the_database_timezone(db_url):
     from opsboard import create_app
     from opsboard.db import Database
     from tests.conftest import csrf_from
-    from tests.conftest import test_config as make_config
+    from tests.conftest import make_config
 
     with connect(db_url) as c:
         name = c.execute("SELECT current_database() AS d").fetchone()["d"]

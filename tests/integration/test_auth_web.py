@@ -11,7 +11,7 @@ import pytest
 from opsboard import audit, auth
 from opsboard.db import Database
 from tests.conftest import connect, csrf_from
-from tests.conftest import test_config as make_config
+from tests.conftest import make_config
 
 PASSWORD = "correct horse battery"
 

@@ -198,7 +198,7 @@ def test_concurrent_runs_apply_each_file_once(empty_url):
 def make_app(url):
     from opsboard import create_app
     from opsboard.db import Database
-    from tests.conftest import test_config as make_config
+    from tests.conftest import make_config
     database = Database(url, min_size=0, max_size=2).open(check=False)
     return create_app({"OPSBOARD": make_config(database_url=url), "DATABASE": database, "TESTING": True}), database
 
