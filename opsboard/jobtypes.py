@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -194,14 +195,25 @@ def all_types() -> list[JobType]:
 
 def validate(jt: JobType, payload: Any) -> dict:
     """Check ``payload`` against the type's contract; return it or raise :class:`InvalidPayload`."""
+    validate_json(jt, payload)
+    return payload
+
+
+#: One encoder for every payload (json.dumps with options builds a new one per call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def validate_json(jt: JobType, payload: Any) -> str:
+    """:func:`validate`, returning the payload's compact JSON text (serialised once, reused by enqueue)."""
     if not isinstance(payload, dict):
         raise InvalidPayload(f"{jt.name}: payload must be a JSON object, not {type(payload).__name__}")
     try:
         # allow_nan=False: NaN and Infinity are not JSON, and PostgreSQL's jsonb rejects them.
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{jt.name}: payload is not JSON-serialisable ({exc})") from None
-    if _has_nul(payload):
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # jsonb cannot store a NUL character: refuse it here, not as a database error at insert.
         raise InvalidPayload(f"{jt.name}: payload contains a NUL character")
     size = len(text.encode())
@@ -231,17 +243,7 @@ def validate(jt: JobType, payload: Any) -> dict:
                 raise InvalidPayload(f"{jt.name}: field {name!r} must be one of {', '.join(map(str, spec.choices))}")
     if jt.check:
         jt.check(payload)
-    return payload
-
-
-def _has_nul(value) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(v) for v in value)
-    return False
+    return text
 
 
 def _names(types) -> str:
