@@ -136,6 +136,7 @@ def percentile(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------- scenarios
 
 def enqueue_single(b: Bench) -> None:
+    """Single-job enqueue, one transaction each (default 3,000 jobs)."""
     n = b.jobs or 3000
     (tenant,) = b.tenants(1)
     with b.conn() as c:
@@ -149,6 +150,7 @@ def enqueue_single(b: Bench) -> None:
 
 
 def enqueue_many(b: Bench) -> None:
+    """enqueue_many, 1,000 jobs per transaction (default 100,000 jobs)."""
     n = b.jobs or 100_000
     batch = 1000
     tenants = b.tenants(10)
@@ -163,7 +165,8 @@ def enqueue_many(b: Bench) -> None:
     b.reset()
 
 
-def _process(b: Bench, workers: int) -> None:
+def _process(b: Bench, workers: int, queues: str | None = None) -> None:
+    queues = queues or BENCH_QUEUES
     n = b.jobs or 20_000
     tenants = b.tenants(10)
     with b.conn() as c:
@@ -171,7 +174,7 @@ def _process(b: Bench, workers: int) -> None:
             with c.transaction():
                 queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % 10]) for j in range(i, min(n, i + 5000))])
         c.execute("VACUUM ANALYZE jobs")
-    b.start_workers(workers, BENCH_QUEUES)
+    b.start_workers(workers, queues)
     b.wait_done(n)
     b.stop_workers()
     with b.conn() as c:
@@ -181,19 +184,28 @@ def _process(b: Bench, workers: int) -> None:
     if row["n"] != n or row["attempts"] != n:
         raise RuntimeError(f"expected {n} succeeded jobs with one attempt each, got {row['n']} / {row['attempts']}")
     b.add("process", f"no-op jobs, {workers} worker process{'es' if workers > 1 else ''}",
-          n / float(row["secs"]), "jobs/s", f"{n} jobs, --queues {BENCH_QUEUES}")
+          n / float(row["secs"]), "jobs/s", f"{n} jobs, --queues {queues}")
     b.reset()
 
 
 def process_1(b: Bench) -> None:
+    """No-op jobs with 1 worker process (default 20,000 pre-enqueued jobs)."""
     _process(b, 1)
 
 
 def process_2(b: Bench) -> None:
+    """No-op jobs with 2 worker processes (default 20,000 pre-enqueued jobs)."""
     _process(b, 2)
 
 
+def process_slots(b: Bench) -> None:
+    """No-op processing with 2 workers at 8, 16, 32, 64 and 128 default slots each."""
+    for slots in (8, 16, 32, 64, 128):
+        _process(b, 2, f"critical=2,default={slots},bulk=2")
+
+
 def latency_idle(b: Bench) -> None:
+    """Enqueue->start latency on an idle queue, one job every 10-30 ms (default 200 jobs)."""
     n = b.jobs or 200
     (tenant,) = b.tenants(1)
     b.start_workers(1, BENCH_QUEUES)
@@ -414,6 +426,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "process_1": process_1,
     "process_2": process_2,
     "latency_idle": latency_idle,
+    "process_slots": process_slots,
     "fairness": fairness,
     "otp_flood": otp_flood,
     "claim_cost": claim_cost,
