@@ -144,6 +144,18 @@ def make_tenant():
     return make
 
 
+@pytest.fixture
+def tenant(conn, make_tenant):
+    """A fresh tenant inside the rolled-back transaction."""
+    return make_tenant(conn)
+
+
+@pytest.fixture
+def t0(conn):
+    """The database's clock at the start of the test, for injected-now queries."""
+    return conn.execute("SELECT now() AS n").fetchone()["n"]
+
+
 # ---------------------------------------------------------------- web
 
 def make_config(**changes) -> Config:

@@ -17,16 +17,6 @@ from worker.services.expiry import Expiry
 from worker.services.reaper import Reaper
 
 
-@pytest.fixture
-def tenant(conn, make_tenant):
-    return make_tenant(conn)
-
-
-@pytest.fixture
-def t0(conn):
-    return conn.execute("SELECT now() AS n").fetchone()["n"]
-
-
 def rec(k):
     return {"key": k}
 

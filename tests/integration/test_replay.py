@@ -11,16 +11,6 @@ from opsboard.queue import DeadFilter, OutcomeRecord, QueueError
 OPS = audit.Actor(label="ops@example.test")
 
 
-@pytest.fixture
-def tenant(conn, make_tenant):
-    return make_tenant(conn)
-
-
-@pytest.fixture
-def t0(conn):
-    return conn.execute("SELECT now() AS n").fetchone()["n"]
-
-
 def make_dead(conn, tenant_id, t0, *, type="test.record", payload=None, code="http_410", **kw) -> dict:
     """Enqueue, claim and kill one job; returns the dead row."""
     j = queue.enqueue(conn, type, payload or {"key": uuid.uuid4().hex}, tenant=tenant_id, **kw)

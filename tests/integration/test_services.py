@@ -11,16 +11,6 @@ from worker.services.pruner import Pruner, PrunerConfig, uuid7_floor
 from worker.services.reaper import Reaper, ReaperConfig
 
 
-@pytest.fixture
-def tenant(conn, make_tenant):
-    return make_tenant(conn)
-
-
-@pytest.fixture
-def t0(conn):
-    return conn.execute("SELECT now() AS n").fetchone()["n"]
-
-
 def enqueue(conn, tenant, n, **kw):
     return [queue.enqueue(conn, "test.record", {"key": f"k{i}"}, tenant=tenant["id"], **kw)["id"] for i in range(n)]
 
