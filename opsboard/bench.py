@@ -174,10 +174,13 @@ def _process(b: Bench, workers: int, queues: str | None = None) -> None:
             with c.transaction():
                 queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % 10]) for j in range(i, min(n, i + 5000))])
         c.execute("VACUUM ANALYZE jobs")
+    with b.conn() as c:
+        wal_start = c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"]
     b.start_workers(workers, queues)
     b.wait_done(n)
     b.stop_workers()
     with b.conn() as c:
+        wal = c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s) AS d", (wal_start,)).fetchone()["d"]
         row = c.execute("""SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at)) AS secs,
                                   (SELECT count(*) FROM job_attempts) AS attempts
                            FROM jobs WHERE status = 'succeeded'""").fetchone()
@@ -185,6 +188,9 @@ def _process(b: Bench, workers: int, queues: str | None = None) -> None:
         raise RuntimeError(f"expected {n} succeeded jobs with one attempt each, got {row['n']} / {row['attempts']}")
     b.add("process", f"no-op jobs, {workers} worker process{'es' if workers > 1 else ''}",
           n / float(row["secs"]), "jobs/s", f"{n} jobs, --queues {queues}")
+    if workers == 2 and queues == BENCH_QUEUES:
+        b.add("process", "WAL written per processed job", float(wal) / n, "bytes",
+              "claim + outcome + attempt row + stats")
     b.reset()
 
 
