@@ -332,9 +332,8 @@ def claim_cost(b: Bench) -> None:
                 times.append(float(doc[0]["Execution Time"]))
         from . import metrics
         from .auth import TenantScope
-        from worker.services.depth import DepthSampler  # noqa: the bench runs in a checkout
         t1 = time.perf_counter()
-        DepthSampler().run_once(c)
+        metrics.sample_depth(c)
         sample = time.perf_counter() - t1
         t1 = time.perf_counter()
         metrics.queue_health(c, TenantScope(all=True))
@@ -378,12 +377,12 @@ def dashboard(b: Bench) -> None:
         c.execute("VACUUM ANALYZE jobs")
         c.execute("VACUUM ANALYZE job_attempts")
         fill = time.perf_counter() - t0
-        from worker.services.depth import DepthSampler  # noqa: the bench runs in a checkout
-        DepthSampler().run_once(c)
+        from . import metrics
+        metrics.sample_depth(c)
         auth.ensure_tenant(c, "operator", is_operator=True)
         auth.create_user(c, "bench@opsboard.local", "bench-password", "ops", "operator")
         dead_id = c.execute("SELECT id FROM jobs WHERE status = 'dead' ORDER BY id DESC LIMIT 1").fetchone()["id"]
-    from . import create_app
+    from . import create_app  # the dashboard scenario times the real web views
     from .db import Database
     database = Database(b.url, min_size=1, max_size=2).open()
     try:

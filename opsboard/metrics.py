@@ -88,6 +88,16 @@ class QueueHealth:
     sampled_at: datetime | None = None
 
 
+def sample_depth(conn: psycopg.Connection, now: datetime | None = None) -> int:
+    """Recount unfinished and dead jobs by queue, type, tenant and status into ``queue_depth``.
+
+    One transaction; returns the number of (queue, type, tenant, status) rows written.
+    Run by the leader's depth service every few seconds.
+    """
+    with conn.transaction():
+        return len(db.all_rows(conn, "queue_depth_replace", {"now": now}))
+
+
 def db_now(conn: psycopg.Connection, now: datetime | None = None) -> datetime:
     return db.one(conn, "metrics_now", {"now": now})["now"]
 

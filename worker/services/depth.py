@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from opsboard import db
+from opsboard import metrics
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,6 @@ class DepthSampler:
 
     def run_once(self, conn, now: datetime | None = None) -> int:
         started = time.monotonic()
-        with conn.transaction():
-            n = len(db.all_rows(conn, "queue_depth_replace", {"now": now}))
+        n = metrics.sample_depth(conn, now)
         self.interval = max(self.config.interval, 10 * (time.monotonic() - started))
         return n
