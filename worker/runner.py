@@ -201,11 +201,15 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._completer_done = threading.Event()
         self.services = []
+        #: Types whose finish may let another job start (a concurrency limit):
+        #: their outcomes wake the claimers of every worker (NOTIFY).
+        self.limited_types: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> "Worker":
         jobtypes.load_modules(self.config.job_modules)
+        self.limited_types = frozenset(t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
         connect(self.url).close()  # fail fast and clearly when unreachable
         self.pool.open(wait=True, timeout=30)
         with self.pool.connection() as conn:
@@ -444,7 +448,7 @@ class Worker:
             job_id=row["id"], token=row["attempts"], kind=decision.kind,
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
             code=decision.code, detail=decision.detail,
-            has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"]))
+            has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"], self._frees_others(row)))
         if decision.kind != "succeeded":
             log.info("job %s: %s", decision.kind, decision.code,
                      extra={"job_id": row["id"], "tenant_id": row["tenant_id"], "job_type": row["type"],
@@ -457,7 +461,12 @@ class Worker:
             self.running.pop(r.row["id"], None)
         self.outcomes.put((queue.OutcomeRecord(
             job_id=r.row["id"], token=r.row["attempts"], kind="released",
-            started_at=r.started_at or datetime.now(timezone.utc), code=why), r.row["queue"], r.row["type"]))
+            started_at=r.started_at or datetime.now(timezone.utc), code=why), r.row["queue"], r.row["type"],
+            self._frees_others(r.row)))
+
+    def _frees_others(self, row: dict) -> bool:
+        """Whether this job's end may let a waiting job start (next in its group, or room under a limit)."""
+        return row.get("group_key") is not None or row["type"] in self.limited_types
 
     # ------------------------------------------------------------ completing
 
@@ -496,9 +505,23 @@ class Worker:
         if applied is None:
             log.error("gave up recording %d outcome(s); the reaper will recover those jobs", len(records))
             return
-        for rec, queue_name, type_ in batch:
+        wake = set()
+        for rec, queue_name, type_, frees_others in batch:
             if rec.job_id in applied:
                 self.stats.add(queue_name, type_, rec.kind, rec.duration_ms)
+                if frees_others:
+                    wake.add(queue_name)
+        if wake:
+            # A finished job of a group or of a limited type can let another one
+            # start, which no enqueue would announce: wake every worker's claimer.
+            for name in wake:
+                if name in self.queues:
+                    self.queues[name].wake.set()
+            try:
+                with self.pool.connection() as conn:
+                    opsboard.db.execute(conn, "job_notify_queues", {"queues": sorted(wake)})
+            except psycopg.Error as exc:
+                log.warning("wake-up notification failed (%s); workers will poll", type(exc).__name__)
         lost = len(records) - len(applied)
         if lost:
             log.warning("%d outcome(s) not applied: lease lost or job reclaimed", lost)

@@ -363,3 +363,8 @@ ON CONFLICT (minute, worker_id, queue, type) DO UPDATE SET
     duration_ms_sum = s.duration_ms_sum + excluded.duration_ms_sum,
     duration_hist = ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0)
                           FROM unnest(s.duration_hist, excluded.duration_hist) AS x(a, b));
+
+-- name: job_notify_queues
+-- Wake every worker's claimer for these queues (a finished job freed room
+-- under a concurrency limit, or the next job of an ordered group).
+SELECT pg_notify('opsboard_jobs', q) FROM unnest(%(queues)s::text[]) AS q;

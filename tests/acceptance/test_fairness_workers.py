@@ -135,3 +135,22 @@ def test_metrics_bearer_token(db_url):
         assert client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
     finally:
         database.close()
+
+
+def test_limited_and_grouped_work_does_not_wait_for_the_poll(db_url, start_worker):
+    """A finished job of a limited type, or of an ordered group, wakes the claimers at once.
+
+    With a 60 s poll interval, jobs that could only start after another one
+    finished would take minutes if the worker waited for its poll.
+    """
+    with connect(db_url) as c:
+        c.execute(SPANS)
+        c.execute(EFFECTS)
+        t = auth.ensure_tenant(c, "acme")["id"]
+        queue.enqueue_many(c, [queue.NewJob("test.sms_a", {"key": "s", "ms": 20}, t) for _ in range(8)]
+                           + [queue.NewJob("test.record", {"key": f"g{i}"}, t, group_key="g") for i in range(8)])
+    start_worker(db_url, "--queues", "default=4", OPSBOARD_POLL_INTERVAL=60, **MODULES)
+    with connect(db_url) as c:
+        wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'").fetchone()["n"] == 16,
+                 timeout=30, message="limited and grouped jobs to finish without polling")
+        assert _peak(c, ["test.sms_a"]) <= 2
