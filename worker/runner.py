@@ -51,6 +51,8 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
+#: Seconds a job of a type this worker does not know waits before it is offered again.
+UNKNOWN_TYPE_SNOOZE = 60.0
 #: Outcomes written in one statement at most.
 COMPLETE_BATCH_MAX = 1000
 
@@ -397,7 +399,13 @@ class Worker:
                 self._release(r, "shutdown")
                 return
             if jt is None:
-                self._finish(r, retry.Permanent("unknown_job_type", f"no handler for {row['type']} v{row['version']}"))
+                # This worker does not know the type (a rolling deploy: the producer
+                # runs newer code, or OPSBOARD_JOB_MODULES differs).  Give the job
+                # back without spending an attempt, for a worker that knows it; it
+                # stays visible as pending with code unknown_job_type meanwhile.
+                log.error("unknown job type %s v%s; snoozing it for %ss", row["type"], row["version"],
+                          UNKNOWN_TYPE_SNOOZE, extra={"job_id": row["id"], "tenant_id": row["tenant_id"]})
+                self._finish(r, retry.Snooze(seconds=UNKNOWN_TYPE_SNOOZE, code="unknown_job_type"))
                 return
             r.deadline = r.started_mono + jt.policy.timeout
             r.ctx = JobContext(
