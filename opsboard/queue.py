@@ -335,11 +335,23 @@ def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -
     """Record an external effect as started, or return the existing record.
 
     The returned row has ``created`` true for a new record.  A row that exists
-    and is ``started`` means an earlier attempt may have reached the provider:
-    reconcile before sending again.  ``confirmed`` means it happened: do not.
+    and is ``started`` means an earlier attempt (or the dead job this one
+    replays) may have reached the provider: reconcile before sending again; the
+    row now belongs to this job, so this job's success confirms it.
+    ``confirmed`` means it happened: do not send again.  Confirmation happens
+    in :func:`record_outcomes`, in the transaction that marks the job succeeded.
     """
-    return db.one(conn, "effect_begin", {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"],
-                                         "provider": provider})
+    row = db.one(conn, "effect_begin", {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"],
+                                        "provider": provider})
+    if row is None:
+        raise QueueError("this effect key belongs to another tenant", "effect_key_conflict")
+    return row
+
+
+def set_effect_ref(conn: psycopg.Connection, key: str, job: dict, ref: str) -> dict | None:
+    """Remember the provider's reference (message id...) of a started effect, for reconciliation."""
+    return db.one(conn, "effect_set_ref", {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"],
+                                           "ref": ref})
 
 
 # ---------------------------------------------------------------- replay

@@ -84,12 +84,21 @@ class JobContext:
         """A pooled autocommit connection for loading what the payload references."""
         return self.pool.connection()
 
+    def effect_key(self) -> str:
+        """The default effect key: tenant, type and idempotency key (else the job id)."""
+        return f"{self.tenant_id}:{self.type}:{self.idempotency_key or self.id}"
+
     def begin_effect(self, provider: str, key: str | None = None) -> dict:
         """Record an external effect as started (see :func:`opsboard.queue.begin_effect`)."""
         self.has_effects = True
-        key = key or f"{self.tenant_id}:{self.type}:{self.idempotency_key or self.id}"
         with self.pool.connection() as conn:
-            return queue.begin_effect(conn, key, {"id": self.id, "tenant_id": self.tenant_id}, provider)
+            return queue.begin_effect(conn, key or self.effect_key(), {"id": self.id, "tenant_id": self.tenant_id},
+                                      provider)
+
+    def set_effect_ref(self, ref: str, key: str | None = None) -> None:
+        """Remember the provider's reference for this job's started effect."""
+        with self.pool.connection() as conn:
+            queue.set_effect_ref(conn, key or self.effect_key(), {"id": self.id, "tenant_id": self.tenant_id}, ref)
 
 
 @dataclass

@@ -310,20 +310,26 @@ LIMIT %(limit)s;
 SELECT * FROM job_attempts WHERE job_id = %(job_id)s ORDER BY started_at, attempt;
 
 -- name: effect_begin
--- Record an external effect as started; returns the row (existing or new).
-WITH ins AS (
+-- Record an external effect as started, or return the existing record of the
+-- same tenant.  A started (unconfirmed) effect is adopted by the calling job,
+-- so that a replay's success confirms it; a confirmed one is left as it is.
+WITH up AS (
     INSERT INTO effects (key, job_id, tenant_id, provider)
     VALUES (%(key)s, %(job_id)s, %(tenant_id)s, %(provider)s)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING *, true AS created
+    ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id
+        WHERE effects.state = 'started' AND effects.tenant_id = excluded.tenant_id
+    RETURNING *, (xmax = 0) AS created
 )
-SELECT * FROM ins
+SELECT * FROM up
 UNION ALL
-SELECT *, false AS created FROM effects WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins);
+SELECT *, false AS created FROM effects
+WHERE key = %(key)s AND tenant_id = %(tenant_id)s AND NOT EXISTS (SELECT 1 FROM up);
 
 -- name: effect_set_ref
 -- Remember the provider's reference for a started effect (and adopt it for this job).
-UPDATE effects SET provider_ref = %(ref)s, job_id = %(job_id)s WHERE key = %(key)s RETURNING *;
+UPDATE effects SET provider_ref = %(ref)s, job_id = %(job_id)s
+WHERE key = %(key)s AND tenant_id = %(tenant_id)s AND state = 'started'
+RETURNING *;
 
 -- name: worker_upsert
 -- Register a worker process (or refresh it).

@@ -69,3 +69,25 @@ def slow(job):
 
 def retry_after(job):
     return retry.Retryable("http_429", retry_after=float(job.payload["after"]), detail="rate limited")
+
+
+define("test.effect", handler="tests.support.jobs:effect_once", fields={"key": Field(str)}, max_attempts=3,
+       backoff_base=0.01, backoff_cap=0.05)
+
+
+def effect_once(job):
+    """Send at most once: the first attempt 'sends' and then times out ambiguously;
+    the retry finds the started effect and reconciles instead of sending again."""
+    effect = job.begin_effect("test_provider")
+    if effect["state"] == "confirmed":
+        return retry.Success(ref=effect["provider_ref"])
+    with job.connection() as conn:
+        sent = conn.execute("SELECT count(*) AS n FROM test_effects WHERE key = %s", (job.payload["key"],)).fetchone()["n"]
+        if not effect["created"] and sent:
+            return retry.Success(ref="reconciled")  # the provider says it has it: confirm, do not resend
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, job.payload["key"], job.worker_id, job.attempt))
+    job.set_effect_ref(f"msg-{job.attempt}")
+    if job.attempt == 1:
+        return retry.Unknown("provider_timeout")  # ambiguous: did it arrive?
+    return retry.Success()
