@@ -195,11 +195,17 @@ def alert_detail(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict
     return {"alert": alert, "history": list(reversed(history))}
 
 
+def _alert_uuid(alert_id) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(alert_id))
+    except ValueError:
+        return None
+
+
 def get_alert(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict | None:
     """One alert inside ``scope``, or ``None`` (also for a malformed id)."""
-    try:
-        aid = uuid.UUID(str(alert_id))
-    except ValueError:
+    aid = _alert_uuid(alert_id)
+    if aid is None:
         return None
     return db.one(conn, "alert_get", {"id": aid, **scope.params})
 
@@ -209,7 +215,8 @@ def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: 
     """Acknowledge an open alert with a reason; audited as ``alert.ack``; idempotent on ``request_key``.
 
     Raises :class:`~opsboard.queue.QueueError`: ``reason_required``, ``not_found``,
-    ``already_acknowledged``, ``alert_closed``.
+    ``already_acknowledged``, ``alert_closed``, ``request_key_reused`` (the key
+    acknowledged another alert).
     """
     reason = (reason or "").strip()
     if not reason:
@@ -218,6 +225,8 @@ def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: 
         if request_key:
             previous = audit.find_by_request_key(conn, "alert.ack", request_key)
             if previous:
+                if previous["target_id"] != str(_alert_uuid(alert_id)):
+                    raise QueueError("this request key was used to acknowledge another alert", "request_key_reused")
                 return get_alert(conn, scope, previous["target_id"]) or {}
         alert = get_alert(conn, scope, alert_id)
         if alert is None:

@@ -98,6 +98,14 @@ class JobFilter:
         return out
 
 
+def _shifted(moment: datetime, delta: timedelta) -> datetime:
+    """``moment + delta``; ``moment`` itself where that would leave datetime's range (no OverflowError)."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return moment
+
+
 def _like_pattern(term: str) -> str:
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -118,8 +126,8 @@ def list_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, *
         **scope.params, "queue": filter.queue, "type": filter.type, "tenant_id": filter.tenant_id,
         "status": filter.status, "error_code": filter.error_code, "correlation_id": filter.correlation_id,
         "event_id": filter.event_id, "since": filter.since, "until": filter.until,
-        "since_id": uuid7_floor(filter.since - CLOCK_SLACK) if filter.since else None,
-        "until_id": uuid7_floor(filter.until + CLOCK_SLACK) if filter.until else None,
+        "since_id": uuid7_floor(_shifted(filter.since, -CLOCK_SLACK)) if filter.since else None,
+        "until_id": uuid7_floor(_shifted(filter.until, CLOCK_SLACK)) if filter.until else None,
         "pattern": _like_pattern(filter.search) if filter.search else None,
         "before": filter.before, "limit": limit + 1,
     }
@@ -183,11 +191,11 @@ def _redact_text(text: str) -> str:
 def redact_payload(value: Any, key: str | None = None) -> Any:
     """A copy of a payload for display: every key kept, values that look like
     emails, phone numbers, tokens or secrets (or sit under a secret-sounding
-    key) replaced by a marker.  Numbers are checked too (a phone stored as an
+    key, at any depth) replaced by a marker.  Numbers are checked too (a phone stored as an
     integer).  The stored payload is never changed.
     """
-    if key is not None and _SECRET_KEY.search(key) and not isinstance(value, (dict, list)) and value is not None:
-        return "[redacted]"
+    if key is not None and _SECRET_KEY.search(key):
+        return _redact_all(value)
     if isinstance(value, dict):
         return {_redact_text(str(k)): redact_payload(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
@@ -199,6 +207,16 @@ def redact_payload(value: Any, key: str | None = None) -> Any:
         cleaned = _redact_text(text)
         return value if cleaned == text else cleaned
     return value
+
+
+def _redact_all(value: Any) -> Any:
+    """Everything under a secret-sounding key: every leaf value replaced (keys
+    kept, so the shape stays readable), however deep it is nested."""
+    if isinstance(value, dict):
+        return {_redact_text(str(k)): _redact_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_all(v) for v in value]
+    return None if value is None else "[redacted]"
 
 
 def payload_text(payload: Any) -> str:
@@ -316,9 +334,26 @@ def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.
         result = queue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
         audit.record(conn, actor, "job.replay_many", target_type="job_filter",
                      target_id=json.dumps(description, sort_keys=True)[:500], reason=reason,
+                     tenant_id=_summary_tenant(filter, scope, result),
                      before={"matched": result.matched, "filter": description},
                      after={"job_ids": [str(r["id"]) for r in result.replayed if r]}, request_key=request_key)
     return result
+
+
+def _summary_tenant(filter: queue.DeadFilter, scope: TenantScope, result: queue.BulkReplay):
+    """The tenant a bulk replay's summary audit row belongs to, so that the
+    tenant's own staff see it: the filter's tenant, else the one tenant of the
+    replayed jobs, else the caller's only tenant; ``None`` (operator staff
+    only) when it spans tenants.  Never a tenant outside ``scope``: a filter
+    naming another tenant matches nothing and writes nothing into its log."""
+    if filter.tenant_id is not None and scope.allows(filter.tenant_id):
+        return filter.tenant_id
+    tenants = {r["tenant_id"] for r in result.replayed if r and r.get("tenant_id")}
+    if len(tenants) == 1:
+        return tenants.pop()
+    if not tenants and not scope.all and len(scope.ids) == 1:
+        return scope.ids[0]
+    return None
 
 
 # ---------------------------------------------------------------- resolutions
@@ -328,7 +363,8 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
     """Mark a dead job ``resolved`` or ``ignored`` with a reason; audited as ``job.resolve``.
 
     The dead job row is not touched: a ``job_resolutions`` row records the
-    decision (one per job).  Idempotent on ``request_key``.  Raises
+    decision (one per job).  Idempotent on ``request_key`` (a key used for
+    another job raises ``request_key_reused``).  Raises
     :class:`~opsboard.queue.QueueError`: ``reason_required``, ``invalid_resolution``,
     ``not_found``, ``invalid_status`` (not dead), ``already_resolved``.
     """
@@ -341,6 +377,8 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
         if request_key:
             previous = audit.find_by_request_key(conn, "job.resolve", request_key)
             if previous:
+                if previous["target_id"] != str(_uuid_or_none(job_id)):
+                    raise QueueError("this request key was used to resolve another job", "request_key_reused")
                 return db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {}
         job = queue.get_job(conn, job_id, scope)
         if job is None:

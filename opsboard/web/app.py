@@ -60,7 +60,22 @@ def create_app(test_config: dict | None = None) -> Flask:
         with get_db().connection() as conn:
             return load_principal(conn, user_id)
 
+    @login.unauthorized_handler
+    def _unauthorized():
+        """Browsers go to the sign-in page; JSON and htmx clients get a 401 with
+        an error code (htmx then loads the sign-in page through HX-Redirect
+        instead of swapping it into a table)."""
+        from flask import flash, redirect, request
+        from flask_login import login_url
+
+        if errors.wants_json() or request.headers.get("HX-Request"):
+            return errors.error_response(401, "unauthorized", "Sign in to continue.",
+                                         {"HX-Redirect": login_url(login.login_view)})
+        flash(login.login_message, category=login.login_message_category)
+        return redirect(login_url(login.login_view, next_url=request.url))
+
     app.before_request(security.assign_request_id)
+    app.before_request(security.reject_nul)
     app.before_request(security.check_csrf)
     app.after_request(security.security_headers)
     errors.register(app)

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from flask import Blueprint, render_template, request
 
 from .. import audit
+from . import forms
 from .app import get_db
 from .errors import ApiError
 from .security import current_scope, requires
@@ -16,36 +17,31 @@ bp = Blueprint("audit", __name__, url_prefix="/audit")
 PAGE_SIZE = 50
 
 
-def _date(name: str) -> datetime | None:
-    raw = request.args.get(name, "").strip()
+#: The page's query arguments: what its links carry (the cursor is added apart).
+PAGE_ARGS = ("actor", "action", "target_type", "target_id", "since", "until")
+
+
+def _cursor(raw: str) -> tuple[datetime, uuid.UUID] | None:
+    """The ``after`` cursor of a previous page: ``<at ISO>_<id>``."""
     if not raw:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        at, rid = raw.split("_", 1)
+        moment = datetime.fromisoformat(at)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)), uuid.UUID(rid)
     except ValueError:
-        raise ApiError(400, "invalid_date", f"{name} must be a date like 2026-11-29") from None
-    # The page shows UTC; a date without an offset means UTC too, whatever the
-    # database session's TimeZone is.
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+        raise ApiError(400, "invalid_cursor", "after must be a cursor from a previous page") from None
 
 
 def _filters() -> dict:
-    since, until = _date("since"), _date("until")
+    # The page shows UTC; a date without an offset means UTC too, whatever the
+    # database session's TimeZone is (forms.arg_time).
+    since, until = forms.arg_time("since"), forms.arg_time("until")
     if until is not None and len(request.args.get("until", "").strip()) == 10:
         until = until + timedelta(days=1)  # a plain date includes that whole day
-    cursor = None
-    raw_cursor = request.args.get("after", "")
-    if raw_cursor:
-        try:
-            at, rid = raw_cursor.split("_", 1)
-            cursor = (datetime.fromisoformat(at), uuid.UUID(rid))
-        except ValueError:
-            raise ApiError(400, "invalid_cursor", "after must be a cursor from a previous page") from None
-    return {"actor": request.args.get("actor", "").strip() or None,
-            "action": request.args.get("action", "").strip() or None,
-            "target_type": request.args.get("target_type", "").strip() or None,
-            "target_id": request.args.get("target_id", "").strip() or None,
-            "since": since, "until": until, "after": cursor}
+    return {"actor": forms.arg_text("actor"), "action": forms.arg_text("action"),
+            "target_type": forms.arg_text("target_type"), "target_id": forms.arg_text("target_id", max_len=500),
+            "since": since, "until": until, "after": _cursor(request.args.get("after", "").strip())}
 
 
 def _page():
@@ -58,7 +54,7 @@ def _page():
     for row in rows:  # shown as "When (UTC)"; the same instant, so the cursor is unchanged
         row["at"] = row["at"].astimezone(timezone.utc)
     next_cursor = f"{rows[-1]['at'].isoformat()}_{rows[-1]['id']}" if more and rows else None
-    args = {k: v for k, v in request.args.items() if k != "after"}
+    args = forms.link_args(PAGE_ARGS)
     return {"rows": rows, "next_cursor": next_cursor, "args": args, "actions": actions}
 
 

@@ -14,6 +14,9 @@ from .security import current_scope, requires
 bp = Blueprint("deadletters", __name__, url_prefix="/dead")
 bp.context_processor(forms.form_globals)
 
+#: The page's query arguments: what its links and HX-Push-Url carry.
+PAGE_ARGS = ("queue", "tenant_id", "show")
+
 
 def _context() -> dict:
     queue_name = (request.args.get("queue") or "").strip() or None
@@ -27,7 +30,7 @@ def _context() -> dict:
                                               include_handled=include_handled)
         tenants = dashboard.tenant_options(conn, scope)
     return {"groups": groups, "queues": QUEUE_NAMES, "tenants": tenants,
-            "args": {k: v for k, v in request.args.items() if v},
+            "args": forms.link_args(PAGE_ARGS),
             "queue_name": queue_name, "tenant_id": tenant_id, "include_handled": include_handled,
             "total_open": sum(g["open"] for g in groups)}
 
@@ -42,5 +45,5 @@ def index():
 @requires("jobs.view")
 def groups():
     response = make_response(render_template("deadletters/_groups.html", **_context()))
-    response.headers["HX-Push-Url"] = url_for("deadletters.index", **{k: v for k, v in request.args.items() if v})
+    response.headers["HX-Push-Url"] = url_for("deadletters.index", **forms.link_args(PAGE_ARGS))
     return response

@@ -55,5 +55,7 @@ def register(app) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        from flask import g
+        log.exception("unhandled error on %s %s", request.method, request.path,
+                      extra={"request_id": getattr(g, "request_id", None)})
         return error_response(500, "internal_error", "Something went wrong; the error was logged.")

@@ -11,6 +11,7 @@ return another user's result.
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from datetime import datetime, timezone
 
@@ -32,6 +33,11 @@ _STATUS = {"not_found": 404, "reason_required": 400, "invalid_filter": 400, "sea
            "request_key_reused": 409}
 
 MAX_REASON = 2000
+#: Time filters outside this range are refused: no job, attempt or audit row
+#: can be older than UUIDv7 ids (1970), and the far end leaves room for the
+#: clock-skew slack and "whole day" arithmetic without overflowing datetime.
+MIN_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_TIME = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
 
 def request_key_field() -> Markup:
@@ -46,7 +52,9 @@ def form_globals() -> dict:
 def reason() -> str:
     """The action's reason: required, trimmed, at most MAX_REASON characters."""
     text = (request.form.get("reason") or "").strip()
-    if not text:
+    # A reason of only invisible characters (zero-width spaces, direction
+    # marks) is no reason; Persian text keeps its ZWNJ between letters.
+    if not any(unicodedata.category(c)[0] not in "CZ" for c in text):
         raise ApiError(400, "reason_required", "Give a reason: it is kept in the audit log.")
     if len(text) > MAX_REASON:
         raise ApiError(400, "reason_too_long", f"Keep the reason under {MAX_REASON} characters.")
@@ -70,6 +78,26 @@ def core_error(exc: QueueError) -> ApiError:
     return ApiError(_STATUS.get(exc.code, 400), exc.code, str(exc))
 
 
+def arg_text(name: str, source=None, max_len: int = 200) -> str | None:
+    """A free-text argument, trimmed; ``None`` when empty; 400 when longer than ``max_len``."""
+    value = ((source or request.args).get(name) or "").strip()
+    if len(value) > max_len:
+        raise ApiError(400, "invalid_filter", f"{name} is too long (at most {max_len} characters)")
+    return value or None
+
+
+def link_args(allowed, source=None, *, drop=()) -> dict[str, str]:
+    """The request's non-empty arguments named in ``allowed`` (minus ``drop``),
+    to carry into pager links and HX-Push-Url.
+
+    Never the raw argument dict: ``url_for(**args)`` would take keys such as
+    ``_scheme``, ``_external`` or ``_method`` as build options (a
+    ``javascript:`` link, a 500) instead of query arguments.
+    """
+    source = source or request.args
+    return {k: source.get(k) for k in allowed if k not in drop and source.get(k)}
+
+
 def arg_uuid(name: str, source=None) -> uuid.UUID | None:
     raw = ((source or request.args).get(name) or "").strip()
     if not raw:
@@ -89,7 +117,10 @@ def arg_time(name: str, source=None) -> datetime | None:
         value = datetime.fromisoformat(raw)
     except ValueError:
         raise ApiError(400, "invalid_date", f"{name} must be a date like 2026-11-29 or 2026-11-29T14:30") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if not MIN_TIME <= value < MAX_TIME:
+        raise ApiError(400, "invalid_date", f"{name} must be between 1970 and 9998")
+    return value
 
 
 def render_result(partial: str, status: int = 200, **context):

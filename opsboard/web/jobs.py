@@ -26,22 +26,21 @@ STATUSES = [s.value for s in JobStatus]
 BULK_LIMIT = 1000
 
 
-def _text(name: str, source=None, max_len: int = 200) -> str | None:
-    value = ((source or request.args).get(name) or "").strip()
-    if len(value) > max_len:
-        raise ApiError(400, "invalid_filter", f"{name} is too long")
-    return value or None
+#: The job list's query arguments: what its links and HX-Push-Url carry.
+LIST_ARGS = ("queue", "type", "tenant_id", "status", "error_code", "correlation_id", "event_id", "since", "until",
+             "q", "before")
 
 
 def _filter() -> dashboard.JobFilter:
-    queue_name = _text("queue")
+    queue_name = forms.arg_text("queue")
     if queue_name is not None and queue_name not in QUEUE_NAMES:
         raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
     f = dashboard.JobFilter(
-        queue=queue_name, type=_text("type"), tenant_id=forms.arg_uuid("tenant_id"), status=_text("status"),
-        error_code=_text("error_code"), correlation_id=_text("correlation_id"),
+        queue=queue_name, type=forms.arg_text("type"), tenant_id=forms.arg_uuid("tenant_id"),
+        status=forms.arg_text("status"),
+        error_code=forms.arg_text("error_code"), correlation_id=forms.arg_text("correlation_id"),
         event_id=forms.arg_uuid("event_id"), since=forms.arg_time("since"), until=forms.arg_time("until"),
-        search=_text("q"), before=forms.arg_uuid("before"))
+        search=forms.arg_text("q"), before=forms.arg_uuid("before"))
     try:
         return f.validate()
     except QueueError as exc:
@@ -54,7 +53,7 @@ def _list_context() -> dict:
     with get_db().connection() as conn:
         page = dashboard.list_jobs(conn, scope, f)
         tenants = dashboard.tenant_options(conn, scope)
-    args = {k: v for k, v in request.args.items() if k != "before" and v}
+    args = forms.link_args(LIST_ARGS, drop=("before",))
     return {"page": page, "filter": f, "args": args, "tenants": tenants, "statuses": STATUSES,
             "queues": QUEUE_NAMES, "types": sorted({jt.name for jt in jobtypes.all_types()})}
 
@@ -70,7 +69,7 @@ def index():
 def rows():
     response = make_response(render_template("jobs/_rows.html", **_list_context()))
     # The address bar shows the page, not the partial: reloading it works.
-    response.headers["HX-Push-Url"] = url_for("jobs.index", **{k: v for k, v in request.args.items() if v})
+    response.headers["HX-Push-Url"] = url_for("jobs.index", **forms.link_args(LIST_ARGS))
     return response
 
 
@@ -150,12 +149,12 @@ def cancel(job_id):
 
 
 def _dead_filter(source) -> queue.DeadFilter:
-    queue_name = _text("queue", source)
+    queue_name = forms.arg_text("queue", source)
     if queue_name is not None and queue_name not in QUEUE_NAMES:
         raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
-    return queue.DeadFilter(type=_text("type", source), queue=queue_name,
+    return queue.DeadFilter(type=forms.arg_text("type", source), queue=queue_name,
                             tenant_id=forms.arg_uuid("tenant_id", source),
-                            error_code=_text("error_code", source), open_only=True)
+                            error_code=forms.arg_text("error_code", source), open_only=True)
 
 
 @bp.route("/replay-many/confirm")

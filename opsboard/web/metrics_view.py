@@ -5,14 +5,13 @@ configured token, a signed-in user with ``jobs.view`` may read it.
 """
 from __future__ import annotations
 
-import hmac
-
 from flask import Blueprint, Response, request
 from flask_login import current_user
 
 from .. import metrics
 from .app import get_config, get_db
 from .errors import ApiError
+from .security import same_secret
 
 bp = Blueprint("metrics", __name__)
 
@@ -21,7 +20,7 @@ bp = Blueprint("metrics", __name__)
 def exposition():
     token = get_config().metrics_token
     sent = request.headers.get("Authorization", "")
-    if token and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:], token):
+    if token and sent.startswith("Bearer ") and same_secret(token, sent[7:]):
         pass
     elif current_user.is_authenticated and current_user.has("jobs.view") and current_user.scope("jobs.view").all:
         pass

@@ -38,13 +38,40 @@ def check_csrf() -> None:
         return
     expected = session.get("_csrf")
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
-    if not expected or not sent or not hmac.compare_digest(str(expected), str(sent)):
+    if not expected or not sent or not same_secret(str(expected), str(sent)):
         raise ApiError(400, "csrf_invalid", "The form expired or did not come from this site; reload the page and try again.")
+
+
+def same_secret(expected: str, sent: str) -> bool:
+    """Constant-time comparison of two secrets, whatever characters ``sent`` holds.
+
+    ``hmac.compare_digest`` raises TypeError on a str with non-ASCII
+    characters: compared as UTF-8 bytes instead, a stray "é" is a mismatch,
+    not a 500.
+    """
+    return hmac.compare_digest(expected.encode("utf-8", "surrogatepass"), sent.encode("utf-8", "surrogatepass"))
+
+
+def reject_nul() -> None:
+    """400 for a NUL character in any query or form argument.
+
+    PostgreSQL text cannot hold NUL: psycopg would refuse the value deep in a
+    query and the user would see a 500.  Checked once here, for every route.
+    """
+    for source in (request.args, request.form if request.method not in _SAFE_METHODS else None):
+        if source is None:
+            continue
+        for key, values in source.lists():
+            if "\x00" in key or any("\x00" in v for v in values):
+                raise ApiError(400, "invalid_input", "The request holds a NUL character; remove it and try again.")
 
 
 def assign_request_id() -> None:
     incoming = request.headers.get("X-Request-Id", "")
-    g.request_id = incoming if 0 < len(incoming) <= 64 and incoming.replace("-", "").isalnum() else uuid.uuid4().hex
+    # ASCII letters, digits and dashes only: the id is echoed in a header and
+    # written to logs and audit rows.
+    plain = incoming.replace("-", "")
+    g.request_id = incoming if 0 < len(incoming) <= 64 and plain.isascii() and plain.isalnum() else uuid.uuid4().hex
 
 
 def security_headers(response):
@@ -55,7 +82,10 @@ def security_headers(response):
     response.headers.setdefault(
         "Content-Security-Policy",
         "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-        "script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+        "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+    if not request.path.startswith("/static/"):
+        # Pages hold tenant data: no copy in shared caches or on disk after sign-out.
+        response.headers.setdefault("Cache-Control", "no-store")
     if current_app.config.get("SESSION_COOKIE_SECURE"):
         response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
     return response

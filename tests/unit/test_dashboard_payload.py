@@ -16,8 +16,9 @@ def test_keys_kept_values_redacted():
 def test_secret_sounding_keys_are_redacted_whatever_the_value():
     out = redact_payload({"password": "x", "client_secret": 12, "Authorization": "Basic abc", "otp": "1234",
                           "secrets": {"a": "plain"}})
+    # Under a secret-sounding key, nested values are secrets too: keys kept, values redacted.
     assert out == {"password": "[redacted]", "client_secret": "[redacted]", "Authorization": "[redacted]",
-                   "otp": "[redacted]", "secrets": {"a": "plain"}}
+                   "otp": "[redacted]", "secrets": {"a": "[redacted]"}}
 
 
 def test_persian_text_and_digits_are_kept_unless_redacted():
@@ -51,3 +52,13 @@ def test_cut_on_a_character_boundary():
     cut, was_cut = cut_utf8(text, 4095)
     assert was_cut and len(cut.encode()) == 4094 and cut == "آ" * 2047
     assert cut_utf8("short", 4096) == ("short", False)
+
+
+def test_values_nested_under_a_secret_key_are_redacted_at_any_depth():
+    out = redact_payload({"credentials": {"user": "bob", "value": "hunter2"},
+                          "secret": ["x1", {"k": "hunter3"}], "api_key": {"primary": "k1", "n": 7},
+                          "note": {"text": "fine"}, "token": None})
+    assert out == {"credentials": {"user": "[redacted]", "value": "[redacted]"},
+                   "secret": ["[redacted]", {"k": "[redacted]"}], "api_key": {"primary": "[redacted]", "n": "[redacted]"},
+                   "note": {"text": "fine"}, "token": None}
+    assert "hunter" not in payload_text({"auth": {"basic": {"password_hint": "hunter2", "user": "bob"}}})
