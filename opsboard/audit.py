@@ -72,6 +72,6 @@ def list_records(conn: psycopg.Connection, scope: TenantScope, *, actor: str | N
     })
 
 
-def actions(conn: psycopg.Connection) -> list[str]:
-    """Every action name recorded so far."""
-    return [r["action"] for r in db.all_rows(conn, "audit_action_list")]
+def actions(conn: psycopg.Connection, scope: TenantScope) -> list[str]:
+    """Every action name recorded so far inside ``scope``."""
+    return [r["action"] for r in db.all_rows(conn, "audit_action_list", scope.params)]

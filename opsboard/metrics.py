@@ -206,7 +206,8 @@ def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
         if r["oldest_ready"] is not None:
             age = max(0.0, (now - r["oldest_ready"]).total_seconds())
             tb.oldest_age_seconds = max(tb.oldest_age_seconds or 0.0, age)
-    running = db.all_rows(conn, "metrics_running_by_tenant")
+    # Shares among the tenants in scope only: a tenant's staff learn nothing of the others.
+    running = [r for r in db.all_rows(conn, "metrics_running_by_tenant") if scope.allows(r["tenant_id"])]
     total = sum(int(r["running"]) for r in running) or 0
     live: dict = {}
     for r in running:

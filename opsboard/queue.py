@@ -200,19 +200,23 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
            scope: TenantScope = ALL_TENANTS, request_key: str | None = None, now: datetime | None = None) -> dict:
     """Cancel a pending or retryable job; with an ``actor``, audited.  Returns the job."""
     with conn.transaction():
-        if actor is not None and request_key:
-            previous = audit.find_by_request_key(conn, "job.cancel", request_key)
-            if previous:
-                return get_job(conn, previous["target_id"], scope) or {}
         try:
             jid = uuid.UUID(str(job_id))
         except ValueError:
             raise QueueError("no such job", "not_found") from None
         # Locked first: the audit row records the status actually cancelled
-        # (pending or retryable), and no claim can take the job meanwhile.
+        # (pending or retryable), no claim can take the job meanwhile, and an
+        # identical request arriving at the same moment waits here, then finds
+        # the first one's audit row below and returns its result.
         current = db.one(conn, "job_get_for_update", {"id": jid, **scope.params})
         if current is None:
             raise QueueError("no such job", "not_found")
+        if actor is not None and request_key:
+            previous = audit.find_by_request_key(conn, "job.cancel", request_key)
+            if previous:
+                if previous["target_id"] != str(jid):
+                    raise QueueError("this request key was used to cancel another job", "request_key_reused")
+                return get_job(conn, jid, scope) or {}
         row = db.one(conn, "job_cancel", {"id": jid, "now": now, **scope.params})
         if row is None:
             raise QueueError(f"only pending or retryable jobs can be cancelled; this one is {current['status']}",

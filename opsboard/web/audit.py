@@ -48,7 +48,7 @@ def _page():
     filters = _filters()
     with get_db().connection() as conn:
         rows = audit.list_records(conn, current_scope("audit.view"), limit=PAGE_SIZE + 1, **filters)
-        actions = audit.actions(conn)
+        actions = audit.actions(conn, current_scope("audit.view"))
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     for row in rows:  # shown as "When (UTC)"; the same instant, so the cursor is unchanged

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from opsboard import audit, metrics
+from opsboard import audit, auth, metrics
 from opsboard.db import Database
 from tests.conftest import connect, csrf_from, make_config
 from tests.support import dashboard as seed
@@ -266,7 +266,7 @@ def test_tenant_scoped_ops_never_reach_another_tenants_rows(client, login_as, db
         assert r.status_code == 404, path
         assert not [s for s in secrets if s in r.get_data(as_text=True)], path
     for path in (f"/jobs/?tenant_id={beta}", f"/jobs/?event_id={uuid.uuid4()}", f"/dead/?tenant_id={beta}",
-                 f"/audit/?target_id={pending}", "/audit/", "/jobs/", "/dead/", "/workers/", "/alerts/",
+                 f"/audit/?target_id={pending}", "/audit/", "/jobs/", "/dead/", "/alerts/",
                  "/tenants/", "/queues/", "/alerts/_banner"):
         r = client.get(path)
         assert r.status_code == 200, path
@@ -324,3 +324,26 @@ def test_home_page_marks_user_text_direction(client, login_as, db):
     db.execute("UPDATE tenants SET name = 'شرکت نمونه' WHERE slug = 'persian-co'")
     html = client.get("/").get_data(as_text=True)
     assert '<span dir="auto">شرکت نمونه</span>' in html
+
+
+def test_workers_page_is_for_platform_staff_only(app, client, login_as):
+    login_as("ops", tenant="acme-only", operator=False)
+    r = client.get("/workers/", headers={"Accept": "application/json"})
+    assert r.status_code == 403 and r.json["error"] == "platform_staff_only"
+    assert client.get("/workers/_list").status_code == 403
+
+
+def test_running_share_counts_only_tenants_in_scope(app, client, login_as):
+    from opsboard import metrics, queue
+    from opsboard.auth import TenantScope
+    from tests.conftest import connect
+    with connect(app.extensions["test_db_url"]) as c:
+        mine = auth.ensure_tenant(c, "mine")["id"]
+        other = auth.ensure_tenant(c, "other")["id"]
+        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in (mine, other, other, other)])
+        queue.claim_batch(c, "default", "w", 10, 30)
+        metrics.sample_depth(c)
+        rows = metrics.tenant_backlog(c, TenantScope(all=False, ids=(mine,)))
+        assert [r.slug for r in rows] == ["mine"] and rows[0].running_share == 1.0
+        everyone = {r.slug: r.running_share for r in metrics.tenant_backlog(c, TenantScope(all=True))}
+        assert everyone == {"mine": 0.25, "other": 0.75}
