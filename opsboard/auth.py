@@ -217,7 +217,7 @@ def authenticate(conn: psycopg.Connection, email: str, password: str, address: s
     counts = db.one(conn, "login_failure_counts", params)
     if counts["account"] >= max_account or counts["address"] >= max_address:
         newest = counts["newest"]
-        current = now or conn.execute("SELECT now() AS n").fetchone()["n"]
+        current = db.now(conn, now)
         retry = max(1, int(window_seconds - (current - newest).total_seconds())) if newest else window_seconds
         raise LoginThrottled(retry)
     user = db.one(conn, "user_get_by_email", {"email": email}) if email else None

@@ -79,6 +79,11 @@ def all_rows(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | No
     return conn.execute(queries[name], params or {}).fetchall()
 
 
+def now(conn: psycopg.Connection, at=None):
+    """The database's clock, or ``at`` when a test injects one."""
+    return conn.execute(queries["clock_now"], {"now": at}).fetchone()["now"]
+
+
 def describe_target(url: str) -> str:
     """``host:port/dbname`` of a connection string, without user or password."""
     try:

@@ -99,7 +99,7 @@ def sample_depth(conn: psycopg.Connection, now: datetime | None = None) -> int:
 
 
 def db_now(conn: psycopg.Connection, now: datetime | None = None) -> datetime:
-    return db.one(conn, "metrics_now", {"now": now})["now"]
+    return db.now(conn, now)
 
 
 def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | None = None,

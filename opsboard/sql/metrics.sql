@@ -56,7 +56,3 @@ FROM job_stats GROUP BY queue, type;
 SELECT id, hostname, pid, queues, state, is_leader, running_jobs, started_at, last_seen_at,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - last_seen_at) AS silent_seconds
 FROM workers ORDER BY started_at;
-
--- name: metrics_now
--- The database's clock.
-SELECT coalesce(%(now)s::timestamptz, now()) AS now;

@@ -37,7 +37,7 @@ class Pruner:
         self.interval = config.interval
 
     def run_once(self, conn, now: datetime | None = None) -> int:
-        current = now or conn.execute("SELECT now() AS n").fetchone()["n"]
+        current = db.now(conn, now)
         cutoff = current - timedelta(days=self.config.retention_days)
         total = 0
         while True:
