@@ -303,11 +303,13 @@ def dead_letter_groups(conn: psycopg.Connection, scope: TenantScope, *, queue_na
 
 
 def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> int:
-    """How many dead jobs :func:`opsboard.queue.replay_many` would replay with ``filter``."""
-    return _rows(conn, "dashboard_dead_count", {
+    """How many dead jobs match ``filter`` (what :func:`opsboard.queue.replay_many` would replay,
+    up to its limit): the same query, asked for one row and its count."""
+    rows = _rows(conn, "job_dead_select", {
         **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
         "error_code": filter.error_code, "since": filter.since, "until": filter.until,
-        "open_only": filter.open_only})[0]["n"]
+        "open_only": filter.open_only, "limit": 1})
+    return int(rows[0]["matched"]) if rows else 0
 
 
 def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter, actor: audit.Actor,

@@ -439,6 +439,7 @@ class DeadFilter:
 @dataclass
 class BulkReplay:
     replayed: list[dict] = field(default_factory=list)
+    #: All dead jobs matching the filter; at most ``limit`` of them were replayed.
     matched: int = 0
 
 
@@ -452,7 +453,7 @@ def replay_many(conn: psycopg.Connection, filter: DeadFilter, actor: audit.Actor
         **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
         "error_code": filter.error_code, "since": filter.since, "until": filter.until,
         "open_only": filter.open_only, "limit": limit})
-    result = BulkReplay(matched=len(rows))
+    result = BulkReplay(matched=rows[0]["matched"] if rows else 0)
     for r in rows:
         key = f"{request_key}:{r['id']}" if request_key else None
         result.replayed.append(replay(conn, r["id"], actor, reason, key, scope=scope))

@@ -81,22 +81,6 @@ HAVING %(include_handled)s OR count(*) FILTER (WHERE open) > 0
 ORDER BY coalesce(max(finished_at) FILTER (WHERE open), max(finished_at)) DESC NULLS LAST, type, last_error_code
 LIMIT %(limit)s;
 
--- name: dashboard_dead_count
--- How many dead jobs a bulk replay with this filter would replay: the same
--- predicate as job_dead_select (jobs.sql), kept in step with it by a test.
-SELECT count(*) AS n FROM jobs
-WHERE status = 'dead'
-  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(type)s::text IS NULL OR type = %(type)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR finished_at < %(until)s)
-  AND (NOT %(open_only)s OR (
-        NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
-        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)));
-
 -- name: job_resolution_insert
 -- Record the decision about a dead job; nothing when one exists already.
 INSERT INTO job_resolutions (job_id, resolution, reason, actor, actor_id)

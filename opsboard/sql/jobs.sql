@@ -287,8 +287,10 @@ SELECT count(*) AS n FROM gone;
 DELETE FROM job_stats WHERE minute < %(cutoff)s::timestamptz;
 
 -- name: job_dead_select
--- Dead jobs matching a filter, for bulk replay.
-SELECT id FROM jobs
+-- Dead jobs matching a filter, for bulk replay (at most %(limit)s), with the
+-- number of all matching jobs (the window runs before the limit): the
+-- dashboard's confirmation asks for limit 1 and reads only the count.
+SELECT id, count(*) OVER () AS matched FROM jobs
 WHERE status = 'dead'
   AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
   AND (%(type)s::text IS NULL OR type = %(type)s)

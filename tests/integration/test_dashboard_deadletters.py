@@ -84,7 +84,7 @@ def test_tenant_scoped_user_sees_their_dead_letters_only(client, login_as, seede
 
 
 def test_dead_count_matches_what_bulk_replay_selects(conn):
-    """dashboard_dead_count and jobs.sql's job_dead_select share one predicate."""
+    """The confirmation's count is what bulk replay selects (one query serves both)."""
     t1, t2 = seed.tenant(conn), seed.tenant(conn)
     a = seed.jobs(conn, t1, 3, "test.permanent")
     b = seed.jobs(conn, t2, 2, "test.raise")

@@ -141,7 +141,8 @@ def test_replay_many_by_filter_with_counts(conn, tenant, make_tenant, t0):
                                scope=auth.TenantScope(all=False, ids=(other["id"],)))
     assert scoped.matched == 1 and scoped.replayed[0]["tenant_id"] == other["id"]
     limited = queue.replay_many(conn, DeadFilter(error_code="http_410"), OPS, "limited", "bulk-4", limit=1)
-    assert limited.matched == 1 and len(limited.replayed) == 1
+    # matched counts every matching dead job; the limit bounds what is replayed.
+    assert limited.matched == 2 and len(limited.replayed) == 1
     none = queue.replay_many(conn, DeadFilter(type="test.nothing"), OPS, "nothing", "bulk-5")
     assert (none.matched, none.replayed) == (0, [])
 
