@@ -219,6 +219,18 @@ def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
     return sorted(tenants.values(), key=lambda t: (-(t.depth["pending"] + t.depth["retryable"]), t.name))
 
 
+def tenant_detail(conn: psycopg.Connection, scope: TenantScope, tenant_id, now: datetime | None = None) -> dict | None:
+    """One tenant inside ``scope``: its row, backlog summary and depth per queue, type and status."""
+    if not scope.allows(tenant_id):
+        return None
+    tenant = db.one(conn, "tenant_get_visible", {**scope.params, "id": tenant_id})
+    if tenant is None:
+        return None
+    summary = tenant_backlog(conn, scope, now, tenant_id=tenant_id)
+    parts = db.all_rows(conn, "metrics_depth_by_tenant_queue_type", {**scope.params, "tenant_id": tenant_id})
+    return {"tenant": tenant, "summary": summary[0] if summary else None, "parts": parts}
+
+
 def workers(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]:
     """Registered worker processes with the seconds since their last heartbeat."""
     return db.all_rows(conn, "metrics_workers_live", {"now": now})

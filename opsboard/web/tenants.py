@@ -6,7 +6,6 @@ import uuid
 from flask import Blueprint, render_template
 
 from .. import metrics
-from ..auth import TenantScope
 from .app import get_db
 from .errors import ApiError
 from .security import current_scope, requires
@@ -14,20 +13,21 @@ from .security import current_scope, requires
 bp = Blueprint("tenants", __name__, url_prefix="/tenants")
 
 
+def _backlog() -> dict:
+    with get_db().connection() as conn:
+        return {"rows": metrics.tenant_backlog(conn, current_scope("tenants.view"))}
+
+
 @bp.route("/")
 @requires("tenants.view")
 def index():
-    with get_db().connection() as conn:
-        rows = metrics.tenant_backlog(conn, current_scope("tenants.view"))
-    return render_template("tenants/index.html", rows=rows)
+    return render_template("tenants/index.html", **_backlog())
 
 
 @bp.route("/_backlog")
 @requires("tenants.view")
 def backlog():
-    with get_db().connection() as conn:
-        rows = metrics.tenant_backlog(conn, current_scope("tenants.view"))
-    return render_template("tenants/_backlog.html", rows=rows)
+    return render_template("tenants/_backlog.html", **_backlog())
 
 
 @bp.route("/<tenant_id>")
@@ -37,14 +37,8 @@ def detail(tenant_id: str):
         tid = uuid.UUID(tenant_id)
     except ValueError:
         raise ApiError(404, "not_found", "No such tenant.") from None
-    scope = current_scope("tenants.view")
-    if not scope.allows(tid):
-        raise ApiError(404, "not_found", "No such tenant.")
     with get_db().connection() as conn:
-        rows = metrics.tenant_backlog(conn, scope, tenant_id=tid)
-        from .. import db
-        parts = db.all_rows(conn, "metrics_depth_by_tenant_queue_type", {**scope.params, "tenant_id": tid})
-        tenant = db.one(conn, "tenant_get_visible", {**scope.params, "id": tid})
-    if tenant is None:
+        found = metrics.tenant_detail(conn, current_scope("tenants.view"), tid)
+    if found is None:
         raise ApiError(404, "not_found", "No such tenant.")
-    return render_template("tenants/detail.html", tenant=tenant, summary=rows[0] if rows else None, parts=parts)
+    return render_template("tenants/detail.html", **found)
