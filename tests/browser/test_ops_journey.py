@@ -8,6 +8,7 @@ tmp_path and are copied to test-output/ (gitignored).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from datetime import timedelta
@@ -43,6 +44,9 @@ def server(app):
 @pytest.fixture
 def browser():
     if not Path(CHROMIUM).exists():
+        # .ci/run installs chromium: under CI a missing browser is a failure, never a silent skip.
+        if os.environ.get("CI"):
+            pytest.fail("Debian's chromium is missing under CI; .ci/run should have installed it")
         pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
