@@ -78,6 +78,10 @@ class Config:
     login_window_seconds: int = 900
     #: Bearer token that lets a scraper read /metrics without a session (empty: sign-in needed).
     metrics_token: str = ""
+    #: Report results and attachments (local storage); None: <instance_dir>/storage.
+    storage_dir: Path | None = None
+    #: Most source rows one report chunk reads (and holds) at once.
+    report_chunk_rows: int = 50_000
 
     @property
     def pgdata(self) -> Path:
@@ -126,6 +130,8 @@ class Config:
             login_max_failures_address=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ADDRESS", 20, 1, 10000),
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
             metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
+            storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
+            report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
         )
 
     def require_secret(self) -> None:

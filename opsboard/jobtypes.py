@@ -265,3 +265,6 @@ define("diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((
 define("diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0,
        fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
        max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")
+
+# Built-in job types that live with their feature (reports: request, chunk, assemble, scheduled).
+from . import reports as _reports  # noqa: E402,F401

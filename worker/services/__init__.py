@@ -59,6 +59,7 @@ def default_services(config: Config) -> list:
     from .expiry import Expiry
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper
+    from .scheduler import Scheduler
 
     return [Reaper(), Expiry(), DepthSampler(), Pruner(PrunerConfig(retention_days=config.retention_days)),
-            Alerts()]
+            Alerts(), Scheduler()]
