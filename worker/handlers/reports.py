@@ -68,7 +68,7 @@ def assemble(job):
 
 
 def scheduled(job):
-    """A schedule slot for this tenant: make its run (once) and plan it."""
+    """A schedule slot for this tenant: make its run (once per slot) and enqueue its request job."""
     p = job.payload
     try:
         with job.connection() as conn:
