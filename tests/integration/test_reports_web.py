@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import re
-import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 
