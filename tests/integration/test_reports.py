@@ -213,3 +213,23 @@ def test_schedule_slot_in_its_time_zone():
     assert slot.astimezone(timezone.utc) == datetime(2026, 3, 10, 22, 0, tzinfo=timezone.utc)
     assert nightly.slot_at_or_before(datetime(2026, 3, 10, 21, 59, 59, tzinfo=timezone.utc)).day == 10
     assert nightly.next_slot_after(slot) - slot == timedelta(days=1)
+
+
+def test_a_scheduled_slot_makes_one_run_whoever_runs_it_twice(conn, tenant):
+    import contextlib
+    from types import SimpleNamespace
+
+    from opsboard import retry
+    from worker.handlers import reports as handlers
+
+    nightly = next(s for s in schedules.all_schedules() if s.name == "reports.nightly_activity")
+    slot = nightly.slot_at_or_before(datetime(2026, 3, 10, 23, 0, tzinfo=timezone.utc))
+    job = SimpleNamespace(payload=nightly.payload(slot, tenant), tenant_id=tenant["id"],
+                          connection=lambda: contextlib.nullcontext(conn))
+    first, again = handlers.scheduled(job), handlers.scheduled(job)
+    assert isinstance(first, retry.Success) and first.ref == again.ref
+    run = conn.execute("SELECT * FROM report_runs WHERE tenant_id = %s", (tenant["id"],)).fetchall()
+    assert len(run) == 1 and run[0]["requested_label"] == "schedule:reports.nightly_activity"
+    assert run[0]["params"] == {"date_from": "2026-03-10", "date_to": "2026-03-10", "time_zone": "Asia/Tehran"}
+    assert conn.execute("SELECT count(*) AS n FROM jobs WHERE type = 'reports.request' AND tenant_id = %s",
+                        (tenant["id"],)).fetchone()["n"] == 1
