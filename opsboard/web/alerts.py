@@ -8,7 +8,7 @@ from flask_login import current_user
 from .. import alerts
 from ..queue import QueueError
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from flask import Flask, current_app, g
+from flask import Flask, current_app
 from flask_login import LoginManager
 
 from .. import db as dbmod
 from ..config import STATIC_DIR, TEMPLATES_DIR, Config
 from ..auth import load_principal
 from . import errors, security
+from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +106,3 @@ def audit_target_url(record: dict) -> str | None:
         return None
     return url_for(target[0], **{target[1]: record["target_id"]})
 
-
-def get_db() -> dbmod.Database:
-    return current_app.extensions["opsboard_db"]
-
-
-def get_config() -> Config:
-    return current_app.extensions["opsboard_config"]
-
-
-def request_id() -> str:
-    return getattr(g, "request_id", "")

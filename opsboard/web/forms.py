@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from ..audit import Actor
 from ..queue import QueueError
-from .app import request_id
+from .context import request_id
 from .errors import ApiError
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9-]{8,64}$")

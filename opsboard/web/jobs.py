@@ -14,7 +14,7 @@ from ..config import QUEUE_NAMES
 from ..queue import QueueError
 from ..schema import JobStatus
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 

@@ -196,7 +196,7 @@ def test_concurrent_runs_apply_each_file_once(empty_url):
 # ---------------------------------------------------------------- readiness (/readyz)
 
 def make_app(url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     from tests.conftest import make_config
     database = Database(url, min_size=0, max_size=2).open(check=False)

@@ -7,7 +7,7 @@ and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
 dead letters.  Ctrl-C stops everything.
 
-This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.demo``).
+This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.tools.demo``).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
-from .config import ROOT, Config
-from .jobtypes import Field, define, define_provider
+from ..config import ROOT, Config
+from ..jobtypes import Field, define, define_provider
 
 # ---------------------------------------------------------------- demo job types
 
@@ -74,8 +74,8 @@ def _credentials(config: Config) -> dict:
 
 def seed(url: str, creds: dict) -> dict[str, object]:
     """Create the demo tenants and users (idempotent); returns tenant ids by slug."""
-    from . import auth
-    from .db import connect
+    from .. import auth
+    from ..db import connect
 
     ids = {}
     with connect(url) as conn:
@@ -88,8 +88,8 @@ def seed(url: str, creds: dict) -> dict[str, object]:
 
 def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
     """Enqueue a realistic mix until ``stop``: acme floods in bursts, others trickle."""
-    from . import queue
-    from .db import connect
+    from .. import queue
+    from ..db import connect
 
     rng = random.Random()
     customers = [t for t in tenants if t != "operator"]
@@ -141,9 +141,9 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True) -> int:
-    from .cli import UsageError
-    from .db import resolve_url
-    from .migrate import migrate
+    from ..errors import UsageError
+    from ..db import resolve_url
+    from ..migrate import migrate
 
     if not _port_free(host, port):
         raise UsageError(f"port {port} on {host} is in use; pass --port")
@@ -154,13 +154,13 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
-                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.demo"]),
+                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo"]),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
-                          "--access-logfile", str(logs / "access.log"), "wsgi:app"], cwd=ROOT, env=env,
+                          "--access-logfile", str(logs / "access.log"), "opsboard.web.wsgi:app"], cwd=ROOT, env=env,
                          stderr=open(logs / "web.log", "ab")),
         subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab")),
     ]
