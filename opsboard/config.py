@@ -9,13 +9,25 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field, fields
+from importlib.resources import files
 from pathlib import Path
 
-#: The checkout: templates/, static/ and migrations/ live beside the packages.
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = ROOT / "templates"
-STATIC_DIR = ROOT / "static"
-MIGRATIONS_DIR = ROOT / "migrations"
+_PARENT = Path(__file__).resolve().parent.parent
+#: The source checkout this package runs from (an editable install), or None
+#: when it is installed from a wheel.
+CHECKOUT: Path | None = _PARENT if (_PARENT / "pyproject.toml").is_file() else None
+#: Working folder of the processes that tests, bench and demo start, and parent
+#: of the default instance folder: the checkout, else the current directory.
+ROOT = CHECKOUT or Path.cwd()
+
+
+def resource_dir(name: str) -> Path:
+    """``migrations``, ``templates`` or ``static``: inside the installed package
+    (the wheel carries them there), else beside the packages in a checkout."""
+    packaged = Path(str(files("opsboard") / name))
+    if packaged.is_dir() or CHECKOUT is None:
+        return packaged
+    return CHECKOUT / name
 
 MODES = ("production", "development", "demo", "test")
 

@@ -8,7 +8,7 @@ from flask import Flask, current_app
 from flask_login import LoginManager
 
 from .. import db as dbmod
-from ..config import STATIC_DIR, TEMPLATES_DIR, Config
+from ..config import Config, resource_dir
 from ..auth import load_principal
 from . import errors, security
 from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
@@ -27,7 +27,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     database = test_config.pop("DATABASE", None)
     config.require_secret()
 
-    app = Flask("opsboard", template_folder=str(TEMPLATES_DIR), static_folder=str(STATIC_DIR),
+    app = Flask("opsboard", template_folder=str(resource_dir("templates")),
+                static_folder=str(resource_dir("static")),
                 static_url_path="/static")
     app.config.update(
         SECRET_KEY=config.secret_key,

@@ -7,8 +7,10 @@ import psycopg
 import pytest
 
 from opsboard import migrate as m
-from opsboard.config import MIGRATIONS_DIR
+from opsboard.config import resource_dir
 from tests.conftest import connect, wait_for
+
+MIGRATIONS_DIR = resource_dir("migrations")
 
 
 def write(directory, name, sql):
@@ -118,6 +120,14 @@ def test_failing_migration_leaves_nothing_behind(empty_url, mdir):
     # Fixing the file (it never landed) lets the run continue where it stopped.
     write(mdir, "0002_broken.sql", "CREATE TABLE half (id int);")
     assert [x.version for x in m.migrate(empty_url, mdir, log=quiet)] == [2, 3]
+
+
+def test_no_migration_files_is_an_error_and_touches_nothing(empty_url, mdir):
+    """An install that lost its migrations must never say "up to date"."""
+    write(mdir, "README.md", "not a migration")
+    with pytest.raises(m.MigrationError, match="no migration files in"):
+        m.migrate(empty_url, mdir, log=quiet)
+    assert not table_exists(empty_url, "schema_migrations")
 
 
 @pytest.mark.parametrize("bad", ["1_short.sql", "0001-dash.sql", "0001_Upper.sql", "00001_five.sql",
