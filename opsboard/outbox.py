@@ -235,11 +235,13 @@ def validate_payload(et: EventType, payload: Any) -> str:
                                    "or declare the field pii=True", found[0])
     try:
         text = jobtypes._ENCODER.encode(payload)
-    except (TypeError, ValueError) as exc:
-        raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({exc})", "payload") from None
+        size = len(text.encode())
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({type(exc).__name__})",
+                           "payload") from None
     if "\\u0000" in text:
         raise EventRefused("invalid_payload", f"{et.name}: payload contains a NUL character", "payload")
-    if len(text.encode()) > MAX_PAYLOAD_BYTES:
+    if size > MAX_PAYLOAD_BYTES:
         raise EventRefused("invalid_payload", f"{et.name}: payload is larger than {MAX_PAYLOAD_BYTES} bytes",
                            "payload")
     return text
