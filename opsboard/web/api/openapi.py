@@ -5,7 +5,7 @@ view that answers something undocumented fails the build.
 """
 from __future__ import annotations
 
-from ... import __version__
+from ... import __version__, jobtypes, outbox
 
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
@@ -46,6 +46,43 @@ _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "description": "Makes the POST safe to repeat: the same key and body return the first answer; "
                                "the same key with another body answers 409. Kept 24 hours.",
                 "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _field_schema(spec) -> dict:
+    types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+    names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
+    out: dict = {"type": names[0] if len(names) == 1 else names}
+    if spec.max_length is not None:
+        out["maxLength" if "string" in names else "maxItems"] = spec.max_length
+    if spec.choices is not None:
+        out["enum"] = list(spec.choices)
+    if getattr(spec, "pii", False):
+        out["description"] = "declared personal data"
+    return out
+
+
+def _event_request() -> dict:
+    """One branch per registered (type, version): the payload fields each allows, from the registry."""
+    branches = []
+    for et in outbox.event_types():
+        branches.append({
+            "title": f"{et.name} v{et.version}", "description": et.description,
+            "type": "object", "required": ["type", "aggregate", "payload"], "additionalProperties": False,
+            "properties": {
+                "type": {"const": et.name}, "version": {"const": et.version},
+                "aggregate": {"type": "object", "required": ["type", "id"], "additionalProperties": False,
+                              "properties": {"type": {"const": et.aggregate},
+                                             "id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "payload": {"type": "object", "additionalProperties": False,
+                            "required": [n for n, f in et.fields.items() if f.required],
+                            "properties": {n: _field_schema(f) for n, f in et.fields.items()}},
+                "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}})
+    return {"description": "`version` defaults to the type's latest. Payloads carry ids, no personal data: "
+                           "an email address, phone number or name in an undeclared field is refused (422).",
+            "anyOf": branches}
 
 
 def document() -> dict:
@@ -98,16 +135,7 @@ def document() -> dict:
                     "error": {"type": "string", "description": "stable code, e.g. personal_data"},
                     "message": _STR,
                     "field": {"type": "string", "description": "the offending field, e.g. payload.email"}}},
-                "EventRequest": {"type": "object", "required": ["type", "aggregate", "payload"],
-                                 "additionalProperties": False, "properties": {
-                    "type": {"type": "string", "minLength": 1, "maxLength": 100, "examples": ["order.paid"]},
-                    "version": {"type": "integer", "description": "default: the latest registered version"},
-                    "aggregate": {"type": "object", "required": ["type", "id"], "additionalProperties": False,
-                                  "properties": {"type": {"type": "string", "minLength": 1, "maxLength": 50},
-                                                 "id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-                    "payload": {"type": "object", "description": "only the fields the type declares; ids, "
-                                                                 "no personal data"},
-                    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "EventRequest": _event_request(),
                 "Event": {"type": "object", "required": ["id", "type", "version", "aggregate", "occurred_at"],
                           "properties": {
                     "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
@@ -116,9 +144,10 @@ def document() -> dict:
                     "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR}},
                 "JobRequest": {"type": "object", "required": ["type", "payload"], "additionalProperties": False,
                                "properties": {
-                    "type": {"type": "string", "minLength": 1, "maxLength": 100},
-                    "version": {"type": "integer", "default": 1},
-                    "payload": {"type": "object"},
+                    "type": {"enum": sorted({jt.name for jt in jobtypes.all_types()}),
+                             "description": "a registered job type"},
+                    "version": {"enum": sorted({jt.version for jt in jobtypes.all_types()}), "default": 1},
+                    "payload": {"type": "object", "description": "as the job type's contract allows"},
                     "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
                     "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
                     "run_at": {"type": "string", "format": "date-time"},
