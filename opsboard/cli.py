@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--port", type=int, default=8000)
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
+    a = sub.add_parser("apikey", help="create, list or revoke a tenant's HTTP API keys")
+    asub = a.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    ac = asub.add_parser("create", help="create a key; prints it (once) alone on the last line")
+    ac.add_argument("--tenant", required=True, help="tenant slug")
+    ac.add_argument("--name", default="cli", help="what the key is for")
+    asub.add_parser("list", help="list keys (never the secret)").add_argument("--tenant", required=True)
+    asub.add_parser("revoke", help="revoke a key by id").add_argument("key_id")
+
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
@@ -144,6 +152,38 @@ def cmd_demo(config: Config, args) -> int:
     return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
 
 
+def cmd_apikey(config: Config, args) -> int:
+    from . import apikeys, audit
+    from .auth import TenantScope
+    from .db import connect, one
+    conn = connect(_url(config))
+    try:
+        if args.action == "revoke":
+            try:
+                row = apikeys.revoke(conn, args.key_id, audit.Actor("cli"), TenantScope(all=True))
+            except apikeys.ApiKeyError as exc:
+                raise UsageError(str(exc)) from None
+            print(f"revoked {row['prefix']}… ({row['name']})")
+            return 0
+        tenant = one(conn, "tenant_get_by_slug", {"slug": args.tenant})
+        if tenant is None:
+            raise UsageError(f"tenant {args.tenant!r} does not exist")
+        if args.action == "list":
+            for k in apikeys.list_keys(conn, TenantScope(all=False, ids=(tenant["id"],))):
+                state = f"revoked {k['revoked_at']:%Y-%m-%d}" if k["revoked_at"] else "live"
+                print(f"{k['id']}  {k['prefix']}…  {state:<18} {k['name']}")
+            return 0
+        try:
+            secret, row = apikeys.create(conn, tenant["id"], args.name, audit.Actor("cli"))
+        except apikeys.ApiKeyError as exc:
+            raise UsageError(str(exc)) from None
+    finally:
+        conn.close()
+    print(f"API key {row['id']} for tenant {args.tenant} ({row['name']}); shown once, store it now:")
+    print(secret)
+    return 0
+
+
 def cmd_bench(config: Config, args) -> int:
     from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
@@ -151,7 +191,8 @@ def cmd_bench(config: Config, args) -> int:
 
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench}
+             "demo": cmd_demo, "bench": cmd_bench,
+             "apikey": cmd_apikey}
 
 
 if __name__ == "__main__":

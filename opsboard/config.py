@@ -63,6 +63,18 @@ def parse_queue_slots(text: str) -> dict[str, int]:
     return slots
 
 
+def parse_high_water(text: str) -> dict[str, int]:
+    """Parse ``critical=200000,default=1000000`` (OPSBOARD_HIGH_WATER) into ``{"critical": 200000, ...}``."""
+    marks: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        if not sep or name.strip() not in QUEUE_NAMES or not value.strip().isdigit() or int(value) < 1:
+            raise ConfigError(f"OPSBOARD_HIGH_WATER: {part!r} is not QUEUE=JOBS (a positive whole number) "
+                              f"with QUEUE one of {', '.join(QUEUE_NAMES)}")
+        marks[name.strip()] = int(value)
+    return marks
+
+
 @dataclass(frozen=True)
 class Config:
     mode: str = "production"
@@ -90,6 +102,8 @@ class Config:
     login_window_seconds: int = 900
     #: Bearer token that lets a scraper read /metrics without a session (empty: sign-in needed).
     metrics_token: str = ""
+    #: Waiting jobs per queue above which the HTTP API answers 503 (unset queues: the core's defaults).
+    high_water: dict[str, int] = field(default_factory=dict)
 
     @property
     def pgdata(self) -> Path:
@@ -138,6 +152,7 @@ class Config:
             login_max_failures_address=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ADDRESS", 20, 1, 10000),
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
             metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
+            high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
         )
 
     def require_secret(self) -> None:
