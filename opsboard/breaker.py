@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from . import db
-from .providers import ProviderSettings, settings as provider_settings
+from . import db, providers
+from .providers import ProviderSettings
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def admit(conn: psycopg.Connection, name: str, *, now: datetime | None = None, p
 def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = None, tenant_id=None,
            now: datetime | None = None, config: ProviderSettings | None = None) -> dict | None:
     """Count one call's outcome; open the breaker when a threshold is crossed.  Returns the row."""
-    cfg = config or provider_settings()
+    cfg = config or providers.settings()
     if ok:
         return db.one(conn, "breaker_success", {"name": name, "now": now, "window": cfg.breaker_window})
     row = db.one(conn, "breaker_failure", {"name": name, "tenant_id": tenant_id, "code": code, "now": now,

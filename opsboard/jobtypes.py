@@ -267,4 +267,4 @@ define("diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", 
        max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")
 
 # Delivery types (webhook.fanout, webhook.deliver, email.send, sms.send, sms.otp, push.send).
-from . import providers as _providers  # noqa: E402,F401  (registers them; imports this module back)
+from . import providers as _delivery_types  # noqa: E402,F401  (registers them; imports this module back)

@@ -30,7 +30,6 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -124,10 +123,21 @@ class ProviderSettings:
         )
 
 
-@lru_cache(maxsize=1)
+_current: ProviderSettings | None = None
+
+
 def settings() -> ProviderSettings:
-    """The process's provider settings (read once from the environment)."""
-    return ProviderSettings.from_env()
+    """The process's provider settings (read once from the environment, or set by :func:`use_settings`)."""
+    global _current
+    if _current is None:
+        _current = ProviderSettings.from_env()
+    return _current
+
+
+def use_settings(value: ProviderSettings | None) -> None:
+    """Replace the process's settings (tests, the demo); None: read the environment again."""
+    global _current
+    _current = value
 
 
 def generate_vapid_keys() -> tuple[str, str]:
