@@ -67,3 +67,14 @@ def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = 
 def list_breakers(conn: psycopg.Connection, scope, limit: int = 200) -> list[dict]:
     """Provider breakers (operators) and endpoint breakers in ``scope`` (dashboard)."""
     return db.all_rows(conn, "breaker_list", {**scope.params, "limit": limit})
+
+
+def delivery_status(conn: psycopg.Connection, scope) -> dict:
+    """The deliveries page: provider and endpoint breakers, and endpoints with theirs, inside ``scope``."""
+    from .webhooks import list_endpoints
+
+    breakers = list_breakers(conn, scope)
+    endpoints = list_endpoints(conn, scope)
+    return {"breakers": breakers, "endpoints": endpoints,
+            "open_count": sum(1 for b in breakers if b["state"] != "closed"),
+            "disabled_count": sum(1 for e in endpoints if not e["enabled"])}
