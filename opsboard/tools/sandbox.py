@@ -396,7 +396,7 @@ class _SmtpHandler:
 
 def _any_credentials(server, session, envelope, mechanism, auth_data):
     from aiosmtpd.smtp import AuthResult
-    return AuthResult(success=True)
+    return AuthResult(success=True, auth_data=auth_data)  # any credentials; the login is recorded
 
 
 def _free_port(host: str) -> int:

@@ -43,8 +43,10 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
         else:
             client = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout)
         with client:
+            client.ehlo_or_helo_if_needed()
             if settings.smtp_security == "starttls":
                 client.starttls(context=ssl.create_default_context())
+                client.ehlo()
             if settings.smtp_user:
                 client.login(settings.smtp_user, settings.smtp_password)
             code, _ = client.mail(settings.smtp_from)
@@ -63,8 +65,10 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
         return retry.Permanent(f"smtp_auth_{exc.smtp_code}")
     except smtplib.SMTPResponseException as exc:
         return _by_code(exc.smtp_code)
-    except smtplib.SMTPServerDisconnected:
-        return retry.Unknown("smtp_disconnected") if data_sent else retry.Retryable("smtp_disconnected")
+    except smtplib.SMTPServerDisconnected as exc:
+        # smtplib reports a read timeout as "Connection unexpectedly closed: timed out".
+        code = "smtp_timeout" if "timed out" in str(exc) else "smtp_disconnected"
+        return retry.Unknown(code) if data_sent else retry.Retryable(code)
     except (socket.timeout, TimeoutError):
         return retry.Unknown("smtp_timeout") if data_sent else retry.Retryable("smtp_timeout")
     except ConnectionRefusedError:
