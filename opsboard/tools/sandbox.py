@@ -58,6 +58,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger("opsboard.sandbox")
+# aiosmtpd logs every SMTP command at INFO: the records are the sandbox's log.
+logging.getLogger("mail.log").setLevel(logging.WARNING)
 
 #: Largest request body the sandbox reads.
 MAX_BODY = 1024 * 1024
