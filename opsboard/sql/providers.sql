@@ -171,3 +171,13 @@ RETURNING id;
 -- A push was accepted.
 UPDATE push_subscriptions SET last_success_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: webhook_delivery_load
+-- Everything one delivery needs, in one round trip: the endpoint (tenant-scoped),
+-- the event, and the endpoint breaker's state (NULL: no row, closed and healthy).
+SELECT e.id, e.url, e.secrets, e.enabled, ev.id AS event_id, ev.type AS event_type, ev.tenant_id AS event_tenant_id,
+       ev.occurred_at, ev.payload, b.state AS breaker_state
+FROM webhook_endpoints e
+LEFT JOIN outbox_events ev ON ev.id = %(event_id)s
+LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
+WHERE e.id = %(endpoint_id)s AND e.tenant_id = %(tenant_id)s;

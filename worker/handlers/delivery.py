@@ -68,35 +68,39 @@ def webhook_deliver(job):
     endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
     event_id = _uuid(job.payload["event_id"], "event_id")
     with job.connection() as conn:
-        ep = webhooks.get_endpoint(conn, job.tenant_id, endpoint_id)
-        event = db.one(conn, "webhook_event_get", {"id": event_id})
+        ep = db.one(conn, "webhook_delivery_load", {"endpoint_id": endpoint_id, "event_id": event_id,
+                                                    "tenant_id": job.tenant_id})
     if ep is None:
         return retry.Permanent("endpoint_gone")
     if not ep["enabled"]:
         return retry.Permanent("endpoint_disabled")
-    if event is None or event["tenant_id"] != job.tenant_id:
+    if ep["event_id"] is None or ep["event_tenant_id"] != job.tenant_id:
         return retry.Permanent("event_gone")
     name = f"endpoint:{endpoint_id}"
-    _gate(job, name)
+    healthy = ep["breaker_state"] is None  # no breaker row: never failed, nothing to count on success
+    if ep["breaker_state"] not in (None, "closed"):
+        _gate(job, name)
     eff = job.begin_effect("webhooks", key=f"webhook:{event_id}:{endpoint_id}")
     if eff["state"] == "confirmed":
         return retry.Success(ref=eff.get("provider_ref"))
     # Started before without confirmation: resending with the same webhook-id is the reconciliation.
+    event = {"type": ep["event_type"], "occurred_at": ep["occurred_at"], "payload": ep["payload"]}
     result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], webhooks.message_id(event_id),
                                       webhooks.body_of(event))
     outcome = result.outcome
-    row = _count(job, name, result.far_side_unwell, isinstance(outcome, retry.Success),
-                 getattr(outcome, "code", None), job.tenant_id)
+    ok = isinstance(outcome, retry.Success)
+    row = _count(job, name, result.far_side_unwell, ok and not healthy, getattr(outcome, "code", None),
+                 job.tenant_id)
     if result.status == 410:
         with job.connection() as conn:
             webhooks.disable_endpoint(conn, job.tenant_id, endpoint_id, "http_410")
         return outcome
     if result.far_side_unwell and row is not None and row.get("failing_since") is not None:
-        with job.connection() as conn:
-            failing_for = (db.now(conn) - row["failing_since"]).total_seconds()
-            if failing_for >= cfg.endpoint_disable_after:
+        failing_for = (row["last_failure_at"] - row["failing_since"]).total_seconds()
+        if failing_for >= cfg.endpoint_disable_after:
+            with job.connection() as conn:
                 webhooks.disable_endpoint(conn, job.tenant_id, endpoint_id, "failing_too_long")
-                return retry.Permanent("endpoint_disabled_failing")
+            return retry.Permanent("endpoint_disabled_failing")
     if isinstance(outcome, retry.Retryable):
         # The Standard Webhooks schedule, jittered; a longer Retry-After wins.
         step = WEBHOOK_SCHEDULE[min(job.attempt, len(WEBHOOK_SCHEDULE) - 1)]
