@@ -52,6 +52,8 @@ class ProviderSettings:
     smtp_password: str = ""
     smtp_from: str = "opsboard@localhost"
     smtp_timeout: float = 10.0
+    #: CA certificates (PEM) trusted for STARTTLS/SSL instead of the system ones (a private relay).
+    smtp_ca_file: str = ""
     sms_url: str = "http://127.0.0.1:8025/sms"
     sms_key: str = ""
     sms_timeout: float = 10.0
@@ -104,6 +106,7 @@ class ProviderSettings:
             smtp_password=env.get("OPSBOARD_SMTP_PASSWORD", ""),
             smtp_from=env.get("OPSBOARD_SMTP_FROM", "opsboard@localhost"),
             smtp_timeout=num("OPSBOARD_SMTP_TIMEOUT", 10.0, float, 0.1, 300),
+            smtp_ca_file=env.get("OPSBOARD_SMTP_CA_FILE", ""),
             sms_url=env.get("OPSBOARD_SMS_URL", "http://127.0.0.1:8025/sms").rstrip("/"),
             sms_key=env.get("OPSBOARD_SMS_KEY", ""),
             sms_timeout=num("OPSBOARD_SMS_TIMEOUT", 10.0, float, 0.1, 300),

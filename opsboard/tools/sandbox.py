@@ -380,7 +380,7 @@ class _SmtpHandler:
         msg = message_from_bytes(envelope.original_content or envelope.content, policy=default_policy)
         body = msg.get_body(("plain", "html"))
         queue_id = uuid.uuid4().hex[:12].upper()
-        self.state.record("email", "smtp", queue_id=queue_id, mail_from=envelope.mail_from,
+        self.state.record("email", "smtp", queue_id=queue_id, tls=bool(getattr(session, "ssl", None)), mail_from=envelope.mail_from,
                           rcpt_to=list(envelope.rcpt_tos), subject=str(msg.get("Subject", "")),
                           message_id=str(msg.get("Message-ID", "")),
                           headers={k.lower(): str(v) for k, v in msg.items()},
@@ -401,6 +401,44 @@ def _any_credentials(server, session, envelope, mechanism, auth_data):
     return AuthResult(success=True, auth_data=auth_data)  # any credentials; the login is recorded
 
 
+def _self_signed(host: str):
+    """A throwaway certificate for ``host`` (and localhost): (PEM path, server SSL context)."""
+    import datetime
+    import ipaddress
+    import ssl
+    import tempfile
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "opsboard sandbox")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    alt = [x509.DNSName("localhost")]
+    try:
+        alt.append(x509.IPAddress(ipaddress.ip_address(host)))
+    except ValueError:
+        alt.append(x509.DNSName(host))
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    folder = tempfile.mkdtemp(prefix="opsboard-sandbox-")
+    cert_path, key_path = f"{folder}/cert.pem", f"{folder}/key.pem"
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_path, key_path)
+    return cert_path, ctx
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -411,11 +449,14 @@ class Sandbox:
     """The sandbox's HTTP and SMTP servers, run in background threads."""
 
     def __init__(self, host: str = "127.0.0.1", http_port: int = 0, smtp_port: int = 0, *, sms_key: str = "",
-                 smtp: bool = True):
+                 smtp: bool = True, smtp_starttls: bool = False):
         self.host, self.http_port, self.smtp_port = host, http_port, smtp_port
         self.sms_key = sms_key
         self.state = State()
         self.with_smtp = smtp
+        #: With smtp_starttls, SMTP offers STARTTLS with a fresh self-signed certificate (its PEM file).
+        self.smtp_starttls = smtp_starttls
+        self.smtp_ca_file: str | None = None
         self._http: _Server | None = None
         self._smtp = None
         self._thread: threading.Thread | None = None
@@ -438,9 +479,12 @@ class Sandbox:
             from aiosmtpd.controller import Controller
 
             port = self.smtp_port or _free_port(self.host)
+            extra = {}
+            if self.smtp_starttls:
+                self.smtp_ca_file, extra["tls_context"] = _self_signed(self.host)
             self._smtp = Controller(_SmtpHandler(self.state), hostname=self.host, port=port,
                                     authenticator=_any_credentials, auth_require_tls=False,
-                                    auth_required=False)
+                                    auth_required=False, **extra)
             self._smtp.start()
             self.smtp_port = port
         return self

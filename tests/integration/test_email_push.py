@@ -135,3 +135,24 @@ def test_push_fault_classes(db_url, sandbox, runner, push_settings, fault, statu
     sandbox.fault("/push/", **fault)
     done = runner.run(job["id"])
     assert (done["status"], done["last_error_code"]) == (status, code)
+
+
+def test_starttls_with_credentials_and_certificate_verification(db_url, runner):
+    from opsboard.tools.sandbox import Sandbox
+    sb = Sandbox("127.0.0.1", 0, 0, smtp_starttls=True).start()
+    try:
+        providers.use_settings(sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
+                                                smtp_password="s3cret", smtp_ca_file=sb.smtp_ca_file))
+        sent = _email(db_url)
+        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+        (rec,) = sb.records("email")
+        assert rec["tls"] and rec["user"] == "mailer"
+        # An untrusted certificate is refused, never sent in clear.
+        providers.use_settings(sandbox_settings(sb, smtp_security="starttls"))
+        other = _email(db_url, to="bo@example.test")
+        done = runner.run(other["job"]["id"])
+        assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
+        assert len(sb.records("email")) == 1
+    finally:
+        providers.use_settings(None)
+        sb.stop()

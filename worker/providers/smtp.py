@@ -39,13 +39,13 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
     try:
         if settings.smtp_security == "ssl":
             client = smtplib.SMTP_SSL(settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout,
-                                      context=ssl.create_default_context())
+                                      context=_tls(settings))
         else:
             client = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout)
         with client:
             client.ehlo_or_helo_if_needed()
             if settings.smtp_security == "starttls":
-                client.starttls(context=ssl.create_default_context())
+                client.starttls(context=_tls(settings))
                 client.ehlo()
             if settings.smtp_user:
                 client.login(settings.smtp_user, settings.smtp_password)
@@ -77,6 +77,10 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
         return retry.Permanent("smtp_tls")
     except OSError as exc:
         return retry.Retryable(f"smtp_{type(exc).__name__.lower()}")
+
+
+def _tls(settings: ProviderSettings) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=settings.smtp_ca_file or None)
 
 
 def _by_code(code: int) -> retry.Outcome:
