@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
+
+    s = sub.add_parser("sandbox", help="local provider sandbox: SMTP + SMS/Web Push/webhook receivers")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--http-port", type=int, default=8025)
+    s.add_argument("--smtp-port", type=int, default=8026)
+    s.add_argument("--sms-key", default="", help="bearer key the SMS gateway requires (default: none)")
+    sub.add_parser("vapid", help="generate a VAPID key pair for Web Push (prints environment lines)")
     return p
 
 
@@ -190,8 +197,21 @@ def cmd_bench(config: Config, args) -> int:
                      list_only=args.list)
 
 
+def cmd_sandbox(config: Config, args) -> int:
+    from .tools.sandbox import serve
+    serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key)
+    return 0
+
+
+def cmd_vapid(config: Config, args) -> int:
+    from .providers import generate_vapid_keys
+    private, public = generate_vapid_keys()
+    print(f"OPSBOARD_VAPID_PRIVATE_KEY={private}\nOPSBOARD_VAPID_PUBLIC_KEY={public}")
+    return 0
+
+
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench,
+             "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey}
 
 

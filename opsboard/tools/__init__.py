@@ -1,4 +1,5 @@
-"""Operator tools run by the ``opsboard`` command: ``bench`` and ``demo``.
+"""Operator tools run by the ``opsboard`` command: ``bench``, ``demo`` and the
+provider ``sandbox``.
 
 Above the core: they may import the web app and start worker processes; the
 core never imports them.

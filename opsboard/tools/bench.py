@@ -425,6 +425,12 @@ def dashboard(b: Bench) -> None:
 #: more slots than cores keep the claim pipeline full).
 BENCH_QUEUES = "critical=2,default=64,bulk=2"
 
+def webhooks(b: Bench) -> None:
+    """Signed webhooks to sandbox receivers, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down one."""
+    from .tools.bench_webhooks import run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -436,6 +442,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "otp_flood": otp_flood,
     "claim_cost": claim_cost,
     "dashboard": dashboard,
+    "webhooks": webhooks,
 }
 
 

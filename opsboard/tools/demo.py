@@ -86,7 +86,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
     return ids
 
 
-def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
+def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) -> None:
     """Enqueue a realistic mix until ``stop``: acme floods in bursts, others trickle."""
     from .. import queue
     from ..db import connect
@@ -126,6 +126,9 @@ def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
                                                   tenants[rng.choice(customers)]))
                     with conn.transaction():
                         queue.enqueue_many(conn, batch)
+                    if deliveries:  # real sends to the provider sandbox
+                        from .tools.demo_deliveries import traffic_tick
+                        traffic_tick(conn, deliveries[0], tenants, deliveries[1], rng, tick)
         except Exception as exc:  # the database restarting must not end the demo
             print(f"demo traffic paused: {type(exc).__name__}", file=sys.stderr)
             stop.wait(2.0)
@@ -151,11 +154,13 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
     migrate(url, log=lambda line: print(f"  {line}"))
     creds = _credentials(config)
     tenants = seed(url, creds)
+    from .tools import demo_deliveries
+    sandbox, provider_env, delivery_state = demo_deliveries.start(url, tenants, creds, host)
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
                 "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo"]),
-                "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
+                "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     children = [
@@ -186,9 +191,11 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
         for email, role, tenant in USERS:
             print(f"    {email:<24} [{creds['users'][email]}]  {role} in {tenant}")
         print(f"  logs        {logs}")
+        print(f"  sandbox     {sandbox.url}/_sandbox/  (SMTP {host}:{sandbox.smtp_port})")
         print("  Ctrl-C stops everything.\n", flush=True)
         if traffic:
-            threading.Thread(target=_traffic, args=(url, tenants, stop), daemon=True, name="traffic").start()
+            threading.Thread(target=_traffic, args=(url, tenants, stop, (sandbox, delivery_state)), daemon=True,
+                             name="traffic").start()
         while not stop.wait(0.5):
             for c in children:
                 if c.poll() is not None:
@@ -205,5 +212,6 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
             except subprocess.TimeoutExpired:
                 c.kill()
         signal.signal(signal.SIGINT, previous)
+        sandbox.stop()
         print("opsboard demo stopped")
     return 0

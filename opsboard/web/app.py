@@ -87,9 +87,10 @@ def create_app(test_config: dict | None = None) -> Flask:
         return {"csrf_token": security.csrf_token, "config_mode": config.mode,
                 "blueprints": app.blueprints, "audit_target_url": audit_target_url}
 
-    from . import alerts, api, apikeys, audit, auth, deadletters, health, home, jobs, metrics_view, queues, tenants, workers
+    from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
+                   queues, tenants, workers)
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api):
+                   apikeys, api, deliveries):
         app.register_blueprint(module.bp)
     return app
 
