@@ -40,7 +40,7 @@ from psycopg.types.json import Jsonb
 
 from . import audit, db
 from .auth import TenantScope
-from .config import QUEUE_NAMES
+from .config import DEFAULT_QUEUE_AGE_TARGET, Config, QUEUE_AGE_TARGETS, QUEUE_NAMES, WORKER_LIVE_SECONDS
 from .errors import OpsError
 from .schema import new_id
 
@@ -62,11 +62,10 @@ class AlertConfig:
     error_code_threshold: int = 20
     #: Seconds the oldest ready job of each queue may wait; queues not listed
     #: use ``default_queue_age``.
-    queue_age_targets: dict[str, float] = field(
-        default_factory=lambda: {"critical": 30.0, "default": 300.0, "bulk": 1800.0})
-    default_queue_age: float = 300.0
+    queue_age_targets: dict[str, float] = field(default_factory=lambda: dict(QUEUE_AGE_TARGETS))
+    default_queue_age: float = DEFAULT_QUEUE_AGE_TARGET
     #: A worker seen within this many seconds counts as live for no_worker.
-    worker_silence: int = 60
+    worker_silence: int = WORKER_LIVE_SECONDS
     queues: tuple[str, ...] = QUEUE_NAMES
 
     def __post_init__(self):
@@ -76,6 +75,13 @@ class AlertConfig:
             raise ValueError("dead_threshold >= 0 and error_code_threshold >= 1")
         if any(v <= 0 for v in self.queue_age_targets.values()) or self.default_queue_age <= 0:
             raise ValueError("queue age targets must be positive")
+
+    @classmethod
+    def from_config(cls, config: Config) -> "AlertConfig":
+        """The alert service's settings from ``config`` (the thresholds are not configurable yet:
+        the defaults, which take the queue age targets and the live-worker window from
+        :mod:`opsboard.config`)."""
+        return cls()
 
     def age_target(self, queue: str) -> float:
         return float(self.queue_age_targets.get(queue, self.default_queue_age))

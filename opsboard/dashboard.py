@@ -23,7 +23,8 @@ from . import audit, db, queue
 from .auth import TenantScope
 from .errors import OpsError
 from .retry import redact
-from .schema import JobStatus
+from .config import WORKER_LIVE_SECONDS
+from .schema import JobStatus, uuid7_floor
 
 #: Rows per page of the job list.
 PAGE_SIZE = 50
@@ -35,9 +36,8 @@ MIN_SEARCH = 3
 #: Python and PostgreSQL clocks may disagree: time filters on created_at widen
 #: their id bound by this much (the created_at test itself stays exact).
 CLOCK_SLACK = timedelta(minutes=5)
-#: Worker rows are refreshed every heartbeat; three missed ones make a worker stale.
-WORKER_HEARTBEAT_SECONDS = 30
-WORKER_STALE_SECONDS = 3 * WORKER_HEARTBEAT_SECONDS
+#: A worker silent for longer is flagged stale (the one definition is config.WORKER_LIVE_SECONDS).
+WORKER_STALE_SECONDS = WORKER_LIVE_SECONDS
 
 RESOLUTIONS = ("resolved", "ignored")
 
@@ -47,12 +47,6 @@ def _rows(conn: psycopg.Connection, name: str, params: dict) -> list[dict]:
     # prepared (generic) plan cannot fold "(param IS NULL OR ...)" away, so
     # every filter would scan.  Unprepared, PostgreSQL plans with the values.
     return conn.execute(db.queries[name], params, prepare=False).fetchall()
-
-
-def uuid7_floor(moment: datetime) -> uuid.UUID:
-    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made before."""
-    ms = max(0, int(moment.timestamp() * 1000))
-    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62))
 
 
 # ---------------------------------------------------------------- the job list

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from . import audit, db, jobtypes
 from .auth import TenantScope
+from .config import QUEUE_NAMES
 from .errors import OpsError
 from .schema import JobStatus, new_id
 
@@ -70,8 +71,8 @@ def _prepare(job: NewJob) -> dict:
         raise jobtypes.InvalidPayload("idempotency_key must be 1 to 200 characters")
     if job.group_key is not None and not (0 < len(job.group_key) <= 200):
         raise jobtypes.InvalidPayload("group_key must be 1 to 200 characters")
-    if job.queue is not None and job.queue not in ("critical", "default", "bulk"):
-        raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not critical, default or bulk")
+    if job.queue is not None and job.queue not in QUEUE_NAMES:
+        raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not one of {', '.join(QUEUE_NAMES)}")
     for name, moment in (("run_at", job.run_at), ("expires_at", job.expires_at)):
         if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
             # A naive time would be read in the session's time zone: refuse it.
