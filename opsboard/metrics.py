@@ -230,6 +230,16 @@ def tenant_detail(conn: psycopg.Connection, scope: TenantScope, tenant_id, now: 
     return {"tenant": tenant, "summary": summary[0] if summary else None, "parts": parts}
 
 
+#: The outcomes counted by ``opsboard_jobs_completed``.
+OUTCOMES = ("succeeded", "retried", "dead", "snoozed")
+
+
+def completed_totals(conn: psycopg.Connection) -> list[dict]:
+    """Lifetime outcome counts per queue and type (``succeeded``, ``retried``, ``dead``,
+    ``snoozed``): never lower than at an earlier call, whatever the pruner deleted."""
+    return db.all_rows(conn, "metrics_stats_totals")
+
+
 def workers(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]:
     """Registered worker processes with the seconds since their last heartbeat."""
     return db.all_rows(conn, "metrics_workers_live", {"now": now})
@@ -250,7 +260,7 @@ class QueueCollector:
                                   labels=["queue", "type", "status"])
         oldest = GaugeMetricFamily("opsboard_queue_oldest_ready_seconds", "Age of the oldest ready job",
                                    labels=["queue"])
-        completed = CounterMetricFamily("opsboard_jobs_completed", "Job attempts by outcome (kept statistics)",
+        completed = CounterMetricFamily("opsboard_jobs_completed", "Job attempts by outcome since the start",
                                         labels=["queue", "type", "outcome"])
         p95 = GaugeMetricFamily("opsboard_handler_seconds_p95", "Handler time p95 over the last hour",
                                 labels=["queue", "type"])
@@ -265,8 +275,8 @@ class QueueCollector:
                     if th.p95_ms is not None and th.p95_ms != float("inf"):
                         p95.add_metric([th.queue, th.type], th.p95_ms / 1000.0)
                 oldest.add_metric([qh.queue], qh.oldest_age_seconds or 0.0)
-            for r in db.all_rows(conn, "metrics_stats_totals"):
-                for outcome in ("succeeded", "retried", "dead", "snoozed"):
+            for r in completed_totals(conn):
+                for outcome in OUTCOMES:
                     completed.add_metric([r["queue"], r["type"], outcome], float(r[outcome]))
             counts: dict[str, int] = {"running": 0, "stopping": 0}
             for w in workers(conn):
