@@ -31,7 +31,28 @@ def resource_dir(name: str) -> Path:
 
 MODES = ("production", "development", "demo", "test")
 
+#: The queues, in the order pages list them: ``critical`` (OTP, financial: its
+#: slots are reserved, never used by other queues), ``default``, and ``bulk``
+#: (reports, exports).  The one definition: the database, the worker's slots,
+#: the dashboard's filters and the metrics all take the names from here.
 QUEUE_NAMES = ("critical", "default", "bulk")
+
+#: Seconds the oldest ready job of each queue may wait: past it, the queue's
+#: row turns red (opsboard.metrics) and the ``queue_age`` alert fires
+#: (opsboard.alerts).  A queue not listed uses DEFAULT_QUEUE_AGE_TARGET.
+QUEUE_AGE_TARGETS: dict[str, float] = {"critical": 30.0, "default": 300.0, "bulk": 1800.0}
+DEFAULT_QUEUE_AGE_TARGET = 300.0
+
+
+def queue_age_target(queue: str) -> float:
+    """Seconds the oldest ready job of ``queue`` may wait (see QUEUE_AGE_TARGETS)."""
+    return float(QUEUE_AGE_TARGETS.get(queue, DEFAULT_QUEUE_AGE_TARGET))
+
+#: A worker whose row was refreshed within this many seconds is live: the
+#: workers page flags the others stale, the ``no_worker`` alert and the
+#: ``opsboard_workers`` gauge count only live ones.  A worker refreshes its row
+#: every min(lease / 3, 10) seconds, so this is many missed heartbeats.
+WORKER_LIVE_SECONDS = 60
 
 
 class ConfigError(Exception):
