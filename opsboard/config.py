@@ -125,6 +125,10 @@ class Config:
     metrics_token: str = ""
     #: Waiting jobs per queue above which the HTTP API answers 503 (unset queues: the core's defaults).
     high_water: dict[str, int] = field(default_factory=dict)
+    #: Report results and attachments (local storage); None: <instance_dir>/storage.
+    storage_dir: Path | None = None
+    #: Most source rows one report chunk reads (and holds) at once.
+    report_chunk_rows: int = 50_000
 
     @property
     def pgdata(self) -> Path:
@@ -174,6 +178,8 @@ class Config:
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
             metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
             high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
+            storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
+            report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
         )
 
     def require_secret(self) -> None:
