@@ -11,13 +11,10 @@ import logging
 import os
 import sys
 
-from .config import Config, ConfigError, parse_queue_slots
+from .config import Config, ConfigError
+from .errors import UsageError
 
 log = logging.getLogger("opsboard")
-
-
-class UsageError(Exception):
-    """A mistake in how the command was called: exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,21 +40,34 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1")
     w.add_argument("--port", type=int, default=8000)
 
-    k = sub.add_parser("worker", help="run a worker process")
-    k.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
-    k.add_argument("--id", help="worker id (default host:pid:random)")
-    k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+    from worker.cli import add_arguments as worker_arguments
+    worker_arguments(sub.add_parser("worker", help="run a worker process (same as python -m worker)"))
 
     d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
     d.add_argument("--host", default="127.0.0.1")
     d.add_argument("--port", type=int, default=8000)
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
+    a = sub.add_parser("apikey", help="create, list or revoke a tenant's HTTP API keys")
+    asub = a.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    ac = asub.add_parser("create", help="create a key; prints it (once) alone on the last line")
+    ac.add_argument("--tenant", required=True, help="tenant slug")
+    ac.add_argument("--name", default="cli", help="what the key is for")
+    asub.add_parser("list", help="list keys (never the secret)").add_argument("--tenant", required=True)
+    asub.add_parser("revoke", help="revoke a key by id").add_argument("key_id")
+
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
+
+    s = sub.add_parser("sandbox", help="local provider sandbox: SMTP + SMS/Web Push/webhook receivers")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--http-port", type=int, default=8025)
+    s.add_argument("--smtp-port", type=int, default=8026)
+    s.add_argument("--sms-key", default="", help="bearer key the SMS gateway requires (default: none)")
+    sub.add_parser("vapid", help="generate a VAPID key pair for Web Push (prints environment lines)")
     return p
 
 
@@ -131,7 +141,7 @@ def cmd_createuser(config: Config, args) -> int:
 
 
 def cmd_web(config: Config, args) -> int:
-    from . import create_app
+    from .web.app import create_app
     # The configuration main() built (development mode when OPSBOARD_ENV is
     # unset), not a second read of the environment that would default to production.
     app = create_app({"OPSBOARD": config})
@@ -140,26 +150,69 @@ def cmd_web(config: Config, args) -> int:
 
 
 def cmd_worker(config: Config, args) -> int:
-    from worker.runner import Worker
-    queues = parse_queue_slots(args.queues) if args.queues else None
-    w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
-    w.install_signals()
-    return w.run()
+    from worker.cli import run
+    return run(config, args)
 
 
 def cmd_demo(config: Config, args) -> int:
-    from .demo import run_demo
+    from .tools.demo import run_demo
     return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
 
 
+def cmd_apikey(config: Config, args) -> int:
+    from . import apikeys, audit
+    from .auth import TenantScope
+    from .db import connect, one
+    conn = connect(_url(config))
+    try:
+        if args.action == "revoke":
+            try:
+                row = apikeys.revoke(conn, args.key_id, audit.Actor("cli"), TenantScope(all=True))
+            except apikeys.ApiKeyError as exc:
+                raise UsageError(str(exc)) from None
+            print(f"revoked {row['prefix']}… ({row['name']})")
+            return 0
+        tenant = one(conn, "tenant_get_by_slug", {"slug": args.tenant})
+        if tenant is None:
+            raise UsageError(f"tenant {args.tenant!r} does not exist")
+        if args.action == "list":
+            for k in apikeys.list_keys(conn, TenantScope(all=False, ids=(tenant["id"],))):
+                state = f"revoked {k['revoked_at']:%Y-%m-%d}" if k["revoked_at"] else "live"
+                print(f"{k['id']}  {k['prefix']}…  {state:<18} {k['name']}")
+            return 0
+        try:
+            secret, row = apikeys.create(conn, tenant["id"], args.name, audit.Actor("cli"))
+        except apikeys.ApiKeyError as exc:
+            raise UsageError(str(exc)) from None
+    finally:
+        conn.close()
+    print(f"API key {row['id']} for tenant {args.tenant} ({row['name']}); shown once, store it now:")
+    print(secret)
+    return 0
+
+
 def cmd_bench(config: Config, args) -> int:
-    from .bench import run_bench
+    from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
                      list_only=args.list)
 
 
+def cmd_sandbox(config: Config, args) -> int:
+    from .tools.sandbox import serve
+    serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key)
+    return 0
+
+
+def cmd_vapid(config: Config, args) -> int:
+    from .providers import generate_vapid_keys
+    private, public = generate_vapid_keys()
+    print(f"OPSBOARD_VAPID_PRIVATE_KEY={private}\nOPSBOARD_VAPID_PUBLIC_KEY={public}")
+    return 0
+
+
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench}
+             "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
+             "apikey": cmd_apikey}
 
 
 if __name__ == "__main__":

@@ -235,6 +235,8 @@ class Worker:
         self._thread(self._complete_loop, "completer")
         self._thread(self._listen_loop, "listener")
         self._thread(self._keeper_loop, "keeper")
+        from .services import relay  # the outbox relay runs on every worker, not only the leader
+        self._threads.append(relay.start(self))
         if self.run_services:
             from .services import default_services
             self.services = default_services(self.config)

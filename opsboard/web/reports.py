@@ -6,7 +6,7 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 
 from .. import dashboard, reports, schedules, storage
 from . import forms
-from .app import get_config, get_db
+from .context import get_config, get_db
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 

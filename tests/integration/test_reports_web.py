@@ -14,7 +14,7 @@ from tests.support.reports import seed_jobs
 
 @pytest.fixture
 def app(db_url, tmp_path):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     database = Database(db_url, min_size=1, max_size=4).open()
     application = create_app({"OPSBOARD": make_config(database_url=db_url, storage_dir=tmp_path / "storage"),

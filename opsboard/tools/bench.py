@@ -29,10 +29,10 @@ from typing import Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import auth, queue
-from .config import ROOT, Config
-from .db import connect, resolve_url
-from .migrate import migrate
+from .. import auth, queue
+from ..config import ROOT, Config
+from ..db import connect, resolve_url
+from ..migrate import migrate
 
 
 @dataclass
@@ -319,7 +319,7 @@ def claim_cost(b: Bench) -> None:
                                        for j in range(i, min(total, i + 10_000))])
         fill = time.perf_counter() - t0
         c.execute("VACUUM ANALYZE jobs")
-        from . import db as dbmod
+        from .. import db as dbmod
         times = []
         for _ in range(5):
             with c.transaction(force_rollback=True):
@@ -330,8 +330,8 @@ def claim_cost(b: Bench) -> None:
                     "limit_group_limits": []}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
                 times.append(float(doc[0]["Execution Time"]))
-        from . import metrics
-        from .auth import TenantScope
+        from .. import metrics
+        from ..auth import TenantScope
         t1 = time.perf_counter()
         metrics.sample_depth(c)
         sample = time.perf_counter() - t1
@@ -377,13 +377,13 @@ def dashboard(b: Bench) -> None:
         c.execute("VACUUM ANALYZE jobs")
         c.execute("VACUUM ANALYZE job_attempts")
         fill = time.perf_counter() - t0
-        from . import metrics
+        from .. import metrics
         metrics.sample_depth(c)
         auth.ensure_tenant(c, "operator", is_operator=True)
         auth.create_user(c, "bench@opsboard.local", "bench-password", "ops", "operator")
         dead_id = c.execute("SELECT id FROM jobs WHERE status = 'dead' ORDER BY id DESC LIMIT 1").fetchone()["id"]
-    from . import create_app  # the dashboard scenario times the real web views
-    from .db import Database
+    from ..web.app import create_app  # the dashboard scenario times the real web views
+    from ..db import Database
     database = Database(b.url, min_size=1, max_size=2).open()
     try:
         app = create_app({"OPSBOARD": b.config.replace(database_url=b.url, mode="test",
@@ -425,6 +425,12 @@ def dashboard(b: Bench) -> None:
 #: more slots than cores keep the claim pipeline full).
 BENCH_QUEUES = "critical=2,default=64,bulk=2"
 
+def webhooks(b: Bench) -> None:
+    """Signed webhooks to sandbox receivers, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down one."""
+    from .tools.bench_webhooks import run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -436,6 +442,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "otp_flood": otp_flood,
     "claim_cost": claim_cost,
     "dashboard": dashboard,
+    "webhooks": webhooks,
 }
 
 
@@ -465,10 +472,10 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
         return 0
     unknown = [s for s in scenarios or [] if s not in SCENARIOS]
     if unknown:
-        from .cli import UsageError
+        from ..errors import UsageError
         raise UsageError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if jobs is not None and jobs < 1:
-        from .cli import UsageError
+        from ..errors import UsageError
         raise UsageError("--jobs must be at least 1")
     server = resolve_url(config)
     name = f"opsboard_bench_{os.getpid()}"

@@ -1,0 +1,59 @@
+"""The event catalogue: every event type, its versions and upcasters, and
+every subscription (event type -> job type).  This is the one place to read
+what happens when an event is published, and the one place to rewire it.
+
+The subscribers here are the demo domain's (:mod:`opsboard.demo_domain`):
+their job types record their effect in ``demo_effects`` until the provider
+handlers (``webhook.fanout``, ``email.send``, ``sms.send``, ``push.send``)
+replace them -- change ``job_type`` (and ``payload``) below when they land.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .jobtypes import define
+from .outbox import EventField, define_event, define_upcaster, subscribe
+
+# ------------------------------------------------------------ event types
+
+define_event("user.signed_up", 1, aggregate="user", fields={"user_id": EventField(str, max_length=64)},
+             description="A user of a tenant signed up (v1: before plans existed).")
+define_event("user.signed_up", 2, aggregate="user",
+             fields={"user_id": EventField(str, max_length=64),
+                     "plan": EventField(str, choices=("free", "pro", "enterprise"))},
+             description="A user of a tenant signed up, with the plan chosen.")
+define_upcaster("user.signed_up", 1, lambda p: {**p, "plan": "free"})
+
+define_event("order.paid", 1, aggregate="order",
+             fields={"order_id": EventField(str, max_length=64), "user_id": EventField(str, required=False,
+                                                                                        max_length=64),
+                     "amount_cents": EventField(int), "currency": EventField(str, max_length=3)},
+             description="An order was paid.")
+
+define_event("otp.requested", 1, aggregate="otp",
+             fields={"otp_id": EventField(str, max_length=64)},
+             description="A one-time password was requested; the SMS must arrive within 2 minutes.")
+
+# ------------------------------------------------------------ demo job types
+
+# One handler records each subscriber's effect (worker/handlers/outbox_demo.py).
+_RECORD = "worker.handlers.outbox_demo:record_effect"
+define("outbox_demo.email", handler=_RECORD, max_attempts=5, timeout=10,
+       description="Demo stand-in for email.send: records the effect.")
+define("outbox_demo.webhook", handler=_RECORD, max_attempts=8, timeout=10,
+       description="Demo stand-in for webhook.fanout: records the effect.")
+define("outbox_demo.sms", handler=_RECORD, queue="critical", priority=0, max_attempts=3, timeout=5,
+       description="Demo stand-in for sms.send: records the effect.")
+define("outbox_demo.report_row", handler=_RECORD, queue="bulk", max_attempts=5, timeout=10,
+       description="Demo: includes the signup in the nightly report.")
+
+# ------------------------------------------------------------ subscriptions
+
+subscribe("welcome_email", "user.signed_up", "outbox_demo.email", version=2)
+subscribe("crm_webhook", "user.signed_up", "outbox_demo.webhook", version=2, ordered=True)
+subscribe("nightly_report", "user.signed_up", "outbox_demo.report_row", version=2)
+
+subscribe("partner_webhook", "order.paid", "outbox_demo.webhook", ordered=True)
+subscribe("receipt_email", "order.paid", "outbox_demo.email")
+
+subscribe("otp_sms", "otp.requested", "outbox_demo.sms", queue="critical", expires_in=timedelta(minutes=2))

@@ -1,0 +1,380 @@
+"""The transactional outbox: publish events, version them, route them to jobs.
+
+A producer changes its domain rows and calls :func:`publish` on the same
+connection, inside the same transaction: the event exists exactly when the
+domain change commits.  Writing "database, then provider" (or the reverse)
+directly is forbidden; the relay (``worker/services/relay.py``, on every
+worker) turns committed events into jobs.
+
+* **Envelope**: UUIDv7 id, ``type`` + ``version``, aggregate type and id,
+  tenant, ``occurred_at``, correlation id, and a minimal payload.
+* **Registry**: :func:`define_event` declares each ``(type, version)`` with
+  the payload fields it allows.  :func:`publish` refuses an unknown type or
+  version, an undeclared field, a wrong type, and anything that looks like
+  personal data (an email address, a phone number, a person's name in free
+  text) unless the field is declared ``pii=True`` -- with an
+  :class:`EventRefused` whose ``code`` and ``field`` an API can return.
+* **Upcasters**: :func:`define_upcaster` registers ``(type, version) ->
+  function`` lifting a payload to ``version + 1``.  Stored events are never
+  edited (a trigger refuses it): consumers read them through :func:`upcast`
+  at the version they declare.
+* **Subscriptions**: :func:`subscribe` routes an event type to a job type
+  under a subscriber name.  The job's idempotency key is
+  ``<event id>:<subscriber>``; with ``ordered=True`` its ``group_key`` is the
+  aggregate (per subscriber), so that subscriber's jobs of one aggregate run
+  one at a time, in event order.  There is no global order.
+
+The event types, upcasters and subscriptions of this deployment are declared
+in one place, :mod:`opsboard.events`.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import db, jobtypes, queue
+from .schema import new_id
+
+#: Largest payload accepted, as JSON bytes: events carry ids and options only.
+MAX_PAYLOAD_BYTES = 8 * 1024
+
+
+class EventRefused(ValueError):
+    """:func:`publish` refused an event; ``code`` is stable, ``field`` names the culprit."""
+
+    def __init__(self, code: str, message: str, field: str | None = None):
+        super().__init__(message)
+        self.code, self.field = code, field
+
+
+@dataclass(frozen=True)
+class EventField:
+    """One payload field: JSON type(s), required or not, limits, and whether it may hold personal data."""
+
+    types: type | tuple[type, ...]
+    required: bool = True
+    max_length: int | None = None
+    choices: tuple | None = None
+    #: Declared personal data (a phone number the SMS needs): exempt from the PII scan.
+    pii: bool = False
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    version: int
+    aggregate: str
+    fields: dict[str, EventField]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """``event_type`` -> ``job_type`` under the name ``subscriber``.
+
+    ``version`` is the event version the consumer reads (older events are
+    upcast to it).  ``payload`` builds the job's payload from the envelope
+    (default: :func:`default_job_payload`).  ``queue`` and ``expires_in``
+    override the job type's queue and give the job a deadline counted from
+    the event's ``occurred_at``.
+    """
+
+    subscriber: str
+    event_type: str
+    job_type: str
+    version: int = 1
+    job_version: int = 1
+    ordered: bool = False
+    queue: str | None = None
+    expires_in: timedelta | None = None
+    payload: Callable[[dict], dict] | None = None
+
+
+_types: dict[tuple[str, int], EventType] = {}
+_upcasters: dict[tuple[str, int], Callable[[dict], dict]] = {}
+_subscriptions: dict[str, list[Subscription]] = {}
+
+
+def define_event(name: str, version: int = 1, *, aggregate: str, fields: dict[str, EventField],
+                 description: str = "") -> EventType:
+    """Register an event type version and the payload fields it allows."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+", name) or len(name) > 100:
+        raise ValueError(f"event type {name!r} must look like 'noun.past_verb'")
+    if version < 1:
+        raise ValueError("event versions start at 1")
+    et = EventType(name, int(version), aggregate, dict(fields), description)
+    _types[(name, et.version)] = et
+    return et
+
+
+def define_upcaster(name: str, from_version: int, fn: Callable[[dict], dict]) -> None:
+    """Register ``fn`` lifting a ``name`` payload from ``from_version`` to ``from_version + 1``."""
+    _upcasters[(name, int(from_version))] = fn
+
+
+def subscribe(subscriber: str, event_type: str, job_type: str, **options: Any) -> Subscription:
+    """Route ``event_type`` to ``job_type`` (see :class:`Subscription`); re-subscribing replaces."""
+    sub = Subscription(subscriber, event_type, job_type, **options)
+    if not re.fullmatch(r"[a-z][a-z0-9_.-]*", subscriber) or len(subscriber) > 60:
+        raise ValueError(f"subscriber {subscriber!r} must be lowercase letters, digits, '.', '_' or '-'")
+    subs = [s for s in _subscriptions.get(event_type, []) if s.subscriber != subscriber]
+    if any(_id_suffix(s.subscriber) == _id_suffix(subscriber) for s in subs):
+        raise ValueError(f"subscriber {subscriber!r} collides with another subscriber of {event_type}; rename it")
+    _subscriptions[event_type] = subs + [sub]
+    return sub
+
+
+def event_type(name: str, version: int) -> EventType:
+    try:
+        return _types[(name, int(version))]
+    except (KeyError, TypeError, ValueError):
+        known = sorted({f"{n} v{v}" for n, v in _types})
+        raise EventRefused("unknown_event_type", f"unknown event type {name!r} version {version!r}"
+                           + (f" (known: {', '.join(known)})" if known else ""), "type") from None
+
+
+def event_types() -> list[EventType]:
+    return sorted(_types.values(), key=lambda et: (et.name, et.version))
+
+
+def subscriptions(event_type_name: str | None = None) -> list[Subscription]:
+    if event_type_name is not None:
+        return list(_subscriptions.get(event_type_name, []))
+    return [s for subs in _subscriptions.values() for s in subs]
+
+
+def latest_version(name: str) -> int:
+    versions = [v for n, v in _types if n == name]
+    if not versions:
+        event_type(name, 1)  # raises unknown_event_type
+    return max(versions)
+
+
+# ------------------------------------------------------------ personal data
+
+_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+# 8 to 15 digits, optionally with +, spaces, dots, dashes or parentheses, not glued to an id.
+_PHONE_RE = re.compile(r"(?<![\w-])\+?\(?\d[\d ().-]{6,}\d(?![\w-])")
+_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+# Two or more capitalised words in a row: "Maria Rossi", "Dear John Smith".
+_NAME_RE = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?\s+[A-Z][a-z]+\b")
+
+
+def personal_data_kind(text: str) -> str | None:
+    """``"email"``, ``"phone"`` or ``"name"`` when ``text`` looks like personal data, else ``None``.
+
+    A heuristic, meant to stop accidents (a whole user record pasted into an
+    event), not a classifier: ids, codes and single words pass.
+    """
+    if _EMAIL_RE.search(text):
+        return "email"
+    for m in _PHONE_RE.finditer(_UUID_RE.sub("", text)):
+        digits = sum(c.isdigit() for c in m.group(0))
+        if 8 <= digits <= 15:
+            return "phone"
+    if _NAME_RE.search(text):
+        return "name"
+    return None
+
+
+def _scan(value: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(value, str):
+        kind = personal_data_kind(value)
+        return (path, kind) if kind else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _scan(str(k), path) or _scan(v, f"{path}.{k}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _scan(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def validate_payload(et: EventType, payload: Any) -> str:
+    """Check a payload against its type; return its compact JSON or raise :class:`EventRefused`."""
+    if not isinstance(payload, dict):
+        raise EventRefused("invalid_payload", f"{et.name}: payload must be a JSON object", "payload")
+    unknown = sorted(set(payload) - set(et.fields))
+    if unknown:
+        raise EventRefused("unknown_field", f"{et.name} v{et.version} does not allow field(s) "
+                           f"{', '.join(map(str, unknown))} (allowed: {', '.join(sorted(et.fields)) or 'none'})",
+                           f"payload.{unknown[0]}")
+    for name, spec in et.fields.items():
+        where = f"payload.{name}"
+        if payload.get(name) is None:
+            if spec.required:
+                raise EventRefused("missing_field", f"{et.name}: field {name!r} is required", where)
+            continue
+        value = payload[name]
+        types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+        wrong = (isinstance(value, bool) and bool not in types) or not (
+            isinstance(value, types) or (float in types and isinstance(value, int) and not isinstance(value, bool)))
+        if wrong:
+            raise EventRefused("invalid_field", f"{et.name}: field {name!r} must be {jobtypes._names(types)}", where)
+        if spec.max_length is not None and hasattr(value, "__len__") and len(value) > spec.max_length:
+            raise EventRefused("invalid_field", f"{et.name}: field {name!r} is longer than {spec.max_length}", where)
+        if spec.choices is not None and value not in spec.choices:
+            raise EventRefused("invalid_field", f"{et.name}: field {name!r} must be one of "
+                               f"{', '.join(map(str, spec.choices))}", where)
+        if not spec.pii:
+            found = _scan(value, where)
+            if found:
+                raise EventRefused("personal_data", f"{et.name}: {found[0]} looks like personal data "
+                                   f"({found[1]}); events carry ids -- store the data in your own table, "
+                                   "or declare the field pii=True", found[0])
+    try:
+        text = jobtypes._ENCODER.encode(payload)
+        size = len(text.encode())
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({type(exc).__name__})",
+                           "payload") from None
+    if "\\u0000" in text:
+        raise EventRefused("invalid_payload", f"{et.name}: payload contains a NUL character", "payload")
+    if size > MAX_PAYLOAD_BYTES:
+        raise EventRefused("invalid_payload", f"{et.name}: payload is larger than {MAX_PAYLOAD_BYTES} bytes",
+                           "payload")
+    return text
+
+
+# ------------------------------------------------------------ publish
+
+def _aggregate(aggregate) -> tuple[str, str]:
+    try:
+        kind, ident = aggregate
+    except (TypeError, ValueError):
+        raise EventRefused("invalid_aggregate", "aggregate must be (kind, id)", "aggregate") from None
+    kind, ident = str(kind), str(ident)
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,49}", kind):
+        raise EventRefused("invalid_aggregate", "aggregate kind must be lowercase letters, digits or '_'",
+                           "aggregate.type")
+    if not 0 < len(ident) <= 200 or "\x00" in ident:
+        raise EventRefused("invalid_aggregate", "aggregate id must be 1 to 200 characters", "aggregate.id")
+    return kind, ident
+
+
+def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
+            payload: dict, correlation_id: str | None = None, now: datetime | None = None) -> dict:
+    """Append an event in the caller's transaction and return the stored envelope.
+
+    Call it on the connection (and inside the transaction) that writes the
+    domain change: both commit or neither does.  Raises :class:`EventRefused`
+    before writing anything.
+    """
+    et = event_type(type, version)
+    kind, ident = _aggregate(aggregate)
+    if kind != et.aggregate:
+        raise EventRefused("invalid_aggregate", f"{type} events belong to a {et.aggregate!r} aggregate, "
+                           f"not {kind!r}", "aggregate.type")
+    validate_payload(et, payload)
+    if correlation_id is not None and not (0 < len(correlation_id) <= 200):
+        raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
+    return db.one(conn, "outbox_event_insert", {
+        "id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
+        "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
+        "payload": Jsonb(payload)})
+
+
+def upcast(type: str, version: int, payload: dict, to_version: int) -> dict:
+    """``payload`` of a stored ``(type, version)`` event, lifted to ``to_version``."""
+    while version < to_version:
+        fn = _upcasters.get((type, version))
+        if fn is None:
+            raise LookupError(f"no upcaster for {type} v{version} -> v{version + 1}")
+        payload = fn(dict(payload))
+        version += 1
+    if version > to_version:
+        raise LookupError(f"{type} v{version} is newer than the consumer's v{to_version}")
+    return payload
+
+
+# ------------------------------------------------------------ relay
+
+def default_job_payload(event: dict) -> dict:
+    """The job payload a subscriber gets by default: the envelope's ids plus the (upcast) data."""
+    return {"event_id": str(event["id"]), "event_type": event["type"], "event_version": event["version"],
+            "aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}", "data": event["payload"]}
+
+
+def _id_suffix(subscriber: str) -> int:
+    return int.from_bytes(hashlib.sha256(subscriber.encode()).digest()[:4], "big")
+
+
+def job_id_for(event_id: uuid.UUID, subscriber: str) -> uuid.UUID:
+    """The id of the job an event makes for a subscriber.
+
+    The event id's first 96 bits (its UUIDv7 time and monotonic counter) with
+    32 bits from the subscriber's name: job ids sort like the events they come
+    from, which is the order a group's jobs run in, whichever relay process or
+    host inserted them.
+    """
+    return uuid.UUID(int=(event_id.int >> 32 << 32) | _id_suffix(subscriber))
+
+
+def jobs_for(event: dict) -> list[dict]:
+    """The prepared job rows that an event makes, one per subscription."""
+    rows = []
+    for sub in _subscriptions.get(event["type"], []):
+        view = dict(event)
+        if sub.version != event["version"]:
+            view["payload"] = upcast(event["type"], event["version"], event["payload"], sub.version)
+            view["version"] = sub.version
+        payload = (sub.payload or default_job_payload)(view)
+        row = queue._prepare(queue.NewJob(
+            sub.job_type, payload, event["tenant_id"], sub.job_version,
+            idempotency_key=f"{event['id']}:{sub.subscriber}",
+            group_key=f"{event['aggregate_type']}:{event['aggregate_id']}:{sub.subscriber}" if sub.ordered else None,
+            expires_at=event["occurred_at"] + sub.expires_in if sub.expires_in else None,
+            correlation_id=event["correlation_id"], event_id=event["id"], queue=sub.queue))
+        row["id"] = job_id_for(event["id"], sub.subscriber)
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class RelayResult:
+    events: int = 0
+    jobs: int = 0
+    failed: list = field(default_factory=list)
+
+
+def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | None = None) -> RelayResult:
+    """Relay one batch: lock unrelayed events (SKIP LOCKED), insert their jobs, mark them relayed.
+
+    All in one transaction: a relay killed anywhere leaves either nothing or
+    the whole batch done, so every committed event yields its jobs exactly
+    once.  An event that cannot be routed (an unknown job type, an upcaster
+    missing) stays unrelayed and is reported in ``failed``; the others go on.
+    """
+    result = RelayResult()
+    with conn.transaction():
+        events = db.all_rows(conn, "outbox_relay_batch", {"limit": limit})
+        rows, done = [], []
+        for event in events:
+            try:
+                rows.extend(jobs_for(event))
+            except (jobtypes.JobTypeError, LookupError, ValueError) as exc:
+                result.failed.append((event["id"], f"{type(exc).__name__}: {exc}"))
+                continue
+            done.append(event["id"])
+        if rows:
+            doc = "[" + ",".join(queue._row_json(r) for r in rows) + "]"
+            db.execute(conn, "job_insert_many", {"rows": doc})
+        if done:
+            db.execute(conn, "outbox_mark_relayed", {"ids": done, "now": now})
+        result.events, result.jobs = len(done), len(rows)
+    return result
+
+
+# The deployment's catalogue: imported last, so that it can use the functions above.
+from . import events  # noqa: E402,F401

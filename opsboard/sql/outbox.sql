@@ -1,0 +1,90 @@
+-- name: outbox_event_insert
+-- Append one event in the caller's transaction (the statement trigger wakes relays).
+INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
+                           correlation_id, payload)
+VALUES (%(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s,
+        coalesce(%(now)s::timestamptz, now()), %(correlation_id)s, %(payload)s)
+RETURNING *;
+
+-- name: outbox_relay_batch
+-- Lock up to %(limit)s unrelayed events, oldest first, and return those this
+-- relay may route now.  SKIP LOCKED lets every worker's relay take its own
+-- batch without waiting on the others.  An event is held back (left for a
+-- later pass) while an earlier event of its aggregate is unrelayed outside
+-- this batch, i.e. locked by another relay or not yet seen: otherwise two
+-- relays could commit one aggregate's jobs out of order.
+WITH batch AS (
+    SELECT id, tenant_id, aggregate_type, aggregate_id
+    FROM outbox_events
+    WHERE relayed_at IS NULL
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT e.id, e.type, e.version, e.aggregate_type, e.aggregate_id, e.tenant_id, e.occurred_at,
+       e.correlation_id, e.payload
+FROM outbox_events e JOIN batch b ON b.id = e.id
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox_events o
+    WHERE o.relayed_at IS NULL AND o.tenant_id = b.tenant_id AND o.aggregate_type = b.aggregate_type
+      AND o.aggregate_id = b.aggregate_id AND o.id < b.id
+      AND o.id NOT IN (SELECT id FROM batch))
+ORDER BY e.id;
+
+-- name: outbox_mark_relayed
+-- Mark events relayed, in the transaction that inserted their jobs.
+UPDATE outbox_events SET relayed_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
+
+-- name: outbox_event_get
+-- One event by id, inside a tenant scope.
+SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
+
+-- name: outbox_unrelayed_count
+-- Events waiting for a relay, and the age of the oldest (for metrics and the bench).
+SELECT count(*)::bigint AS waiting, min(occurred_at) AS oldest FROM outbox_events WHERE relayed_at IS NULL;
+
+-- name: api_idempotency_get
+-- The stored answer to an earlier request with this tenant's Idempotency-Key.
+SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
+
+-- name: api_idempotency_claim
+-- Claim an Idempotency-Key inside the request's transaction; a concurrent claim
+-- of the same key waits here until the first commits (then conflicts) or rolls back.
+INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response)
+VALUES (%(tenant_id)s, %(key)s, %(request_hash)s, 0, '{}')
+ON CONFLICT (tenant_id, key) DO NOTHING
+RETURNING key;
+
+-- name: api_idempotency_store
+-- Remember the answer given to a claimed Idempotency-Key.
+UPDATE api_idempotency SET status = %(status)s, response = %(response)s
+WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
+
+-- name: api_idempotency_prune
+-- Forget Idempotency-Keys older than the retention.
+DELETE FROM api_idempotency WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval;
+
+-- name: demo_user_insert
+-- The demo domain: a user of a tenant signs up.
+INSERT INTO demo_users (id, tenant_id, email, plan) VALUES (%(id)s, %(tenant_id)s, %(email)s, %(plan)s)
+RETURNING id, tenant_id, plan, created_at;
+
+-- name: demo_order_insert
+-- The demo domain: an order is paid.
+INSERT INTO demo_orders (id, tenant_id, user_id, amount_cents, currency)
+VALUES (%(id)s, %(tenant_id)s, %(user_id)s, %(amount_cents)s, %(currency)s)
+RETURNING id, tenant_id, amount_cents, currency, paid_at;
+
+-- name: demo_otp_insert
+-- The demo domain: a one-time password is requested for a phone number.
+INSERT INTO demo_otp_requests (id, tenant_id, phone, code, expires_at)
+VALUES (%(id)s, %(tenant_id)s, %(phone)s, %(code)s, coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval)
+RETURNING id, tenant_id, created_at, expires_at;
+
+-- name: demo_effect_record
+-- A demo subscriber's effect, once per (subscriber, event) however often the job runs.
+INSERT INTO demo_effects (subscriber, event_id, job_id, tenant_id, aggregate, detail)
+VALUES (%(subscriber)s, %(event_id)s, %(job_id)s, %(tenant_id)s, %(aggregate)s, %(detail)s)
+ON CONFLICT (subscriber, event_id) DO NOTHING
+RETURNING seq;

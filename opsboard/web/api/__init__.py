@@ -1,0 +1,27 @@
+"""The producer HTTP API under /api/v1: JSON in and out, bearer API keys per tenant.
+
+``POST /events``, ``POST /jobs``, ``GET /jobs/{id}``, ``POST /otp``; the
+OpenAPI 3.1 document at ``/api/v1/openapi.json`` (:mod:`.openapi`) describes
+every answer these views give.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from .common import Problem
+
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+@bp.errorhandler(Problem)
+def _problem(exc: Problem):
+    return exc.response()
+
+
+@bp.route("/openapi.json")
+def openapi_document():
+    from .openapi import document
+    return jsonify(document())
+
+
+from . import events, jobs, otp  # noqa: E402,F401  (routes on bp)

@@ -1,0 +1,161 @@
+"""What every /api/v1 view shares: bearer keys, JSON bodies, errors with a
+field, admission (backpressure) and Idempotency-Key replay.
+
+A POST view hands :func:`respond` the validated request and a function doing
+the work on a connection inside one transaction; ``respond`` checks the
+Idempotency-Key (replaying the first answer, or 409 for another body), asks
+the core's admission (429/503 with Retry-After, decided in two small
+statements, never a wait), then runs the work and stores its answer in the
+same transaction.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Callable
+
+import psycopg
+from flask import g, jsonify, request
+from psycopg.types.json import Jsonb
+
+from ... import apikeys, backpressure, db
+from ..context import get_config, get_db, request_id
+
+
+class Problem(Exception):
+    """An API refusal: ``{"error": code, "message": ..., "field": ...}`` with ``status``."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.field, self.headers = status, code, message, field, headers or {}
+
+    def response(self):
+        body = {"error": self.code, "message": self.message}
+        if self.field:
+            body["field"] = self.field
+        resp = jsonify(body)
+        resp.status_code = self.status
+        resp.headers.update(self.headers)
+        return resp
+
+
+def authenticate() -> dict:
+    """The caller's API key (``id``, ``tenant_id``, ``tenant_slug``), or 401."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Problem(401, "unauthorized", "Send an API key: Authorization: Bearer obk_...",
+                      headers={"WWW-Authenticate": 'Bearer realm="opsboard"'})
+    with get_db().connection() as conn:
+        key = apikeys.authenticate(conn, secret.strip())
+    if key is None:
+        raise Problem(401, "unauthorized", "The API key is unknown or revoked.",
+                      headers={"WWW-Authenticate": 'Bearer realm="opsboard", error="invalid_token"'})
+    g.api_key = key
+    return key
+
+
+def json_object() -> dict:
+    """The request body as a JSON object, or 400."""
+    if not request.is_json:
+        raise Problem(400, "invalid_json", "Send a JSON object with Content-Type: application/json.", "body")
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid_json", "The body must be a JSON object.", "body")
+    return body
+
+
+_MISSING = object()
+
+
+def field(body: dict, name: str, types, *, required: bool = True, default: Any = None,
+          max_length: int | None = None, where: str | None = None) -> Any:
+    """One top-level field of ``body``, type-checked (400 ``invalid_field`` naming it)."""
+    value = body.get(name, _MISSING)
+    where = where or name
+    if value is _MISSING or value is None:
+        if required:
+            raise Problem(400, "missing_field", f"{where} is required.", where)
+        return default
+    types = types if isinstance(types, tuple) else (types,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        names = {str: "a string", int: "an integer", dict: "an object", bool: "a boolean"}
+        raise Problem(400, "invalid_field", f"{where} must be {' or '.join(names.get(t, t.__name__) for t in types)}.",
+                      where)
+    if isinstance(value, str):
+        if "\x00" in value or not _utf8(value):
+            raise Problem(400, "invalid_field", f"{where} holds a NUL character or invalid Unicode.", where)
+        if max_length is not None and not 0 < len(value) <= max_length:
+            raise Problem(400, "invalid_field", f"{where} must be 1 to {max_length} characters.", where)
+    return value
+
+
+def only_fields(body: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Problem(400, "unknown_field", f"Unknown field {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}.",
+                      unknown[0])
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+_KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connection], tuple[int, dict]]):
+    """Run ``work`` under admission and Idempotency-Key semantics; returns the Flask response."""
+    idem = request.headers.get("Idempotency-Key")
+    tenant_id = key["tenant_id"]
+    digest = None
+    if idem is not None:
+        if not _KEY_RE.match(idem):
+            raise Problem(400, "invalid_idempotency_key",
+                          "Idempotency-Key must be 1 to 200 printable ASCII characters.", "Idempotency-Key")
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).digest()
+    database = get_db()
+    with database.connection() as conn:
+        if idem is not None:
+            stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
+            if stored is not None:
+                return _replay(stored, digest)
+        config = get_config()
+        verdict = backpressure.admission(conn, tenant_id, queue, high_water=config.high_water)
+        if not verdict.accepted:
+            raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+        with conn.transaction():
+            if idem is not None:
+                # Waits for a concurrent request holding the same key to finish.
+                if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": idem,
+                                                          "request_hash": digest}) is None:
+                    stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
+                    return _replay(stored, digest)
+            status, answer = work(conn)
+            if idem is not None:
+                db.execute(conn, "api_idempotency_store", {"tenant_id": tenant_id, "key": idem, "status": status,
+                                                           "response": Jsonb(answer)})
+    resp = jsonify(answer)
+    resp.status_code = status
+    return resp
+
+
+def _replay(stored: dict, digest: bytes):
+    if bytes(stored["request_hash"]) != digest:
+        raise Problem(409, "idempotency_conflict",
+                      "This Idempotency-Key was used with another request; use a new key.", "Idempotency-Key")
+    resp = jsonify(stored["response"])
+    resp.status_code = stored["status"]
+    resp.headers["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def correlation_id(body: dict) -> str:
+    return field(body, "correlation_id", str, required=False, max_length=200) or request_id()

@@ -1,0 +1,50 @@
+"""POST /api/v1/events: publish an outbox event for the caller's tenant."""
+from __future__ import annotations
+
+from ... import outbox
+from . import bp
+from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
+
+
+def _envelope(event: dict) -> dict:
+    return {"id": str(event["id"]), "type": event["type"], "version": event["version"],
+            "aggregate": {"type": event["aggregate_type"], "id": event["aggregate_id"]},
+            "occurred_at": event["occurred_at"].isoformat(), "correlation_id": event["correlation_id"]}
+
+
+@bp.route("/events", methods=["POST"])
+def publish_event():
+    key = authenticate()
+    body = json_object()
+    only_fields(body, {"type", "version", "aggregate", "payload", "correlation_id"})
+    type_ = field(body, "type", str, max_length=100)
+    version = field(body, "version", int, required=False)
+    aggregate = field(body, "aggregate", dict)
+    extra = sorted(set(aggregate) - {"type", "id"})
+    if extra:
+        raise Problem(400, "unknown_field", f"Unknown field 'aggregate.{extra[0]}'; allowed: id, type.",
+                      f"aggregate.{extra[0]}")
+    agg_type = field(aggregate, "type", str, max_length=50, where="aggregate.type")
+    agg_id = field(aggregate, "id", str, max_length=200, where="aggregate.id")
+    payload = field(body, "payload", dict)
+    corr = correlation_id(body)
+    try:
+        if version is None:
+            version = outbox.latest_version(type_)
+        et = outbox.event_type(type_, version)
+        # Everything checked before admission and the transaction: a bad request is a 4xx under any load.
+        outbox.validate_payload(et, payload)
+    except outbox.EventRefused as exc:
+        raise Problem(422, exc.code, str(exc), exc.field) from None
+    queue = "critical" if any(s.queue == "critical" for s in outbox.subscriptions(type_)) else "default"
+
+    def work(conn):
+        try:
+            event = outbox.publish(conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"],
+                                   payload=payload, correlation_id=corr)
+        except outbox.EventRefused as exc:
+            raise Problem(422, exc.code, str(exc), exc.field) from None
+        return 202, _envelope(event)
+
+    return respond(key, body, queue, work)
+

@@ -1,0 +1,176 @@
+"""The OpenAPI 3.1 document of /api/v1, kept beside the views it describes.
+
+tests/integration/test_api_schema.py runs schemathesis against it, so a
+view that answers something undocumented fails the build.
+"""
+from __future__ import annotations
+
+from ... import __version__, jobtypes, outbox
+
+_STR = {"type": "string"}
+_NSTR = {"type": ["string", "null"]}
+_NTIME = {"type": ["string", "null"], "format": "date-time"}
+
+
+def _error(description: str, *, retry: bool = False, auth: bool = False) -> dict:
+    resp: dict = {"description": description,
+                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    if retry:
+        resp["headers"] = {"Retry-After": {"required": True, "description": "Seconds to wait before retrying",
+                                           "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+    if auth:
+        resp["headers"] = {"WWW-Authenticate": {"required": True, "schema": _STR}}
+    return resp
+
+
+def _ok(description: str, schema: str) -> dict:
+    return {"description": description, "headers": {
+        "Idempotent-Replayed": {"description": "true when this is the stored answer to an earlier request "
+                                               "with the same Idempotency-Key", "schema": {"const": "true"}}},
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+_POST_ERRORS = {
+    "400": _error("Malformed request: not a JSON object, a missing or mistyped field, an unknown field, "
+                  "a bad Idempotency-Key (`field` names it)"),
+    "401": _error("No API key, or an unknown or revoked one", auth=True),
+    "409": _error("The Idempotency-Key was used with another request"),
+    "413": _error("Body larger than 1 MiB"),
+    "422": _error("Well-formed but refused: unknown type or version, payload outside the type's contract, "
+                  "personal data in an undeclared field (`field` names it)"),
+    "429": _error("This tenant is over its enqueue rate", retry=True),
+    "503": _error("The queue's backlog is over its high-water mark", retry=True),
+}
+
+_IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                "description": "Makes the POST safe to repeat: the same key and body return the first answer; "
+                               "the same key with another body answers 409. Kept 24 hours.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _field_schema(spec) -> dict:
+    types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+    names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
+    out: dict = {"type": names[0] if len(names) == 1 else names}
+    if spec.max_length is not None:
+        out["maxLength" if "string" in names else "maxItems"] = spec.max_length
+    if spec.choices is not None:
+        out["enum"] = list(spec.choices)
+    if getattr(spec, "pii", False):
+        out["description"] = "declared personal data"
+    return out
+
+
+def _event_request() -> dict:
+    """One branch per registered (type, version): the payload fields each allows, from the registry."""
+    branches = []
+    for et in outbox.event_types():
+        branches.append({
+            "title": f"{et.name} v{et.version}", "description": et.description,
+            "type": "object", "required": ["type", "aggregate", "payload"], "additionalProperties": False,
+            "properties": {
+                "type": {"const": et.name}, "version": {"const": et.version},
+                "aggregate": {"type": "object", "required": ["type", "id"], "additionalProperties": False,
+                              "properties": {"type": {"const": et.aggregate},
+                                             "id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "payload": {"type": "object", "additionalProperties": False,
+                            "required": [n for n, f in et.fields.items() if f.required],
+                            "properties": {n: _field_schema(f) for n, f in et.fields.items()}},
+                "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}})
+    return {"description": "`version` defaults to the type's latest. Payloads carry ids, no personal data: "
+                           "an email address, phone number or name in an undeclared field is refused (422).",
+            "anyOf": branches}
+
+
+def document() -> dict:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "opsboard producer API", "version": __version__,
+                 "description": "Publish outbox events, enqueue jobs and read their status, request OTPs. "
+                                "Every answer is JSON; errors are `{error, message, field?}`. Under overload "
+                                "the API answers 429 or 503 with Retry-After instead of waiting."},
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/events": {"post": {
+                "operationId": "publishEvent",
+                "summary": "Publish an event for the key's tenant (relayed to its subscribers' jobs)",
+                "parameters": [_IDEMPOTENCY],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/EventRequest"}}}},
+                "responses": {"202": _ok("Stored; the relay turns it into jobs", "Event"), **_POST_ERRORS}}},
+            "/jobs": {"post": {
+                "operationId": "enqueueJob",
+                "summary": "Enqueue a job of a registered type for the key's tenant",
+                "parameters": [_IDEMPOTENCY],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/JobRequest"}}}},
+                "responses": {"202": _ok("Enqueued (or the live job already holding idempotency_key)", "Job"),
+                              **_POST_ERRORS}}},
+            "/jobs/{id}": {"get": {
+                "operationId": "getJob",
+                "summary": "One job of the key's tenant",
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": _STR}],
+                "responses": {
+                    "200": {"description": "The job", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Job"}}}},
+                    "401": _POST_ERRORS["401"],
+                    "404": _error("No such job for this tenant (another tenant's job is not found either)")}}},
+            "/otp": {"post": {
+                "operationId": "requestOtp",
+                "summary": "Send a one-time password by SMS (critical queue; expires after 2 minutes)",
+                "parameters": [_IDEMPOTENCY],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/OtpRequest"}}}},
+                "responses": {"202": _ok("Requested", "Otp"), **_POST_ERRORS}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "An API key: `opsboard apikey create --tenant SLUG`"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error", "message"], "properties": {
+                    "error": {"type": "string", "description": "stable code, e.g. personal_data"},
+                    "message": _STR,
+                    "field": {"type": "string", "description": "the offending field, e.g. payload.email"}}},
+                "EventRequest": _event_request(),
+                "Event": {"type": "object", "required": ["id", "type", "version", "aggregate", "occurred_at"],
+                          "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
+                    "aggregate": {"type": "object", "required": ["type", "id"],
+                                  "properties": {"type": _STR, "id": _STR}},
+                    "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR}},
+                "JobRequest": {"type": "object", "required": ["type", "payload"], "additionalProperties": False,
+                               "properties": {
+                    "type": {"enum": sorted({jt.name for jt in jobtypes.all_types()}),
+                             "description": "a registered job type"},
+                    "version": {"enum": sorted({jt.version for jt in jobtypes.all_types()}), "default": 1},
+                    "payload": {"type": "object", "description": "as the job type's contract allows"},
+                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "run_at": {"type": "string", "format": "date-time"},
+                    "expires_at": {"type": "string", "format": "date-time"},
+                    "priority": {"type": "integer"}, "queue": {"type": "string"},
+                    "max_attempts": {"type": "integer"},
+                    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "Job": {"type": "object", "required": ["id", "type", "version", "status", "queue"], "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
+                    "status": {"enum": ["pending", "running", "succeeded", "retryable", "dead", "cancelled"]},
+                    "queue": {"enum": ["critical", "default", "bulk"]}, "priority": {"type": "integer"},
+                    "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
+                    "idempotency_key": _NSTR, "group_key": _NSTR, "correlation_id": _NSTR, "event_id": _NSTR,
+                    "last_error_code": _NSTR, "created_at": _NTIME, "available_at": _NTIME,
+                    "started_at": _NTIME, "finished_at": _NTIME, "expires_at": _NTIME,
+                    "payload": {"type": "object"}}},
+                "OtpRequest": {"type": "object", "required": ["phone"], "additionalProperties": False,
+                               "properties": {
+                    "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
+                    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "Otp": {"type": "object", "required": ["otp_id", "event_id", "expires_at"], "properties": {
+                    "otp_id": {"type": "string", "format": "uuid"}, "event_id": {"type": "string", "format": "uuid"},
+                    "expires_at": {"type": "string", "format": "date-time"}}},
+            },
+        },
+    }

@@ -1,0 +1,61 @@
+"""API keys page: a tenant admin creates (shown once) and revokes the tenant's HTTP API keys."""
+from __future__ import annotations
+
+import uuid
+
+from flask import Blueprint, render_template, request
+from flask_login import current_user
+
+from .. import apikeys, audit
+from .context import get_db, request_id
+from .errors import ApiError
+from .security import current_scope, require_for_tenant, requires
+
+bp = Blueprint("apikeys", __name__, url_prefix="/api-keys")
+
+PERMISSION = "users.manage"
+
+
+def _page(**extra):
+    with get_db().connection() as conn:
+        keys = apikeys.list_keys(conn, current_scope(PERMISSION))
+    tenants = sorted({(m.tenant_id, m.tenant_slug) for m in current_user.memberships
+                      if current_user.can(PERMISSION, m.tenant_id)}, key=lambda t: t[1])
+    return {"keys": keys, "tenants": tenants, **extra}
+
+
+@bp.route("/")
+@requires(PERMISSION)
+def index():
+    return render_template("apikeys/index.html", **_page())
+
+
+@bp.route("/", methods=["POST"])
+@requires(PERMISSION)
+def create():
+    try:
+        tenant_id = uuid.UUID(request.form.get("tenant_id", ""))
+    except ValueError:
+        raise ApiError(400, "invalid_tenant", "Choose a tenant.") from None
+    require_for_tenant(PERMISSION, tenant_id)
+    try:
+        with get_db().connection() as conn:
+            secret, row = apikeys.create(conn, tenant_id, request.form.get("name", ""),
+                                         audit.Actor.of(current_user, request_id()))
+    except apikeys.ApiKeyError as exc:
+        raise ApiError(400, exc.code, str(exc)) from None
+    template = "apikeys/_created.html" if request.headers.get("HX-Request") else "apikeys/index.html"
+    return render_template(template, **_page(created={"secret": secret, **row}))
+
+
+@bp.route("/<key_id>/revoke", methods=["POST"])
+@requires(PERMISSION)
+def revoke(key_id: str):
+    try:
+        with get_db().connection() as conn:
+            apikeys.revoke(conn, key_id, audit.Actor.of(current_user, request_id()), current_scope(PERMISSION),
+                           reason=(request.form.get("reason") or "").strip() or None)
+    except apikeys.ApiKeyError as exc:
+        raise ApiError(404, exc.code, "No such API key.") from None
+    template = "apikeys/_list.html" if request.headers.get("HX-Request") else "apikeys/index.html"
+    return render_template(template, **_page())

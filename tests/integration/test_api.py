@@ -1,0 +1,182 @@
+"""The producer HTTP API (/api/v1) against a real database."""
+import hashlib
+import uuid
+
+import pytest
+
+from opsboard import apikeys, audit, auth
+from opsboard.web.app import create_app
+from opsboard.db import Database
+from tests.conftest import connect, make_config
+from worker.services.depth import DepthSampler
+from worker.services.relay import Relay
+
+
+@pytest.fixture
+def key_for(app):
+    url = app.extensions["test_db_url"]
+
+    def make(slug: str = None) -> tuple[str, dict]:
+        with connect(url) as c:
+            tenant = auth.ensure_tenant(c, slug or f"t-{uuid.uuid4().hex[:6]}")
+            secret, _ = apikeys.create(c, tenant["id"], "test", audit.Actor("test"))
+        return secret, tenant
+    return make
+
+
+def bearer(secret: str, **extra) -> dict:
+    return {"Authorization": f"Bearer {secret}", **extra}
+
+
+ORDER = {"type": "order.paid", "aggregate": {"type": "order", "id": "o-1"},
+         "payload": {"order_id": "o-1", "amount_cents": 1250, "currency": "EUR"}}
+
+
+def test_auth_is_required_and_checked(client, key_for, app):
+    r = client.post("/api/v1/events", json=ORDER)
+    assert r.status_code == 401 and r.json["error"] == "unauthorized" and "Bearer" in r.headers["WWW-Authenticate"]
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer("obk_nope")).status_code == 401
+    secret, tenant = key_for()
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 202
+    with connect(app.extensions["test_db_url"]) as c:
+        row = c.execute("SELECT key_hash, last_used_at, id FROM api_keys WHERE tenant_id = %s",
+                        (tenant["id"],)).fetchone()
+        assert bytes(row["key_hash"]) == hashlib.sha256(secret.encode()).digest() and row["last_used_at"]
+        apikeys.revoke(c, row["id"], audit.Actor("test"), auth.TenantScope(all=True))
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 401
+
+
+def test_event_is_stored_for_the_keys_tenant_and_relayed(client, key_for, app):
+    secret, tenant = key_for()
+    r = client.post("/api/v1/events", json={**ORDER, "correlation_id": "c-1"}, headers=bearer(secret))
+    assert r.status_code == 202, r.json
+    assert r.json["type"] == "order.paid" and r.json["version"] == 1 and r.json["correlation_id"] == "c-1"
+    with connect(app.extensions["test_db_url"]) as c:
+        e = c.execute("SELECT * FROM outbox_events WHERE id = %s", (r.json["id"],)).fetchone()
+        assert e["tenant_id"] == tenant["id"] and e["payload"] == ORDER["payload"]
+        assert Relay().run_once(c) == 1
+        assert c.execute("SELECT count(*) AS n FROM jobs WHERE event_id = %s", (r.json["id"],)).fetchone()["n"] == 2
+
+
+@pytest.mark.parametrize("body,status,code,field", [
+    ("not json", 400, "invalid_json", "body"),
+    ([1, 2], 400, "invalid_json", "body"),
+    ({**ORDER, "type": None}, 400, "missing_field", "type"),
+    ({**ORDER, "version": "1"}, 400, "invalid_field", "version"),
+    ({**ORDER, "extra": 1}, 400, "unknown_field", "extra"),
+    ({**ORDER, "aggregate": {"type": "order"}}, 400, "missing_field", "aggregate.id"),
+    ({**ORDER, "type": "order.refunded"}, 422, "unknown_event_type", "type"),
+    ({**ORDER, "payload": {**ORDER["payload"], "email": "a@b.test"}}, 422, "unknown_field", "payload.email"),
+    ({**ORDER, "payload": {**ORDER["payload"], "order_id": "Maria Rossi"}}, 422, "personal_data", "payload.order_id"),
+    ({**ORDER, "payload": {"order_id": "o"}}, 422, "missing_field", "payload.amount_cents"),
+    ({**ORDER, "aggregate": {"type": "user", "id": "u"}}, 422, "invalid_aggregate", "aggregate.type"),
+])
+def test_validation_errors_name_the_field(client, key_for, body, status, code, field):
+    secret, _ = key_for()
+    if isinstance(body, str):
+        r = client.post("/api/v1/events", data=body, headers=bearer(secret), content_type="text/plain")
+    else:
+        r = client.post("/api/v1/events", json=body, headers=bearer(secret))
+    assert (r.status_code, r.json["error"], r.json.get("field")) == (status, code, field), r.json
+    assert r.json["message"]
+
+
+def test_idempotency_key_replays_and_conflicts(client, key_for, app):
+    secret, tenant = key_for()
+    first = client.post("/api/v1/events", json=ORDER, headers=bearer(secret, **{"Idempotency-Key": "k-1"}))
+    again = client.post("/api/v1/events", json=ORDER, headers=bearer(secret, **{"Idempotency-Key": "k-1"}))
+    assert first.status_code == again.status_code == 202
+    assert again.json == first.json and again.headers["Idempotent-Replayed"] == "true"
+    other = client.post("/api/v1/events", json={**ORDER, "aggregate": {"type": "order", "id": "o-2"}},
+                        headers=bearer(secret, **{"Idempotency-Key": "k-1"}))
+    assert other.status_code == 409 and other.json["error"] == "idempotency_conflict"
+    # Another tenant's identical key is its own.
+    secret2, _ = key_for()
+    assert client.post("/api/v1/events", json=ORDER,
+                       headers=bearer(secret2, **{"Idempotency-Key": "k-1"})).json["id"] != first.json["id"]
+    bad = client.post("/api/v1/events", json=ORDER, headers=bearer(secret, **{"Idempotency-Key": "é"}))
+    assert bad.status_code == 400 and bad.json["field"] == "Idempotency-Key"
+    with connect(app.extensions["test_db_url"]) as c:
+        assert c.execute("SELECT count(*) AS n FROM outbox_events WHERE tenant_id = %s",
+                         (tenant["id"],)).fetchone()["n"] == 1
+
+
+def test_jobs_enqueue_read_and_tenant_isolation(client, key_for):
+    secret, tenant = key_for()
+    r = client.post("/api/v1/jobs", json={"type": "diag.sleep", "payload": {"ms": 1}, "idempotency_key": "j1"},
+                    headers=bearer(secret))
+    assert r.status_code == 202 and r.json["status"] == "pending" and r.json["queue"] == "default", r.json
+    got = client.get(f"/api/v1/jobs/{r.json['id']}", headers=bearer(secret))
+    assert got.status_code == 200 and got.json["id"] == r.json["id"] and got.json["payload"] == {"ms": 1}
+    other, _ = key_for()
+    assert client.get(f"/api/v1/jobs/{r.json['id']}", headers=bearer(other)).status_code == 404
+    assert client.get("/api/v1/jobs/not-a-uuid", headers=bearer(secret)).status_code == 404
+    same = client.post("/api/v1/jobs", json={"type": "diag.sleep", "payload": {"ms": 1}, "idempotency_key": "j1"},
+                       headers=bearer(secret))
+    assert same.json["id"] == r.json["id"]
+    for body, code, field in [({"type": "no.such", "payload": {}}, "unknown_job_type", "type"),
+                              ({"type": "diag.sleep", "payload": {"ms": "x"}}, "invalid_payload", "payload"),
+                              ({"type": "diag.sleep", "payload": {"ms": 1}, "queue": "fast"}, "invalid_payload",
+                               "queue"),
+                              ({"type": "diag.sleep", "payload": {"ms": 1}, "run_at": "tomorrow"}, "invalid_field",
+                               "run_at")]:
+        bad = client.post("/api/v1/jobs", json=body, headers=bearer(secret))
+        assert bad.status_code in (400, 422) and (bad.json["error"], bad.json["field"]) == (code, field), bad.json
+
+
+def test_otp_goes_to_the_critical_queue(client, key_for, app):
+    secret, _ = key_for()
+    r = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret))
+    assert r.status_code == 202, r.json
+    with connect(app.extensions["test_db_url"]) as c:
+        Relay().run_once(c)
+        job = c.execute("SELECT * FROM jobs WHERE event_id = %s", (r.json["event_id"],)).fetchone()
+        event = c.execute("SELECT * FROM outbox_events WHERE id = %s", (r.json["event_id"],)).fetchone()
+    assert job["queue"] == "critical" and (job["expires_at"] - event["occurred_at"]).total_seconds() == 120
+    assert "347" not in str(event["payload"])
+    bad = client.post("/api/v1/otp", json={"phone": "3471234567"}, headers=bearer(secret))
+    assert (bad.status_code, bad.json["field"]) == (422, "phone")
+
+
+def test_429_when_the_tenant_is_over_its_rate(client, key_for, app):
+    secret, tenant = key_for()
+    with connect(app.extensions["test_db_url"]) as c:
+        c.execute("UPDATE tenants SET enqueue_rate = 0.01, enqueue_burst = 2 WHERE id = %s", (tenant["id"],))
+    codes = [client.post("/api/v1/events", json=ORDER, headers=bearer(secret)) for _ in range(3)]
+    assert [r.status_code for r in codes] == [202, 202, 429]
+    assert codes[2].json["error"] == "tenant_rate_limited" and int(codes[2].headers["Retry-After"]) >= 1
+    # A refused request stores nothing under its Idempotency-Key: the client retries it after Retry-After.
+    refused = client.post("/api/v1/events", json=ORDER, headers=bearer(secret, **{"Idempotency-Key": "x"}))
+    assert refused.status_code == 429 and "Idempotent-Replayed" not in refused.headers
+
+
+def test_503_when_the_queue_is_over_its_high_water_mark(db_url):
+    database = Database(db_url, min_size=1, max_size=2).open()
+    app = create_app({"OPSBOARD": make_config(database_url=db_url, high_water={"critical": 2}),
+                      "DATABASE": database, "TESTING": True})
+    client = app.test_client()
+    with connect(db_url) as c:
+        tenant = auth.ensure_tenant(c, "full")
+        secret, _ = apikeys.create(c, tenant["id"], "t", audit.Actor("test"))
+    try:
+        for _ in range(2):
+            assert client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret)).status_code == 202
+        with connect(db_url) as c:
+            Relay().run_once(c)
+            DepthSampler().run_once(c)
+        r = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret))
+        assert r.status_code == 503 and r.json["error"] == "queue_full" and int(r.headers["Retry-After"]) > 0
+        # Other queues keep their own marks.
+        assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 202
+    finally:
+        database.close()
+
+
+def test_openapi_document_lists_every_route(client, app):
+    doc = client.get("/api/v1/openapi.json").json
+    assert doc["openapi"].startswith("3.1")
+    documented = {("/api/v1" + path, method.upper()) for path, ops in doc["paths"].items() for method in ops}
+    routes = {(r.rule.replace("<job_id>", "{id}"), m) for r in app.url_map.iter_rules()
+              if r.rule.startswith("/api/v1/") and not r.rule.endswith("openapi.json")
+              for m in r.methods - {"HEAD", "OPTIONS"}}
+    assert routes == documented

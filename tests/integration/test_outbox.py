@@ -1,0 +1,121 @@
+"""The outbox on a real database: publish in the caller's transaction, refusal,
+upcasting, immutability, and the relay's routing (run_once, injected now)."""
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from opsboard import demo_domain, outbox
+from opsboard.outbox import EventRefused
+from tests.conftest import connect
+from worker.services.relay import Relay, RelayConfig
+
+
+def _jobs(conn, event_id):
+    return {r["idempotency_key"].split(":", 1)[1]: r for r in conn.execute(
+        "SELECT * FROM jobs WHERE event_id = %s", (event_id,)).fetchall()}
+
+
+def test_rolled_back_domain_transaction_leaves_neither_row_nor_event(db_url, make_tenant):
+    with connect(db_url) as c:
+        tenant = make_tenant(c)
+        with pytest.raises(RuntimeError):
+            with c.transaction():
+                demo_domain.sign_up_user(c, tenant["id"], "a@example.test")
+                raise RuntimeError("the rest of the domain change failed")
+        assert c.execute("SELECT count(*) AS n FROM demo_users").fetchone()["n"] == 0
+        assert c.execute("SELECT count(*) AS n FROM outbox_events").fetchone()["n"] == 0
+        done = demo_domain.sign_up_user(c, tenant["id"], "b@example.test")
+        assert c.execute("SELECT count(*) AS n FROM outbox_events").fetchone()["n"] == 1
+        assert Relay().run_once(c) == 1
+        assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report"}
+
+
+def test_relay_makes_each_subscribers_job_once(conn, tenant):
+    done = demo_domain.sign_up_user(conn, tenant["id"], "someone@example.test", plan="pro", correlation_id="req-1")
+    event = done["event"]
+    assert event["payload"] == {"user_id": str(done["user"]["id"]), "plan": "pro"}
+    assert Relay().run_once(conn) == 1
+    assert Relay().run_once(conn) == 0
+    jobs = _jobs(conn, event["id"])
+    assert {k: (j["type"], j["queue"]) for k, j in jobs.items()} == {
+        "welcome_email": ("outbox_demo.email", "default"), "crm_webhook": ("outbox_demo.webhook", "default"),
+        "nightly_report": ("outbox_demo.report_row", "bulk")}
+    assert jobs["crm_webhook"]["group_key"] == f"user:{done['user']['id']}:crm_webhook"
+    assert jobs["welcome_email"]["group_key"] is None
+    assert all(j["correlation_id"] == "req-1" and j["tenant_id"] == tenant["id"] for j in jobs.values())
+    assert jobs["welcome_email"]["payload"]["data"] == {"user_id": str(done["user"]["id"]), "plan": "pro"}
+    assert "someone" not in str(event) and "someone" not in str([j["payload"] for j in jobs.values()])
+    row = conn.execute("SELECT relayed_at FROM outbox_events WHERE id = %s", (event["id"],)).fetchone()
+    assert row["relayed_at"] is not None
+
+
+def test_otp_goes_to_critical_and_expires_two_minutes_after_the_event(conn, tenant, t0):
+    done = demo_domain.request_otp(conn, tenant["id"], "+39 347 123 4567", now=t0)
+    Relay().run_once(conn)
+    job = _jobs(conn, done["event"]["id"])["otp_sms"]
+    assert job["queue"] == "critical" and job["priority"] == 0
+    assert job["expires_at"] == t0 + timedelta(minutes=2)
+    assert "347" not in str(done["event"]["payload"])
+
+
+def test_a_v1_event_reaches_v2_consumers_upcast(conn, tenant):
+    event = outbox.publish(conn, "user.signed_up", 1, aggregate=("user", "u-1"), tenant=tenant["id"],
+                           payload={"user_id": "u-1"})
+    Relay().run_once(conn)
+    job = _jobs(conn, event["id"])["welcome_email"]
+    assert job["payload"]["event_version"] == 2
+    assert job["payload"]["data"] == {"user_id": "u-1", "plan": "free"}
+    stored = conn.execute("SELECT version, payload FROM outbox_events WHERE id = %s", (event["id"],)).fetchone()
+    assert stored == {"version": 1, "payload": {"user_id": "u-1"}}
+
+
+@pytest.mark.parametrize("payload,code,field", [
+    ({"user_id": "u-1", "plan": "free", "email": "x@example.test"}, "unknown_field", "payload.email"),
+    ({"user_id": "maria.rossi@example.test", "plan": "free"}, "personal_data", "payload.user_id"),
+    ({"user_id": "Maria Rossi", "plan": "free"}, "personal_data", "payload.user_id"),
+    ({"user_id": "+39 347 123 4567", "plan": "free"}, "personal_data", "payload.user_id"),
+    ({"user_id": "u-1", "plan": "gold"}, "invalid_field", "payload.plan"),
+])
+def test_publish_refuses_before_writing(conn, tenant, payload, code, field):
+    with pytest.raises(EventRefused) as e:
+        outbox.publish(conn, "user.signed_up", 2, aggregate=("user", "u-1"), tenant=tenant["id"], payload=payload)
+    assert (e.value.code, e.value.field) == (code, field)
+    assert conn.execute("SELECT count(*) AS n FROM outbox_events WHERE tenant_id = %s",
+                        (tenant["id"],)).fetchone()["n"] == 0
+
+
+def test_unknown_type_version_and_wrong_aggregate_are_refused(conn, tenant):
+    for args, code in [(("user.deleted", 1), "unknown_event_type"), (("user.signed_up", 9), "unknown_event_type")]:
+        with pytest.raises(EventRefused) as e:
+            outbox.publish(conn, *args, aggregate=("user", "u"), tenant=tenant["id"], payload={})
+        assert e.value.code == code
+    with pytest.raises(EventRefused) as e:
+        outbox.publish(conn, "order.paid", 1, aggregate=("user", "u"), tenant=tenant["id"],
+                       payload={"order_id": "o", "amount_cents": 1, "currency": "EUR"})
+    assert e.value.field == "aggregate.type"
+
+
+def test_stored_events_are_immutable(conn, tenant):
+    e = outbox.publish(conn, "order.paid", 1, aggregate=("order", "o-1"), tenant=tenant["id"],
+                       payload={"order_id": "o-1", "amount_cents": 100, "currency": "EUR"})
+    for sql in ("UPDATE outbox_events SET payload = '{}' WHERE id = %s",
+                "UPDATE outbox_events SET version = 2 WHERE id = %s",
+                "DELETE FROM outbox_events WHERE id = %s"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="immutable"):
+            with conn.transaction():
+                conn.execute(sql, (e["id"],))
+    Relay().run_once(conn)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with conn.transaction():
+            conn.execute("UPDATE outbox_events SET relayed_at = now() WHERE id = %s", (e["id"],))
+
+
+def test_an_event_without_a_route_stays_unrelayed_and_the_rest_go_on(conn, tenant, monkeypatch):
+    bad = outbox.Subscription("broken", "order.paid", "no.such_type")
+    monkeypatch.setitem(outbox._subscriptions, "order.paid", [bad])
+    e1 = outbox.publish(conn, "order.paid", 1, aggregate=("order", "o-1"), tenant=tenant["id"],
+                        payload={"order_id": "o-1", "amount_cents": 1, "currency": "EUR"})
+    demo_domain.sign_up_user(conn, tenant["id"], "x@example.test")
+    assert Relay(RelayConfig(batch=10)).run_once(conn) == 1
+    assert conn.execute("SELECT relayed_at FROM outbox_events WHERE id = %s", (e1["id"],)).fetchone()["relayed_at"] is None

@@ -1,0 +1,110 @@
+"""The outbox relay: turns committed events into jobs, on EVERY worker.
+
+Not leader-only: batches are claimed with ``FOR UPDATE SKIP LOCKED``, so the
+relays of all workers share the work.  Each pass (:meth:`Relay.run_once`)
+relays batches until none is full, each in one transaction
+(:func:`opsboard.outbox.relay_events`).  The loop waits on ``LISTEN
+opsboard_outbox`` on its own connection (a trigger notifies once per
+inserting statement) and polls every ``poll_interval`` as a fallback, so a
+lost notification or a dropped connection delays events, never loses them.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from opsboard import db, outbox
+
+log = logging.getLogger("worker.relay")
+
+CHANNEL = "opsboard_outbox"
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    #: Seconds between polls when no notification arrives.
+    poll_interval: float = 1.0
+    #: Events per transaction.
+    batch: int = 500
+
+
+class Relay:
+    name = "relay"
+
+    def __init__(self, config: RelayConfig = RelayConfig()):
+        self.config = config
+        self.interval = config.poll_interval
+
+    def run_once(self, conn: psycopg.Connection, now: datetime | None = None) -> int:
+        """Relay until no full batch is left; returns the number of events relayed."""
+        total = 0
+        while True:
+            result = outbox.relay_events(conn, self.config.batch, now)
+            for event_id, reason in result.failed:
+                log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
+            total += result.events
+            if result.events + len(result.failed) < self.config.batch or not result.events:
+                return total
+
+    def loop(self, url: str, pool, stopping: threading.Event) -> None:
+        """Run passes until ``stopping``: on each notification, else every ``poll_interval``."""
+        listener, failures = None, 0
+        while not stopping.is_set():
+            try:
+                if listener is None:
+                    listener = db.connect(url)
+                    listener.execute(f"LISTEN {CHANNEL}")
+                with pool.connection() as conn:
+                    n = self.run_once(conn)
+                if n:
+                    log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
+                failures = 0
+                # Drain what arrived during the pass, then wait for the next one.
+                for _ in listener.notifies(timeout=self.interval, stop_after=1):
+                    pass
+            except Exception as exc:  # a relay failure must not stop the worker's claim loops
+                failures += 1
+                log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
+                if listener is not None:
+                    listener.close()
+                    listener = None
+                stopping.wait(min(10.0, 0.2 * 2 ** failures))
+        if listener is not None:
+            listener.close()
+
+
+def start(worker) -> threading.Thread:
+    """Start the relay loop of ``worker`` (a daemon thread; it ends with the worker)."""
+    relay = Relay(RelayConfig(poll_interval=worker.config.poll_interval))
+    t = threading.Thread(target=relay.loop, args=(worker.url, worker.pool, worker.stopping), name="relay",
+                         daemon=True)
+    t.start()
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m worker.services.relay [--batch N]``: the relay alone, on ``DATABASE_URL`` (tests, debugging)."""
+    import argparse
+    import os
+
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    p = argparse.ArgumentParser(prog="python -m worker.services.relay")
+    p.add_argument("--batch", type=int, default=RelayConfig.batch)
+    p.add_argument("--poll", type=float, default=RelayConfig.poll_interval)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    url = os.environ["DATABASE_URL"]
+    with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
+                                                             "options": db.SESSION_OPTIONS}) as pool:
+        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch)).loop(url, pool, threading.Event())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
