@@ -85,7 +85,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
             auth.create_user(conn, email, creds["users"][email], role, tenant)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
         # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).
-        from . import audit, reports
+        from .. import audit, reports
         today = datetime.now(timezone.utc).date()
         reports.request_report(conn, ids["parsian"], "job_activity",
                                {"date_from": (today - timedelta(days=7)).isoformat(), "date_to": today.isoformat(),

@@ -66,8 +66,8 @@ def default_services(config: Config) -> list:
     from .expiry import Expiry, ExpiryConfig
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper, ReaperConfig
-    from .scheduler import Scheduler
+    from .scheduler import Scheduler, SchedulerConfig
 
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
             DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
-            Alerts(AlertConfig.from_config(config)), Scheduler()]
+            Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config))]
