@@ -256,6 +256,8 @@ class QueueCollector:
         p95 = GaugeMetricFamily("opsboard_handler_seconds_p95", "Handler time p95 over the last hour",
                                 labels=["queue", "type"])
         live = GaugeMetricFamily("opsboard_workers", "Worker processes seen in the last 60 s", labels=["state"])
+        service_errors = CounterMetricFamily("opsboard_service_errors", "Maintenance service failures",
+                                             labels=["service"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
             for qh in queue_health(conn, scope):
@@ -274,7 +276,9 @@ class QueueCollector:
                     counts[w["state"]] = counts.get(w["state"], 0) + 1
             for state, n in counts.items():
                 live.add_metric([state], n)
-        yield from (depth, oldest, completed, p95, live)
+            for r in db.all_rows(conn, "service_error_totals"):
+                service_errors.add_metric([r["service"]], float(r["errors"]))
+        yield from (depth, oldest, completed, p95, live, service_errors)
 
 
 def prometheus_text(database) -> bytes:
