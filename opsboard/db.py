@@ -169,11 +169,20 @@ def resolve_url(config) -> str:
     return start_embedded(config.pgdata)
 
 
+#: Seconds a pool keeps retrying one lost connection before it gives up (and
+#: grows again at the next request).  psycopg_pool's own default (300 s, with
+#: delays doubling from 1 s) leaves a pool idle for up to half a minute after
+#: the database is back; capped here, a request never waits more than about a
+#: second for the next attempt.
+RECONNECT_TIMEOUT = 2.0
+
+
 def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: float = 10.0,
               open: bool = False, **kwargs) -> ConnectionPool:
     """The one way opsboard builds a connection pool: autocommit connections
     with dict rows and :data:`SESSION_OPTIONS` (``kwargs`` go to the pool,
     e.g. ``reconnect_timeout`` or ``configure``)."""
+    kwargs.setdefault("reconnect_timeout", RECONNECT_TIMEOUT)
     return ConnectionPool(
         url,
         min_size=min_size,

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable
 
+import psycopg
+
 from opsboard import jobtypes, queue, retry
 from opsboard.backpressure import take_token
 
-from .context import JobContext
+from .context import JobContext, LeaseLost
 
 if TYPE_CHECKING:
     from .fetcher import QueueState
@@ -61,6 +63,10 @@ class Slot(threading.Thread):
             if item is None:
                 return
             self.executor.run_job(item, self)
+        # Retired by the keeper (its handler ran past the timeout) and now back:
+        # another slot took its place, so this thread ends.
+        with self.qs.lock:
+            self.qs.abandoned -= 1
 
 
 def _resolve(path: str) -> Callable:
@@ -127,7 +133,7 @@ class Executor:
                 queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
                 max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                 group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
-                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool)
+                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline)
             with w.running_lock:
                 w.running[row["id"]] = r
             try:
@@ -138,6 +144,15 @@ class Executor:
                     outcome = retry.classify(self.handler(jt.handler)(r.ctx))
             except retry.Outcome as exc:
                 outcome = exc
+            except psycopg.errors.QueryCanceled as exc:
+                # Past the job's timeout, this is our statement_timeout (or the
+                # keeper's cancel): the handler timed out.
+                if time.monotonic() >= r.deadline - 0.05:
+                    outcome = retry.Unknown("timeout", f"handler ran past its {jt.policy.timeout}s timeout")
+                else:
+                    outcome = retry.classify(exc)
+            except LeaseLost:
+                outcome = retry.Unknown("lease_lost", "this attempt no longer held its job")
             except Exception as exc:
                 outcome = retry.classify(exc)
             if not r.abandoned:
@@ -150,13 +165,14 @@ class Executor:
         prov = jobtypes.provider(jt.policy.provider)
         if prov is None or prov.rate_per_second is None:
             return None
-        with self.worker.pool.connection() as conn:
+        with self.worker.handler_pool.connection() as conn:
             token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1)
         if token.granted:
             return None
         return retry.Snooze(seconds=token.wait_seconds, code="rate_limited")
 
-    def finish(self, r: Running, outcome: retry.Outcome, *, block: bool = True) -> None:
+    def finish(self, r: Running, outcome: retry.Outcome, *, block: bool = True,
+               timeout: float | None = None) -> None:
         """Decide what the outcome means for the job and queue it for the completer."""
         w = self.worker
         row, jt = r.row, r.jt
@@ -172,7 +188,7 @@ class Executor:
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
             code=decision.code, detail=decision.detail,
             has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"], self.frees_others(row)),
-            block=block)
+            block=block, timeout=timeout)
         if decision.kind != "succeeded":
             log.info("job %s: %s", decision.kind, decision.code,
                      extra={"job_id": row["id"], "tenant_id": row["tenant_id"], "job_type": row["type"],

@@ -40,6 +40,15 @@ class QueueState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     slot_freed: threading.Event = field(default_factory=threading.Event)
     threads: list = field(default_factory=list)
+    #: Retired slot threads whose handler is still running past its timeout.
+    abandoned: int = 0
+    #: At most this many abandoned threads get a replacement slot (default: one per slot);
+    #: beyond it, a timed-out slot stays taken until its handler returns.
+    abandoned_max: int = -1
+
+    def __post_init__(self):
+        if self.abandoned_max < 0:
+            self.abandoned_max = self.slots
 
     def free(self) -> int:
         with self.lock:

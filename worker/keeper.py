@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from opsboard import db, queue, retry
 
@@ -51,16 +52,32 @@ class Keeper:
                 continue
             n += 1
             r.abandoned = True
+            cancelled = 0
             if r.ctx:
                 r.ctx.cancelled.set()
-            log.warning("job timed out after %ss", r.jt.policy.timeout,
+                cancelled = r.ctx.cancel_queries()  # a query stuck in the server stops now
+            log.warning("job timed out after %ss%s", r.jt.policy.timeout,
+                        f"; cancelled {cancelled} running query" if cancelled else "",
                         extra={"job_id": r.row["id"], "job_type": r.row["type"]})
-            w.executor.finish(r, retry.Unknown("timeout", f"handler ran past its {r.jt.policy.timeout}s timeout"))
-            # The hung thread cannot be killed: retire it and give the queue a fresh slot.
-            if r.slot is not None:
+            w.executor.finish(r, retry.Unknown("timeout", f"handler ran past its {r.jt.policy.timeout}s timeout"),
+                              timeout=1.0)
+            if r.slot is None:
+                continue
+            # The hung thread cannot be killed: retire it and give the queue a
+            # fresh slot, up to the queue's cap on abandoned threads.  Beyond
+            # it the slot stays taken until its handler returns.
+            qs = r.slot.qs
+            with qs.lock:
+                replace = qs.abandoned < qs.abandoned_max
+                if replace:
+                    qs.abandoned += 1
+            if replace:
                 r.slot.retired = True
-                w.executor.spawn_slot(r.slot.qs)
+                w.executor.spawn_slot(qs)
                 w.executor.free_slot(r)
+            else:
+                log.warning("queue %s has %d abandoned handler threads (its cap): the slot stays taken "
+                            "until its handler returns", qs.name, qs.abandoned, extra={"job_id": r.row["id"]})
         return n
 
     def heartbeat(self, current: list["Running"]) -> set:
@@ -81,11 +98,12 @@ class Keeper:
                             log.warning("lease lost; the handler was asked to stop", extra={"job_id": job_id})
             db.execute(conn, "worker_heartbeat", {
                 "id": w.id, "state": "stopping" if w.stopping.is_set() else "running",
-                "is_leader": w.is_leader, "running_jobs": len(current)})
+                "is_leader": w.is_leader, "running_jobs": len(current),
+                "abandoned": Jsonb({q.name: q.abandoned for q in w.queues.values()})})
         return kept
 
     def set_state(self, state: str) -> None:
         w = self.worker
         with w.pool.connection(timeout=2) as conn:
             db.execute(conn, "worker_heartbeat", {
-                "id": w.id, "state": state, "is_leader": False, "running_jobs": len(w.running)})
+                "id": w.id, "state": state, "is_leader": False, "running_jobs": len(w.running), "abandoned": None})

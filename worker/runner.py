@@ -65,11 +65,14 @@ class Worker:
         self.lease = float(config.lease_seconds)
         self.run_services = run_services
         total_slots = sum(q.slots for q in self.queues.values())
-        self.pool = db.make_pool(url, min_size=min(4, len(self.queues) + 2),
-                                 max_size=max(8, min(64, len(self.queues) + 4 + total_slots // 2)),
-                                 name=f"worker-{self.id}", timeout=30)
-        #: The pool handlers' ``job.connection()`` draws from.
-        self.handler_pool = self.pool
+        # Two pools.  The worker's own work (claims, outcomes, heartbeats,
+        # services) has connections handlers can never take; handlers draw
+        # from theirs, each job at most HANDLER_CONNECTIONS_PER_SLOT at a time.
+        self.pool = db.make_pool(url, min_size=min(4, len(self.queues) + 2), max_size=len(self.queues) + 5,
+                                 name=f"worker-{self.id}", timeout=5)
+        handler_max = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
+        self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
+                                         name=f"handlers-{self.id}", timeout=10)
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.running: dict[uuid.UUID, Running] = {}

@@ -91,3 +91,12 @@ def effect_once(job):
     if job.attempt == 1:
         return retry.Unknown("provider_timeout")  # ambiguous: did it arrive?
     return retry.Success()
+
+
+define("test.slow_query", handler="tests.support.jobs:slow_query", max_attempts=1, timeout=1)
+
+
+def slow_query(job):
+    """Hang in the database (the handler itself ignores its timeout)."""
+    with job.connection() as conn:
+        conn.execute("SELECT pg_sleep(35)")
