@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
     k.add_argument("--id", help="worker id (default host:pid:random)")
     k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+    k.add_argument("--exit-without-database", action="store_true",
+                   help="exit at once when the database is unreachable at start (default: wait for it)")
 
     d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
     d.add_argument("--host", default="127.0.0.1")
@@ -143,6 +145,7 @@ def cmd_worker(config: Config, args) -> int:
     from worker.runner import Worker
     queues = parse_queue_slots(args.queues) if args.queues else None
     w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
+    w.wait_for_database = not args.exit_without_database
     w.install_signals()
     return w.run()
 

@@ -90,6 +90,8 @@ class Completer:
         self.outcomes: queue_mod.Queue = queue_mod.Queue(maxsize=maxsize or OUTCOME_QUEUE_MAX)
         self.stats = Stats()
         self.done = threading.Event()
+        #: Outcomes taken from the queue and not yet written (for shutdown's report).
+        self.writing = 0
 
     def submit(self, item: tuple, *, block: bool = True, timeout: float | None = None) -> bool:
         """Queue ``(OutcomeRecord, queue, type, frees_others)``; a slot waits while the queue is full.
@@ -119,7 +121,9 @@ class Completer:
                 except queue_mod.Empty:
                     break
             if batch:
+                self.writing = len(batch)
                 self.write_outcomes(batch)
+                self.writing = 0
             if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (w.stopped.is_set() and not batch):
                 self.flush_stats()
                 last_stats = time.monotonic()
@@ -177,7 +181,7 @@ class Completer:
                 # bounded queue holds the slots back meanwhile); once stopping,
                 # give up after ``tries`` and leave the jobs to the reaper.
                 w.db_trouble(exc, f"recording {len(records)} outcome(s)")
-                if attempt >= tries and w.stopping.is_set():
+                if w.stopping.is_set() and (attempt >= tries or time.monotonic() >= (w.shutdown_deadline or 0) - 1.0):
                     return None
                 time.sleep(w.retry_delay(attempt))
             except psycopg.Error as exc:  # the data itself is refused: retrying will not help

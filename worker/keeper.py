@@ -102,8 +102,8 @@ class Keeper:
                 "abandoned": Jsonb({q.name: q.abandoned for q in w.queues.values()})})
         return kept
 
-    def set_state(self, state: str) -> None:
+    def set_state(self, state: str, timeout: float = 2.0) -> None:
         w = self.worker
-        with w.pool.connection(timeout=2) as conn:
+        with w.pool.connection(timeout=timeout) as conn:
             db.execute(conn, "worker_heartbeat", {
                 "id": w.id, "state": state, "is_leader": False, "running_jobs": len(w.running), "abandoned": None})

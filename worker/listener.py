@@ -25,13 +25,14 @@ class Listener:
         failures = 0
         while not w.stopping.is_set():
             try:
-                conn = psycopg.connect(w.url, autocommit=True, connect_timeout=5)
+                conn = psycopg.connect(w.url, autocommit=True, connect_timeout=2)
             except psycopg.Error as exc:
                 failures += 1
                 w.db_trouble(exc, "listener")
                 w.stopping.wait(w.retry_delay(failures))
                 continue
             failures = 0
+            w.db_ok()  # the listener probes at most a second apart: often the first to see the return
             try:
                 conn.execute(f"LISTEN {JOBS_CHANNEL}")
                 # Anything enqueued while we were not listening: look once.

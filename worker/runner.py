@@ -90,6 +90,11 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._db_down_since: float | None = None
         self._db_lock = threading.Lock()
+        #: Wait for an unreachable database at start (with backoff); ``False``
+        #: exits at once instead, for supervisors that prefer to restart.
+        self.wait_for_database = True
+        #: ``time.monotonic()`` by which shutdown must be done (set by :meth:`shutdown`).
+        self.shutdown_deadline: float | None = None
 
     @property
     def stats(self):
@@ -103,10 +108,13 @@ class Worker:
         jobtypes.load_modules(self.config.job_modules)
         self.executor.limited_types = frozenset(
             t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
-        connect(self.url).close()  # fail fast and clearly when unreachable
+        # The pool's own per-attempt warnings would say the same thing many
+        # times a second during an outage: the worker logs one line instead.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+        if not self._wait_for_database():
+            return self
         self.pool.open(wait=True, timeout=30)
-        if self.handler_pool is not self.pool:
-            self.handler_pool.open(wait=False)
+        self.handler_pool.open(wait=False)
         with self.pool.connection() as conn:
             db.execute(conn, "worker_upsert", {
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
@@ -128,6 +136,28 @@ class Worker:
         log.info("worker started", extra={"worker_id": self.id})
         log.info("queues: %s", ", ".join(f"{q.name}={q.slots}" for q in self.queues.values()))
         return self
+
+    def _wait_for_database(self) -> bool:
+        """Block until the database answers; ``False`` if stopped meanwhile.
+
+        With :attr:`wait_for_database` off, an unreachable database raises
+        :class:`~opsboard.db.DatabaseUnavailable` at once (one clear line).
+        """
+        failures, since = 0, time.monotonic()
+        while True:
+            try:
+                connect(self.url).close()
+                if failures:
+                    log.warning("database is back after %.1f s; starting", time.monotonic() - since)
+                return True
+            except db.DatabaseUnavailable as exc:
+                if not self.wait_for_database:
+                    raise
+                if not failures:
+                    log.warning("%s; waiting for it (SIGTERM to give up)", exc)
+                failures += 1
+                if self.stopping.wait(min(5.0, 0.2 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)):
+                    return False
 
     def _thread(self, target, name, *args) -> threading.Thread:
         t = threading.Thread(target=self._guard, args=(target, name) + args, name=name, daemon=True)
@@ -159,6 +189,9 @@ class Worker:
     def run(self) -> int:
         """Start, serve until a signal (or a fatal error), shut down; returns the exit status."""
         self.start()
+        if not self._threads:  # stopped while waiting for the database
+            log.info("stopped before the database came back")
+            return 0
         while not self.stopping.wait(0.5):
             pass
         return self.shutdown()
@@ -171,16 +204,26 @@ class Worker:
             qs.slot_freed.set()
 
     def shutdown(self) -> int:
-        """Graceful stop: release unstarted jobs, wait for running ones, release the rest."""
+        """Graceful stop within the configured grace, even while the database is away.
+
+        Release unstarted jobs, wait for running ones, release the rest; what
+        cannot be written before the grace ends stays for the lease reaper.
+        """
         self.stop()
+        grace = float(self.config.shutdown_grace_seconds)
+        started = time.monotonic()
+        self.shutdown_deadline = started + grace
+        # Closing the pools and the last row take up to about a second: keep it for them.
+        work_deadline = started + max(0.0, grace - min(1.5, grace / 3))
+        left = lambda: max(0.0, work_deadline - time.monotonic())  # noqa: E731
         try:
-            self.keeper.set_state("stopping")
+            self.keeper.set_state("stopping", timeout=min(1.0, left()) or 0.1)
         except psycopg.Error:
             pass
         # No claim may be in flight once we start counting what to release.
         for t in self._threads:
             if t.name.startswith("fetch-"):
-                t.join(timeout=15)
+                t.join(timeout=left())
         # Jobs claimed but not started go back at once.
         for qs in self.queues.values():
             while True:
@@ -189,18 +232,16 @@ class Worker:
                 except queue_mod.Empty:
                     break
                 if item is not None:
-                    self.executor.release(item, "shutdown")
+                    self.executor.release(item, "shutdown", block=False)
                     with qs.lock:
                         qs.in_flight -= 1
         # Wait for every claimed job to be given back by its slot (finished, or
         # released by a slot that saw the stop), up to the grace period.
-        deadline = time.monotonic() + self.config.shutdown_grace_seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < work_deadline:
             if all(qs.in_flight <= 0 for qs in self.queues.values()):
                 break
             time.sleep(0.05)
-        with self.running_lock:
-            leftovers = [r for r in self.running.values() if not r.done and not r.abandoned]
+        leftovers = [r for r in self.running_jobs() if not r.done and not r.abandoned]
         for r in leftovers:
             r.abandoned = True
             if r.ctx:
@@ -212,15 +253,17 @@ class Worker:
             for _ in qs.threads:
                 qs.work.put(None)
         self.stopped.set()
-        self.completer.done.wait(timeout=15)
+        if not self.completer.done.wait(timeout=left()) and \
+                (pending := self.completer.outcomes.qsize() + self.completer.writing):
+            log.warning("could not record %d outcome(s) before the grace ended (database away?): "
+                        "those jobs stay running until the lease reaper recovers them", pending)
         try:
-            with self.pool.connection(timeout=5) as conn:
+            with self.pool.connection(timeout=min(0.5, max(0.1, self.shutdown_deadline - time.monotonic()))) as conn:
                 db.execute(conn, "worker_delete", {"id": self.id})
         except Exception:
             pass
-        self.pool.close()
-        if self.handler_pool is not self.pool:
-            self.handler_pool.close()
+        for pool in (self.pool, self.handler_pool):
+            pool.close(timeout=0.3)
         log.info("worker stopped", extra={"worker_id": self.id})
         return 1 if self.fatal else 0
 
@@ -243,14 +286,27 @@ class Worker:
                 self._db_down_since = time.monotonic()
             log.warning("database unavailable (%s in %s); retrying quietly until it is back",
                         type(exc).__name__, what)
+            # Drop the pools' idle connections now (they are all broken), so
+            # that none is handed out once the database is back.
+            threading.Thread(target=self._check_pools, name="pool-check", daemon=True).start()
         else:
             log.warning("%s failed (%s)", what, type(exc).__name__)
 
     def db_ok(self) -> None:
-        """Note a successful database call: logs the outage's end and duration once."""
+        """Note a successful database call: logs the outage's end and duration once,
+        and has both pools replace their broken connections now."""
         if self._db_down_since is None:
             return
         with self._db_lock:
             since, self._db_down_since = self._db_down_since, None
-        if since is not None:
-            log.warning("database is back after %.1f s", time.monotonic() - since)
+        if since is None:
+            return
+        log.warning("database is back after %.1f s", time.monotonic() - since)
+        self._check_pools()
+
+    def _check_pools(self) -> None:
+        for pool in (self.pool, self.handler_pool):
+            try:
+                pool.check()
+            except Exception:  # closed while stopping, or the server still away
+                pass
