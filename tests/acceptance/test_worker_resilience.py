@@ -30,3 +30,40 @@ def test_hung_handler_queries_do_not_delay_quick_jobs(db_url, start_worker):
                  timeout=5, message="the hung queries to be cancelled")
     w.terminate()
     assert w.wait(30) == 0
+
+
+def test_a_paused_worker_cannot_begin_an_effect_after_its_lease_was_taken_over(db_url, start_worker):
+    import signal
+
+    from tests.acceptance.test_chaos import reap_until
+
+    lease = {"OPSBOARD_LEASE_SECONDS": "2", "OPSBOARD_POLL_INTERVAL": "0.2"}
+    with connect(db_url) as c:
+        c.execute("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, "
+                  "at timestamptz DEFAULT clock_timestamp())")
+        t = auth.ensure_tenant(c, "acme")["id"]
+        job = queue.enqueue(c, "test.guarded", {"key": "sent"}, tenant=t)
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        a = start_worker(db_url, "--queues", "default=1", "--id", "w-paused", "--no-services", **lease)
+        wait_for(lambda: n("SELECT count(*) AS n FROM test_effects WHERE key = 'ready'"), timeout=30,
+                 message="the handler to start")
+        a.send_signal(signal.SIGSTOP)  # a long GC pause, a frozen VM...
+        try:
+            reap_until(c, 1)  # its lease runs out; the job is retried
+            b = start_worker(db_url, "--queues", "default=1", "--id", "w-live", "--no-services", **lease)
+            wait_for(lambda: queue.get_job(c, job["id"])["status"] == "succeeded", timeout=30,
+                     message="the second attempt to succeed")
+        finally:
+            a.send_signal(signal.SIGCONT)
+        # The paused handler wakes up past its check and tries to begin the effect.
+        wait_for(lambda: n("SELECT count(*) AS n FROM test_effects WHERE key IN ('stale', 'confused')"), timeout=30,
+                 message="the resumed handler to be refused")
+        assert [r["worker"] for r in c.execute("SELECT worker FROM test_effects WHERE key = 'sent'")] == ["w-live"]
+        assert n("SELECT count(*) AS n FROM test_effects WHERE key = 'stale'") == 1  # still_held() said no
+        eff = c.execute("SELECT state, attempt, job_id FROM effects").fetchone()
+        assert (eff["state"], eff["attempt"], eff["job_id"]) == ("confirmed", 2, job["id"])
+        assert [(x["attempt"], x["worker"], x["outcome"]) for x in queue.attempts(c, job["id"])] == \
+            [(1, "w-paused", "lease_expired"), (2, "w-live", "succeeded")]
+    for p in (a, b):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
