@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
     k.add_argument("--exit-without-database", action="store_true",
                    help="exit at once when the database is unreachable at start (default: wait for it)")
+    k.add_argument("--processes", type=int, default=0,
+                   help="supervise N worker processes, restarting any that dies (default: one, unsupervised)")
 
     d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
     d.add_argument("--host", default="127.0.0.1")
@@ -144,6 +146,12 @@ def cmd_web(config: Config, args) -> int:
 def cmd_worker(config: Config, args) -> int:
     from worker.runner import Worker
     queues = parse_queue_slots(args.queues) if args.queues else None
+    if args.processes:
+        if not 1 <= args.processes <= 64:
+            raise UsageError("--processes must be between 1 and 64")
+        from worker.supervisor import supervise
+        child = (["--queues", args.queues] if args.queues else []) + (["--no-services"] if args.no_services else [])
+        return supervise(config, _url(config), args.processes, child, base_id=args.id)
     w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
     w.wait_for_database = not args.exit_without_database
     w.install_signals()

@@ -48,7 +48,7 @@ SELECT held.held, found.* FROM held LEFT JOIN found ON true;
 -- name: job_running_by_worker
 -- The jobs a (dead) worker process still holds, with how each one's earlier
 -- runs ended: crashes (a worker died under it) versus any other end.
-SELECT j.id, j.type, j.queue, j.tenant_id, j.attempts, j.max_attempts, j.group_key, j.started_at,
+SELECT j.id, j.type, j.version, j.queue, j.tenant_id, j.attempts, j.max_attempts, j.group_key, j.started_at,
        (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id
          AND a.error_code IN ('crashed_worker', 'crash_suspect')) AS crashes,
        (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id

@@ -67,3 +67,37 @@ def test_a_paused_worker_cannot_begin_an_effect_after_its_lease_was_taken_over(d
     for p in (a, b):
         p.send_signal(signal.SIGTERM)
         assert p.wait(30) == 0
+
+
+def test_supervisor_restarts_a_crashed_worker_and_the_poison_job_ends_crashed_worker(db_url, start_worker):
+    import signal
+
+    with connect(db_url) as c:
+        c.execute("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, "
+                  "at timestamptz DEFAULT clock_timestamp())")
+        t = auth.ensure_tenant(c, "acme")["id"]
+        # test.suicide SIGKILLs its own process; 2 attempts.
+        [poison] = queue.enqueue_many(c, [NewJob("test.suicide", {}, t)])
+        good = queue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}", "ms": 20}, t) for i in range(60)])
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        sup = start_worker(db_url, "--processes", "2", "--queues", "default=2", "--id", "sup")
+        wait_for(lambda: queue.get_job(c, poison)["status"] == "dead", timeout=60, message="the poison job to die")
+        j = queue.get_job(c, poison)
+        assert (j["last_error_code"], j["attempts"]) == ("crashed_worker", 2)
+        counted = [a["error_code"] for a in queue.attempts(c, poison) if a["outcome"] != "released"]
+        assert counted == ["crashed_worker", "crashed_worker"]
+        wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'succeeded'", good) == 60,
+                 timeout=60, message="the innocent jobs to succeed")
+        # Nothing waited for a lease: no attempt anywhere ended lease_expired.
+        assert n("SELECT count(*) AS n FROM job_attempts WHERE outcome = 'lease_expired'") == 0
+        # Innocent jobs caught in a crash were released without counting it.
+        assert n("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s) AND error_code = 'crashed_worker'",
+                 good) == 0
+        # The supervisor restarted the dead processes: two live workers again.
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id LIKE 'sup-%%'") == 2, timeout=30,
+                 message="two workers again")
+    log = sup.log_path.read_text()
+    assert f"while running job {poison} (test.suicide)" in log
+    assert "restarting worker" in log
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(40) == 0
