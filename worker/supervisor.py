@@ -13,7 +13,8 @@ waiting for their leases:
 A job is the suspect when it was the only one running, or when it alone has
 the most earlier crashes and no other kind of end (see :meth:`Supervisor.suspects`).
 With several jobs in a first crash, all are released uncounted; the poison
-job is the one found in the next crash too.  The supervisor
+job is the one found in the next crash too.  Released jobs are spread out in time (``RELEASE_STAGGER``), so that the
+poison job does not run beside the same neighbours again.  The supervisor
 restarts the process with backoff (0.5 s doubling to 30 s, reset after a
 minute of good health) and forwards SIGTERM / SIGINT to its children.
 """
@@ -37,6 +38,12 @@ log = logging.getLogger("worker.supervisor")
 
 RESTART_DELAY_FIRST = 0.5
 RESTART_DELAY_MAX = 30.0
+#: Jobs released after a crash start this many seconds apart (by rank; longer than
+#: a restart takes), so that the poison job is not claimed again beside the same
+#: neighbours.
+RELEASE_STAGGER = 5.0
+#: Jobs tied as suspects this many crashes in a row are all blamed.
+TIE_BLAME_AFTER = 3
 #: A child that ran this long is healthy again: its next restart is immediate-ish.
 HEALTHY_AFTER = 60.0
 
@@ -121,8 +128,9 @@ class Supervisor:
         """Which of a dead worker's jobs probably killed it.
 
         The only job running; else the one job with the most earlier crashes
-        and no other kind of end (a tie counts only from two crashes on, so that
-        an innocent job caught twice beside the poison is not blamed at once).
+        and no other kind of end.  A tie blames none (the released jobs are
+        spread out in time, so they do not run side by side again) until it
+        persists for :data:`TIE_BLAME_AFTER` crashes.
         """
         if len(rows) == 1:
             return rows
@@ -131,14 +139,14 @@ class Supervisor:
             return []
         top = max(r["crashes"] for r in cands)
         best = [r for r in cands if r["crashes"] == top]
-        return best if len(best) == 1 or top >= 2 else []
+        return best if len(best) == 1 or top >= TIE_BLAME_AFTER else []
 
     def settle(self, worker_id: str, how: str) -> list[dict]:
         """Settle the jobs a dead worker held (see the module docstring); returns them."""
         with db.connect(self.url) as conn:
             rows = db.all_rows(conn, "job_running_by_worker", {"worker": worker_id})
             suspects = self.suspects(rows)
-            records, now = [], datetime.now(timezone.utc)
+            records, now, rank = [], datetime.now(timezone.utc), 0
             for r in rows:
                 if r in suspects:
                     try:
@@ -151,7 +159,8 @@ class Supervisor:
                                                        delay=d.delay, code="crashed_worker", detail=d.detail))
                 else:
                     records.append(queue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
-                                                       code="crash_suspect"))
+                                                       delay=rank * RELEASE_STAGGER, code="crash_suspect"))
+                    rank += 1
             applied = queue.record_outcomes(conn, worker_id, records) if records else set()
             db.execute(conn, "worker_delete", {"id": worker_id})
         if not rows:

@@ -22,7 +22,8 @@ def test_a_job_that_ended_otherwise_before_is_not_blamed():
     assert Supervisor.suspects([row("a", crashes=1, other_ends=1), row("b")]) == []
 
 
-def test_a_tie_blames_none_at_first_then_both():
+def test_a_tie_blames_none_until_it_persists():
     assert Supervisor.suspects([row("a", crashes=1), row("b", crashes=1)]) == []
-    assert Supervisor.suspects([row("a", crashes=2), row("b", crashes=2)]) == [row("a", crashes=2), row("b", crashes=2)]
+    assert Supervisor.suspects([row("a", crashes=2), row("b", crashes=2)]) == []
+    assert Supervisor.suspects([row("a", crashes=3), row("b", crashes=3)]) == [row("a", crashes=3), row("b", crashes=3)]
     assert Supervisor.suspects([row("a", crashes=2), row("b", crashes=1)]) == [row("a", crashes=2)]
