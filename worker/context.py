@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from opsboard import db
+from opsboard import db, queue
 
 #: Connections one running job may hold at the same time.
 HANDLER_CONNECTIONS_PER_SLOT = 2
@@ -144,6 +144,5 @@ class JobContext:
 
     def set_effect_ref(self, ref: str, key: str | None = None) -> None:
         """Remember the provider's reference for this job's started effect."""
-        from opsboard import queue
         with self.connection() as conn:
             queue.set_effect_ref(conn, key or self.effect_key(), {"id": self.id, "tenant_id": self.tenant_id}, ref)
