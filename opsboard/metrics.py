@@ -266,6 +266,10 @@ class QueueCollector:
                                 labels=["queue", "type"])
         live = GaugeMetricFamily("opsboard_workers", f"Worker processes seen in the last {WORKER_LIVE_SECONDS} s",
                                  labels=["state"])
+        abandoned = GaugeMetricFamily("opsboard_worker_abandoned_threads",
+                                      "Handler threads still running past their timeout", labels=["worker", "queue"])
+        service_errors = CounterMetricFamily("opsboard_service_errors", "Maintenance service failures",
+                                             labels=["service"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
             for qh in queue_health(conn, scope):
@@ -282,9 +286,13 @@ class QueueCollector:
             for w in workers(conn):
                 if float(w["silent_seconds"]) <= WORKER_LIVE_SECONDS:
                     counts[w["state"]] = counts.get(w["state"], 0) + 1
+                    for q, n in (w["abandoned_threads"] or {}).items():
+                        abandoned.add_metric([w["id"], q], n)
             for state, n in counts.items():
                 live.add_metric([state], n)
-        yield from (depth, oldest, completed, p95, live)
+            for r in db.all_rows(conn, "service_error_totals"):
+                service_errors.add_metric([r["service"]], float(r["errors"]))
+        yield from (depth, oldest, completed, p95, live, abandoned, service_errors)
 
 
 def prometheus_text(database) -> bytes:

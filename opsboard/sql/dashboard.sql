@@ -105,6 +105,7 @@ LIMIT 500;
 -- forgets it much later.  Running jobs are few: the lateral reads the
 -- partial jobs_running_idx.
 SELECT w.id, w.hostname, w.pid, w.queues, w.version, w.state, w.is_leader, w.running_jobs AS reported_running,
+       w.abandoned_threads,
        w.started_at, w.last_seen_at,
        w.last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_seconds)s) AS stale,
        greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.last_seen_at))::float8 AS seen_ago,

@@ -58,6 +58,6 @@ GROUP BY queue, type;
 
 -- name: metrics_workers_live
 -- Worker processes seen recently, for "no live worker" and the dashboard.
-SELECT id, hostname, pid, queues, state, is_leader, running_jobs, started_at, last_seen_at,
+SELECT id, hostname, pid, queues, state, is_leader, running_jobs, abandoned_threads, started_at, last_seen_at,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - last_seen_at) AS silent_seconds
 FROM workers ORDER BY started_at;
