@@ -9,7 +9,7 @@ from flask_login import LoginManager
 
 from .. import db as dbmod
 from ..config import STATIC_DIR, TEMPLATES_DIR, Config
-from ..auth import load_principal
+from ..auth import load_session_principal
 from . import errors, security
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     login.login_message = "Please sign in to continue."
 
     @login.user_loader
-    def _load_user(user_id: str):
+    def _load_user(stored_id: str):
+        # "<user id>:<session id>": a session ended server-side (sign out,
+        # password change, deactivation) no longer loads, whatever the cookie says.
         with get_db().connection() as conn:
-            return load_principal(conn, user_id)
+            return load_session_principal(conn, stored_id)
 
     @login.unauthorized_handler
     def _unauthorized():

