@@ -82,6 +82,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.after_request(security.security_headers)
     errors.register(app)
 
+    from ..redact import redact_identifier
+    app.add_template_filter(redact_identifier, "redact_id")
+
     @app.context_processor
     def _globals():
         return {"csrf_token": security.csrf_token, "config_mode": config.mode,

@@ -177,3 +177,19 @@ def test_head_with_a_form_body_does_not_sign_in(client, db):
     assert client.get("/audit/").status_code == 302  # not signed in
     with connect(db) as c:
         assert c.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'auth.login'").fetchone()["n"] == 0
+
+
+# ---------------------------------------------------------------- 4. identifiers on job pages
+
+def test_job_page_redacts_identifiers(client, login_as, db):
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        [job] = seed.jobs(c, t, 1, payload={"card": "x"}, idempotency_key="otp:frank@example.com:1234",
+                          group_key="user:frank@example.com", correlation_id="signup:frank@example.com")
+        [plain] = seed.jobs(c, t, 1, correlation_id="order-42")
+    login_as("ops")
+    html = client.get(f"/jobs/{job}").get_data(as_text=True)
+    assert "frank@example.com" not in html and "frank%40example.com" not in html
+    assert "otp:[email]:1234" in html and "user:[email]" in html and "signup:[email]" in html
+    html = client.get(f"/jobs/{plain}").get_data(as_text=True)
+    assert 'href="/jobs/?correlation_id=order-42"' in html  # nothing to hide: still a link
