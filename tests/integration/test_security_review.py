@@ -193,3 +193,67 @@ def test_job_page_redacts_identifiers(client, login_as, db):
     assert "otp:[email]:1234" in html and "user:[email]" in html and "signup:[email]" in html
     html = client.get(f"/jobs/{plain}").get_data(as_text=True)
     assert 'href="/jobs/?correlation_id=order-42"' in html  # nothing to hide: still a link
+
+
+# ---------------------------------------------------------------- 5. denied actions audited
+
+def _denied(db):
+    with connect(db) as c:
+        return c.execute("SELECT * FROM audit_log WHERE outcome = 'denied' ORDER BY at").fetchall()
+
+
+def test_denied_replay_and_resolve_are_audited_once_a_minute(app, client, login_as, db):
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        [job] = seed.jobs(c, t, 1)
+        seed.kill(c, [job])
+    agent = login_as("support_agent", tenant="acme", operator=False)
+    for _ in range(3):
+        r = client.post(f"/jobs/{job}/replay", data={"csrf_token": client.csrf, "reason": "pls",
+                                                     "request_key": str(uuid.uuid4())}, headers=JSON)
+        assert r.status_code == 403
+    r = client.post(f"/jobs/{job}/resolve", data={"csrf_token": client.csrf, "reason": "pls",
+                                                  "resolution": "resolved", "request_key": str(uuid.uuid4())},
+                    headers=JSON)
+    assert r.status_code == 403
+    rows = _denied(db)
+    assert [(r["action"], r["actor_label"], r["target_id"]) for r in rows] == [
+        ("job.replay", agent, str(job)), ("job.resolve", agent, str(job))]  # three replays: one row
+    assert all(r["reason"] is None and r["before"] is None and r["after"] is None for r in rows)
+    assert rows[0]["tenant_id"] == t  # in the tenant's own log too
+    # A GET of a page the role lacks is not an action: nothing recorded.
+    client.get("/workers/")
+    assert len(_denied(db)) == 2
+
+    admin = app.test_client()
+    with connect(db) as c:
+        auth.ensure_tenant(c, "operator", is_operator=True)
+        auth.create_user(c, "boss@example.test", PASSWORD, "admin", "operator")
+    sign_in(admin, "boss@example.test")
+    page = admin.get("/audit/?action=job.replay").get_data(as_text=True)
+    assert agent in page and ">denied</span>" in page
+
+
+# ---------------------------------------------------------------- 6. operator staff anonymous to tenants
+
+def test_tenant_viewers_see_operator_staff_by_role(app, client, login_as, db):
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        auth.ensure_tenant(c, "operator", is_operator=True)
+        auth.create_user(c, "alice.staff@example.test", PASSWORD, "ops", "operator")
+        staff = c.execute("SELECT id FROM users WHERE email = 'alice.staff@example.test'").fetchone()["id"]
+        from opsboard import audit
+        audit.record(c, audit.Actor("alice.staff@example.test", staff), "job.replay", target_type="job",
+                     target_id="x", tenant_id=t, reason="staff-did-this",
+                     after={"by": "alice.staff@example.test"})
+    login_as("admin", tenant="acme", operator=False)
+    page = client.get("/audit/").get_data(as_text=True)
+    assert "staff-did-this" in page
+    assert "alice.staff" not in page
+    assert "operator staff (ops)" in page
+    # Typing part of the address finds nothing.
+    assert "staff-did-this" not in client.get("/audit/?actor=alice").get_data(as_text=True)
+    # Operator staff still see the address.
+    op = app.test_client()
+    sign_in(op, "alice.staff@example.test")
+    assert "alice.staff@example.test" in op.get("/audit/?actor=alice").get_data(as_text=True)
