@@ -78,6 +78,9 @@ class Config:
     login_window_seconds: int = 900
     #: Bearer token that lets a scraper read /metrics without a session (empty: sign-in needed).
     metrics_token: str = ""
+    #: Host names the web app answers to (``Host`` header); others get 400.
+    #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
+    trusted_hosts: tuple[str, ...] = ()
 
     @property
     def pgdata(self) -> Path:
@@ -126,6 +129,7 @@ class Config:
             login_max_failures_address=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ADDRESS", 20, 1, 10000),
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
             metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
+            trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
         )
 
     def require_secret(self) -> None:
@@ -139,6 +143,15 @@ class Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Config(**values)
+
+
+def _hosts(raw: str) -> tuple[str, ...]:
+    """``dash.example.com,.example.org`` -> host names (a leading dot: any subdomain too)."""
+    hosts = tuple(h.strip().lower() for h in raw.split(",") if h.strip())
+    for h in hosts:
+        if any(c in h for c in "/ @?#") or h.strip(".") == "":
+            raise ConfigError(f"OPSBOARD_TRUSTED_HOSTS: {h!r} is not a host name (e.g. dash.example.com)")
+    return hosts
 
 
 def _int(env, name: str, default: int, lo: int, hi: int) -> int:

@@ -39,6 +39,13 @@ def create_app(test_config: dict | None = None) -> Flask:
         REMEMBER_COOKIE_SECURE=config.mode == "production",
         MAX_CONTENT_LENGTH=1 * 1024 * 1024,
     )
+    if config.trusted_hosts:
+        # Flask answers 400 to any other Host header: redirects and external
+        # URLs are built from it, so a forged Host must never reach them.
+        app.config["TRUSTED_HOSTS"] = list(config.trusted_hosts)
+    elif config.mode == "production":
+        log.warning("OPSBOARD_TRUSTED_HOSTS is not set: any Host header is accepted; "
+                    "set it to the dashboard's host name(s)")
     app.config.update(test_config)
     app.extensions["opsboard_config"] = config
 

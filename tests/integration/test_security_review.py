@@ -257,3 +257,56 @@ def test_tenant_viewers_see_operator_staff_by_role(app, client, login_as, db):
     op = app.test_client()
     sign_in(op, "alice.staff@example.test")
     assert "alice.staff@example.test" in op.get("/audit/?actor=alice").get_data(as_text=True)
+
+
+# ---------------------------------------------------------------- 7. trusted hosts
+
+@pytest.fixture
+def hosted_app(db_url):
+    from opsboard import create_app
+    database = Database(db_url, min_size=1, max_size=2).open()
+    config = make_config(database_url=db_url, trusted_hosts=("dash.example.com", "127.0.0.1"))
+    application = create_app({"OPSBOARD": config, "DATABASE": database, "TESTING": True})
+    yield application
+    database.close()
+
+
+def test_forged_host_header_is_refused(hosted_app):
+    client = hosted_app.test_client()
+    r = client.get("/jobs", headers={"Host": "evil.example"})
+    assert r.status_code == 400
+    assert "evil.example" not in r.headers.get("Location", "")
+    r = client.get("/login", headers={"Host": "dash.example.com"})
+    assert r.status_code == 200
+    r = client.get("/jobs", headers={"Host": "dash.example.com"})
+    assert r.status_code in (301, 302, 308) and "evil" not in r.headers["Location"]
+
+
+def test_trusted_hosts_come_from_the_environment():
+    from opsboard.config import Config, ConfigError
+    c = Config.from_env({"OPSBOARD_ENV": "test", "OPSBOARD_TRUSTED_HOSTS": "Dash.Example.com, .example.org"})
+    assert c.trusted_hosts == ("dash.example.com", ".example.org")
+    with pytest.raises(ConfigError, match="OPSBOARD_TRUSTED_HOSTS"):
+        Config.from_env({"OPSBOARD_ENV": "test", "OPSBOARD_TRUSTED_HOSTS": "http://x/"})
+
+
+# ---------------------------------------------------------------- 8. CSP without inline styles
+
+def test_csp_allows_no_inline_style(client, login_as, db):
+    import re
+    from pathlib import Path
+    from opsboard.config import TEMPLATES_DIR
+    r = client.get("/login")
+    csp = r.headers["Content-Security-Policy"]
+    assert "unsafe-inline" not in csp and "style-src 'self'" in csp
+    offenders = [str(p) for p in Path(TEMPLATES_DIR).rglob("*.html")
+                 if re.search(r"\sstyle\s*=|<style", p.read_text(encoding="utf-8"), re.I)]
+    assert offenders == []
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        seed.jobs(c, t, 2)
+    login_as("admin")
+    for path in ("/queues/", "/tenants/", f"/tenants/{t}", "/jobs/", "/workers/", "/alerts/", "/audit/", "/account"):
+        html = client.get(path).get_data(as_text=True)
+        assert not re.search(r"\sstyle\s*=|<style", html, re.I), path
+    assert '"includeIndicatorStyles": false' in client.get("/queues/").get_data(as_text=True)
