@@ -29,7 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    sub.add_parser("migrate", help="apply pending database migrations")
+    m = sub.add_parser("migrate", help="apply pending database migrations",
+                       description="Apply pending migrations to DATABASE_URL (without it: the embedded database "
+                                   "in OPSBOARD_DATA_DIR or OPSBOARD_INSTANCE_DIR). Connect as the owner role.")
+    m.add_argument("--print-roles-sql", action="store_true",
+                   help="print the SQL (for a superuser) creating an owner role for migrations and an application "
+                        "role that cannot change or delete audit records or alter triggers; change nothing")
+    m.add_argument("--owner-role", default="opsboard_owner", help="owner role name (default opsboard_owner)")
+    m.add_argument("--app-role", default="opsboard_app", help="application role name (default opsboard_app)")
 
     c = sub.add_parser("createuser", help="create a user with a role in a tenant")
     c.add_argument("--email", required=True)
@@ -98,7 +105,14 @@ def _url(config: Config) -> str:
 
 
 def cmd_migrate(config: Config, args) -> int:
-    from .migrate import migrate
+    from .migrate import migrate, roles_sql
+    if getattr(args, "print_roles_sql", False):
+        try:
+            print(roles_sql(args.owner_role, args.app_role), end="")
+        except ValueError as exc:
+            print(f"opsboard migrate: {exc}", file=sys.stderr)
+            return 2
+        return 0
     applied = migrate(_url(config))
     print(f"{len(applied)} migration(s) applied" if applied else "database is up to date")
     return 0
