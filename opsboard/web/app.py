@@ -95,7 +95,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     @app.context_processor
     def _globals():
         return {"csrf_token": security.csrf_token, "config_mode": config.mode,
-                "blueprints": app.blueprints, "audit_target_url": audit_target_url}
+                "blueprints": app.blueprints, "audit_target_url": audit_target_url,
+                "nav_links": security.nav_links}
 
     from . import alerts, audit, auth, deadletters, health, home, jobs, metrics_view, queues, tenants, workers
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts):

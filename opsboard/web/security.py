@@ -169,3 +169,34 @@ def current_scope(permission: str = "dashboard.view") -> TenantScope:
 
 def client_address() -> str:
     return request.remote_addr or "unknown"
+
+
+#: The main navigation: label, endpoint, permission, and whether the page is
+#: for operator staff only (platform-wide, e.g. worker processes).
+NAV = (
+    ("Queues", "queues.index", "jobs.view", False),
+    ("Tenants", "tenants.index", "tenants.view", False),
+    ("Jobs", "jobs.index", "jobs.view", False),
+    ("Dead letters", "deadletters.index", "jobs.view", False),
+    ("Workers", "workers.index", "workers.view", True),
+    ("Alerts", "alerts.index", "alerts.view", False),
+    ("Tickets", "tickets.index", "tickets.view", False),
+    ("Templates", "templates.index", "templates.view", False),
+    ("Audit", "audit.index", "audit.view", False),
+)
+
+
+def nav_links() -> list[tuple[str, str, str]]:
+    """(label, endpoint, blueprint) of the pages the current user may open:
+    the permission held, operator staff for platform pages, and the page built."""
+    if not current_user.is_authenticated:
+        return []
+    links = []
+    for label, endpoint, permission, staff_only in NAV:
+        blueprint = endpoint.split(".")[0]
+        if blueprint not in current_app.blueprints or not current_user.has(permission):
+            continue
+        if staff_only and not current_user.scope(permission).all:
+            continue
+        links.append((label, endpoint, blueprint))
+    return links

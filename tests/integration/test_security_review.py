@@ -310,3 +310,40 @@ def test_csp_allows_no_inline_style(client, login_as, db):
         html = client.get(path).get_data(as_text=True)
         assert not re.search(r"\sstyle\s*=|<style", html, re.I), path
     assert '"includeIndicatorStyles": false' in client.get("/queues/").get_data(as_text=True)
+
+
+# ---------------------------------------------------------------- dashboard 3: navigation and landing pages
+
+def _nav(html: str) -> list[str]:
+    import re
+    nav = re.search(r'<nav class="mainnav".*?</nav>', html, re.S).group(0)
+    return re.findall(r'<a href="([^"]+)"', nav)
+
+
+def test_nav_shows_only_pages_the_user_may_open(client, login_as, db):
+    with connect(db) as c:
+        seed.tenant(c, "acme")
+    login_as("ops", tenant="acme", operator=False)
+    links = _nav(client.get("/jobs/").get_data(as_text=True))
+    assert "/workers/" not in links and links
+    for href in links:
+        assert client.get(href).status_code == 200, href
+
+
+def test_operator_ops_nav_includes_workers(client, login_as):
+    login_as("ops")
+    links = _nav(client.get("/jobs/").get_data(as_text=True))
+    assert "/workers/" in links
+    for href in links:
+        assert client.get(href).status_code == 200, href
+
+
+@pytest.mark.parametrize("role, marker, words", [
+    ("support_agent", 'data-landing="support"', "ticket desk"),
+    ("template_author", 'data-landing="templates"', "template editor"),
+])
+def test_support_agents_and_template_authors_get_a_landing_page(client, login_as, role, marker, words):
+    login_as(role, tenant="acme", operator=False)
+    html = client.get("/").get_data(as_text=True)
+    assert marker in html and words in html
+    assert _nav(html) == []  # nothing they could open yet: no links that answer 403
