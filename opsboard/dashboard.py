@@ -339,3 +339,18 @@ def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime 
     seconds and the running jobs it holds inside ``scope`` (``running_count``, ``running``)."""
     return db.all_rows(conn, "dashboard_worker_list", {
         **scope.params, "now": now, "stale_seconds": stale_seconds, "jobs_per_worker": jobs_per_worker})
+
+
+def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: int = 60, limit: int = 5,
+                    now: datetime | None = None) -> list[dict]:
+    """The error codes behind the most failed attempts of the last ``minutes``, per type and queue."""
+    since = db.now(conn, now) - timedelta(minutes=minutes)
+    return db.all_rows(conn, "dashboard_top_error_codes", {**scope.params, "since": since, "limit": limit})
+
+
+def replay_outlook(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> dict:
+    """For a bulk replay's confirmation: how many of the matching jobs died of a
+    permanent error (before their last attempt), and the tenant's name."""
+    return db.one(conn, "dashboard_replay_outlook", {
+        **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
+        "error_code": filter.error_code})

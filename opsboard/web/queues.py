@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template
 
-from .. import metrics
+from .. import dashboard, metrics
 from .app import get_db
 from .charts import sparkline
 from .security import current_scope, requires
@@ -14,7 +14,8 @@ bp = Blueprint("queues", __name__, url_prefix="/queues")
 def _context() -> dict:
     with get_db().connection() as conn:
         health = metrics.queue_health(conn, current_scope("jobs.view"))
-    return {"health": health, "sparkline": sparkline, "inf": float("inf")}
+        top_codes = dashboard.top_error_codes(conn, current_scope("jobs.view"))
+    return {"health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes}
 
 
 @bp.route("/")

@@ -347,3 +347,33 @@ def test_support_agents_and_template_authors_get_a_landing_page(client, login_as
     html = client.get("/").get_data(as_text=True)
     assert marker in html and words in html
     assert _nav(html) == []  # nothing they could open yet: no links that answer 403
+
+
+# ---------------------------------------------------------------- dashboard 4 and 6: names, error codes, warnings
+
+def test_bulk_replay_confirmation_names_the_tenant_and_warns_of_permanent_errors(client, login_as, db):
+    with connect(db) as c:
+        t = auth.ensure_tenant(c, "acme", "Acme Persia")["id"]
+        dead = seed.jobs(c, t, 2, "test.permanent")
+        seed.kill(c, dead, "http_410")  # attempts 1 of max_attempts: died of a permanent error
+    login_as("ops")
+    html = client.get(f"/jobs/replay-many/confirm?type=test.permanent&error_code=http_410&tenant_id={t}",
+                      headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert "Acme Persia" in html and f"<code>{t}</code>" not in html
+    assert 'data-permanent="2"' in html and "will fail again" in html
+
+
+def test_queue_health_lists_top_failing_codes_with_links(client, login_as, db):
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        seed.kill(c, seed.jobs(c, t, 3, "test.permanent"), "http_410")
+        seed.fail(c, seed.jobs(c, t, 1, "test.raise"), "smtp_timeout")
+    login_as("ops")
+    html = client.get("/queues/").get_data(as_text=True)
+    assert "Top failing error codes" in html
+    first = html.index('data-error-code="http_410"')
+    assert first < html.index('data-error-code="smtp_timeout"')  # most failures first
+    assert 'href="/jobs/?type=test.permanent&amp;error_code=http_410"' in html
+    assert "#group-test.permanent-http_410" in html
+    assert 'id="group-test.permanent-http_410"' in client.get("/dead/").get_data(as_text=True)
+    assert "amber</span> when jobs of that type died" in html
