@@ -377,3 +377,19 @@ def test_queue_health_lists_top_failing_codes_with_links(client, login_as, db):
     assert "#group-test.permanent-http_410" in html
     assert 'id="group-test.permanent-http_410"' in client.get("/dead/").get_data(as_text=True)
     assert "amber</span> when jobs of that type died" in html
+
+
+# ---------------------------------------------------------------- dashboard 7 and 8: bidi isolation, dark theme
+
+def test_user_text_is_isolated_not_the_block(client, login_as, db):
+    with connect(db) as c:
+        t = auth.ensure_tenant(c, "pars", "شرکت پارس")["id"]
+    login_as("ops")
+    html = client.get(f"/tenants/{t}").get_data(as_text=True)
+    assert "<h1><bdi>شرکت پارس</bdi>" in html and '<h1 dir="auto">' not in html
+    assert "<bdi>شرکت پارس</bdi>" in client.get("/tenants/").get_data(as_text=True)
+
+
+def test_stylesheet_has_a_dark_theme(client):
+    css = client.get("/static/css/opsboard.css").get_data(as_text=True)
+    assert "@media (prefers-color-scheme: dark)" in css and "color-scheme: light dark" in css
