@@ -384,6 +384,7 @@ def test_queue_health_lists_top_failing_codes_with_links(client, login_as, db):
 def test_user_text_is_isolated_not_the_block(client, login_as, db):
     with connect(db) as c:
         t = auth.ensure_tenant(c, "pars", "شرکت پارس")["id"]
+        seed.jobs(c, t, 1)
     login_as("ops")
     html = client.get(f"/tenants/{t}").get_data(as_text=True)
     assert "<h1><bdi>شرکت پارس</bdi>" in html and '<h1 dir="auto">' not in html
