@@ -393,3 +393,63 @@ def test_user_text_is_isolated_not_the_block(client, login_as, db):
 def test_stylesheet_has_a_dark_theme(client):
     css = client.get("/static/css/opsboard.css").get_data(as_text=True)
     assert "@media (prefers-color-scheme: dark)" in css and "color-scheme: light dark" in css
+
+
+# ---------------------------------------------------------------- dashboard 5: time-series charts
+
+def _stats(c, minute, queue, type_, succeeded=0, retried=0, dead=0, hist_ms=None):
+    from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
+    hist = [0] * (len(DURATION_BUCKETS_MS) + 1)
+    for ms, n in (hist_ms or {}).items():
+        hist[bucket_index(ms)] += n
+    c.execute("""INSERT INTO job_stats (minute, worker_id, queue, type, succeeded, retried, dead, duration_hist)
+                 VALUES (%s, 'w1', %s, %s, %s, %s, %s, %s)""", (minute, queue, type_, succeeded, retried, dead, hist))
+
+
+def test_throughput_charts_per_queue_and_type(db):
+    from datetime import timedelta
+    from opsboard import metrics
+    with connect(db) as c:
+        now = seed.db_now(c).replace(second=0, microsecond=0)
+        _stats(c, now - timedelta(minutes=2), "default", "email.send", succeeded=30, retried=6, hist_ms={40: 95, 900: 5})
+        _stats(c, now - timedelta(minutes=2), "default", "sms.send", succeeded=10, dead=2, hist_ms={15: 12})
+        _stats(c, now - timedelta(hours=3), "bulk", "report.build", succeeded=150, hist_ms={4000: 150})
+        queues, types = metrics.throughput_charts(c, "1h", now=now)
+        d = queues["default"]
+        assert len(d.buckets) == 60 and d.buckets[-1] == now
+        assert d.processed[-3] == 48 and d.failed[-3] == 8
+        assert types[("default", "email.send")].p95[-3] == 50  # 95 of 100 within the 50 ms bucket
+        assert "bulk" not in queues  # three hours ago: outside the hour
+        queues24, _ = metrics.throughput_charts(c, "24h", now=now)
+        assert len(queues24["bulk"].buckets) == 96
+        assert sum(queues24["bulk"].processed) == 150 / 15  # per minute, averaged over the 15-min bucket
+        assert queues24["bulk"].p95[[i for i, v in enumerate(queues24["bulk"].p95) if v][0]] == 5000
+
+
+def test_queue_page_renders_charts_with_axes_legend_and_hover(client, login_as, db):
+    from datetime import timedelta
+    with connect(db) as c:
+        now = seed.db_now(c).replace(second=0, microsecond=0)
+        _stats(c, now - timedelta(minutes=1), "critical", "otp.send", succeeded=12, retried=3, hist_ms={80: 15})
+    login_as("ops")
+    html = client.get("/queues/").get_data(as_text=True)
+    assert html.count('data-axis="x"') >= 4 and html.count('data-axis="y"') >= 4  # critical + otp.send, two each
+    assert "processed / min" in html and "failed / min" in html and "p95 handler time" in html
+    assert 'class="legend"' in html and "<rect" in html and "processed / min: 15 /min; failed / min: 3 /min" in html
+    assert "sparkline" not in html and 'class="spark"' not in html
+    assert client.get("/queues/_charts?range=24h").status_code == 200
+    r = client.get("/queues/_charts?range=7d", headers=JSON)
+    assert r.status_code == 400 and r.json["error"] == "invalid_range"
+
+
+def test_tenant_page_has_its_own_charts_and_recent_failures(client, login_as, db):
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        other = seed.tenant(c, "other")
+        seed.kill(c, seed.jobs(c, t, 2, "test.permanent"), "http_410")
+        seed.kill(c, seed.jobs(c, other, 1, "test.permanent"), "other_tenant_code")
+    login_as("ops", tenant="acme", operator=False)
+    html = client.get(f"/tenants/{t}").get_data(as_text=True)
+    assert 'data-axis="x"' in html and "failed / min" in html
+    assert "http_410" in html and "other_tenant_code" not in html
+    assert "failed / min: 2 /min" in html
