@@ -30,8 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     m = sub.add_parser("migrate", help="apply pending database migrations",
-                       description="Apply pending migrations to DATABASE_URL (without it: the embedded database "
-                                   "in OPSBOARD_DATA_DIR or OPSBOARD_INSTANCE_DIR). Connect as the owner role.")
+                       description="Apply the pending files of migrations/ in order, each in its own transaction, "
+                                   "recorded with a checksum in schema_migrations; safe to run from several hosts "
+                                   "at once. Connect as the owner role (see --print-roles-sql).",
+                       epilog="environment: DATABASE_URL (the database; unset: the embedded one in "
+                              "OPSBOARD_DATA_DIR, default $OPSBOARD_INSTANCE_DIR/pgdata), OPSBOARD_INSTANCE_DIR "
+                              "(default ./instance).")
     m.add_argument("--print-roles-sql", action="store_true",
                    help="print the SQL (for a superuser) creating an owner role for migrations and an application "
                         "role that cannot change or delete audit records or alter triggers; change nothing")
@@ -55,9 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--id", help="worker id (default host:pid:random)")
     k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
 
-    d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8000)
+    d = sub.add_parser(
+        "demo", help="embedded database, demo data, web + worker + demo traffic",
+        description="Start a live dashboard on this machine: an embedded PostgreSQL (or DATABASE_URL), demo tenants "
+                    "and users (passwords generated once and printed), gunicorn, one worker and demo traffic. "
+                    "Ctrl-C stops everything gracefully (running jobs get their grace period).",
+        epilog="environment: DATABASE_URL (use this database instead of the embedded one), OPSBOARD_INSTANCE_DIR "
+               "(default ./instance: credentials, logs/), OPSBOARD_DATA_DIR (embedded data, default "
+               "$OPSBOARD_INSTANCE_DIR/pgdata), OPSBOARD_JOB_MODULES (extra job types), OPSBOARD_WORKER_QUEUES, "
+               "OPSBOARD_SHUTDOWN_GRACE_SECONDS.")
+    d.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
@@ -155,7 +167,10 @@ def cmd_web(config: Config, args) -> int:
 
 def cmd_worker(config: Config, args) -> int:
     from worker.runner import Worker
-    queues = parse_queue_slots(args.queues) if args.queues else None
+    try:
+        queues = parse_queue_slots(args.queues) if args.queues else None
+    except ConfigError as exc:
+        raise ConfigError(f"--queues {args.queues!r}: {exc}") from None
     w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
     w.install_signals()
     return w.run()

@@ -118,7 +118,7 @@ class Config:
             data_dir=Path(data_dir) if data_dir else None,
             pool_min=pool_min,
             pool_max=pool_max,
-            worker_queues=parse_queue_slots(env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")),
+            worker_queues=_queue_slots(env),
             lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
             poll_interval=_float(env, "OPSBOARD_POLL_INTERVAL", 1.0, 0.01, 60),
@@ -143,6 +143,15 @@ class Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Config(**values)
+
+
+def _queue_slots(env) -> dict[str, int]:
+    """OPSBOARD_WORKER_QUEUES, with the variable named in its error."""
+    raw = env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")
+    try:
+        return parse_queue_slots(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"OPSBOARD_WORKER_QUEUES={raw!r}: {exc}") from None
 
 
 def _hosts(raw: str) -> tuple[str, ...]:
