@@ -129,6 +129,9 @@ class Config:
     storage_dir: Path | None = None
     #: Most source rows one report chunk reads (and holds) at once.
     report_chunk_rows: int = 50_000
+    #: Host names the web app answers to (``Host`` header); others get 400.
+    #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
+    trusted_hosts: tuple[str, ...] = ()
 
     @property
     def pgdata(self) -> Path:
@@ -166,7 +169,7 @@ class Config:
             data_dir=Path(data_dir) if data_dir else None,
             pool_min=pool_min,
             pool_max=pool_max,
-            worker_queues=parse_queue_slots(env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")),
+            worker_queues=_queue_slots(env),
             lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
             poll_interval=_float(env, "OPSBOARD_POLL_INTERVAL", 1.0, 0.01, 60),
@@ -180,6 +183,7 @@ class Config:
             high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
             storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
             report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
+            trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
         )
 
     def require_secret(self) -> None:
@@ -193,6 +197,24 @@ class Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Config(**values)
+
+
+def _queue_slots(env) -> dict[str, int]:
+    """OPSBOARD_WORKER_QUEUES, with the variable named in its error."""
+    raw = env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")
+    try:
+        return parse_queue_slots(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"OPSBOARD_WORKER_QUEUES={raw!r}: {exc}") from None
+
+
+def _hosts(raw: str) -> tuple[str, ...]:
+    """``dash.example.com,.example.org`` -> host names (a leading dot: any subdomain too)."""
+    hosts = tuple(h.strip().lower() for h in raw.split(",") if h.strip())
+    for h in hosts:
+        if any(c in h for c in "/ @?#") or h.strip(".") == "":
+            raise ConfigError(f"OPSBOARD_TRUSTED_HOSTS: {h!r} is not a host name (e.g. dash.example.com)")
+    return hosts
 
 
 def _int(env, name: str, default: int, lo: int, hi: int) -> int:

@@ -34,7 +34,10 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
     from .runner import Worker
 
-    queues = parse_queue_slots(args.queues) if args.queues else None
+    try:
+        queues = parse_queue_slots(args.queues) if args.queues else None
+    except ConfigError as exc:
+        raise ConfigError(f"--queues {args.queues!r}: {exc}") from None
     if args.processes:
         if not 1 <= args.processes <= 64:
             raise UsageError("--processes must be between 1 and 64")

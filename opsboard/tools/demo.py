@@ -170,11 +170,16 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    # Children in their own session: Ctrl-C in the terminal signals only the
+    # demo, which then sends each child one SIGTERM.  (In the terminal's
+    # process group, the worker would get SIGINT and then SIGTERM, take the
+    # second as "stop now" and skip its grace period.)
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
                           "--access-logfile", str(logs / "access.log"), "opsboard.web.wsgi:app"], cwd=ROOT, env=env,
-                         stderr=open(logs / "web.log", "ab")),
-        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab")),
+                         stderr=open(logs / "web.log", "ab"), start_new_session=True),
+        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab"),
+                         start_new_session=True),
     ]
     stop = threading.Event()
     previous = signal.getsignal(signal.SIGINT)

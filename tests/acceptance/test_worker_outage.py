@@ -53,7 +53,7 @@ def test_outage_recovery_readiness_and_shutdown(cluster, start_worker):
     a = start_worker(url, "--queues", "default=2", "--id", "w-a", **ENV)
     with connect(url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM workers").fetchone()["n"] == 1, message="w-a to start")
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     database = Database(url, min_size=1, max_size=2).open()
     client = create_app({"OPSBOARD": make_config(database_url=url), "DATABASE": database, "TESTING": True}).test_client()
     try:
