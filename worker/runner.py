@@ -34,6 +34,7 @@ import uuid
 
 import psycopg
 from psycopg.types.json import Jsonb
+from psycopg_pool import PoolTimeout
 
 import opsboard
 from opsboard import db, jobtypes
@@ -89,6 +90,7 @@ class Worker:
         self._signals = 0
         self._threads: list[threading.Thread] = []
         self._db_down_since: float | None = None
+        self._db_back_at = float("-inf")
         self._db_lock = threading.Lock()
         #: Wait for an unreachable database at start (with backoff); ``False``
         #: exits at once instead, for supervisors that prefer to restart.
@@ -282,6 +284,10 @@ class Worker:
     def db_trouble(self, exc: BaseException, what: str) -> None:
         """Note a failed database call: one line when the database goes away, not one per retry."""
         if isinstance(exc, psycopg.OperationalError):
+            if isinstance(exc, PoolTimeout) and time.monotonic() - self._db_back_at < self.pool.timeout + 0.5:
+                # A wait for a connection that began during the outage, ending
+                # just after it: old news, not a new outage.
+                return
             with self._db_lock:
                 if self._db_down_since is not None:
                     return
@@ -301,6 +307,7 @@ class Worker:
             return
         with self._db_lock:
             since, self._db_down_since = self._db_down_since, None
+            self._db_back_at = time.monotonic()
         if since is None:
             return
         log.warning("database is back after %.1f s", time.monotonic() - since)
