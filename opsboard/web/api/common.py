@@ -127,8 +127,11 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
             stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
             if stored is not None:
                 return _replay(stored, digest)
-        config = get_config()
-        verdict = backpressure.admission(conn, tenant_id, queue, high_water=config.high_water)
+        with conn.transaction():
+            # The token bucket's write need not wait for its WAL flush: a token lost in a crash is
+            # harmless, and the request's own commit below is the one that must be durable.
+            db.execute(conn, "session_async_commit")
+            verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
         if not verdict.accepted:
             raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
         with conn.transaction():
