@@ -530,6 +530,20 @@ def _load(url: str, secret: str, seconds: float, clients: int, rate: float | Non
     return out
 
 
+def _cpu_seconds(parent: int) -> float:
+    """User + system CPU of ``parent``'s children (gunicorn's workers), from /proc."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def api(b: Bench) -> None:
     """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x that rate."""
     import socket
@@ -560,13 +574,17 @@ def api(b: Bench) -> None:
                 raise RuntimeError("gunicorn did not start: " + _stderr([web]))
             time.sleep(0.2)
     _load(url, secret, 2, 8)  # warm-up: pools, imports
+    cpu0 = _cpu_seconds(web.pid)
     res = _load(url, secret, seconds, 8)
+    cpu = _cpu_seconds(web.pid) - cpu0
     ok = [r for r in res if r[0] == 202]
     rate = len(ok) / seconds
     b.add("api", "POST /events, 8 clients: throughput", rate, "req/s", f"{len(res)} requests, "
           f"{len(res) - len(ok)} not 202")
     b.add("api", "POST /events, 8 clients: p50", percentile([r[1] for r in res], 50), "ms")
     b.add("api", "POST /events, 8 clients: p99", percentile([r[1] for r in res], 99), "ms")
+    b.add("api", "POST /events: gunicorn CPU per request", cpu / max(1, len(res)) * 1000, "ms",
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     # Overload: the tenant may enqueue a quarter of what the server sustained (its admitted rate, burst 1 s);
     # it offers 4x that, open loop from 32 clients: three requests in four must be refused, quickly.
     admitted = max(1.0, rate / 4)
