@@ -73,6 +73,17 @@ WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
 -- Forget Idempotency-Keys older than the retention.
 DELETE FROM api_idempotency WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval;
 
+-- name: outbox_prune_relayed
+-- Delete up to %(limit)s relayed events older than the retention (the trigger
+-- refuses to delete an unrelayed one).
+WITH doomed AS (
+    SELECT id FROM outbox_events
+    WHERE relayed_at IS NOT NULL AND relayed_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval
+    LIMIT %(limit)s
+)
+DELETE FROM outbox_events e USING doomed d WHERE e.id = d.id
+RETURNING 1;
+
 -- name: demo_user_insert
 -- The demo domain: a user of a tenant signs up.
 INSERT INTO demo_users (id, tenant_id, email, plan) VALUES (%(id)s, %(tenant_id)s, %(email)s, %(plan)s)

@@ -57,8 +57,9 @@ def default_services(config: Config) -> list:
     from .alerts import Alerts
     from .depth import DepthSampler
     from .expiry import Expiry
+    from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper
 
     return [Reaper(), Expiry(), DepthSampler(), Pruner(PrunerConfig(retention_days=config.retention_days)),
-            Alerts()]
+            Alerts(), OutboxPruner(OutboxPrunerConfig(retention_days=config.retention_days))]
