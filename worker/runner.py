@@ -220,6 +220,7 @@ class Worker:
 
     def start(self) -> "Worker":
         jobtypes.load_modules(self.config.job_modules)
+        from .services import relay  # the outbox relay (every worker); its import registers the event catalogue
         self.limited_types = frozenset(t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
         connect(self.url).close()  # fail fast and clearly when unreachable
         self.pool.open(wait=True, timeout=30)
@@ -235,7 +236,6 @@ class Worker:
         self._thread(self._complete_loop, "completer")
         self._thread(self._listen_loop, "listener")
         self._thread(self._keeper_loop, "keeper")
-        from .services import relay  # the outbox relay runs on every worker, not only the leader
         self._threads.append(relay.start(self))
         if self.run_services:
             from .services import default_services
