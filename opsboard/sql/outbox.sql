@@ -48,10 +48,6 @@ SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = 
 -- Events waiting for a relay, and the age of the oldest (for metrics and the bench).
 SELECT count(*)::bigint AS waiting, min(occurred_at) AS oldest FROM outbox_events WHERE relayed_at IS NULL;
 
--- name: session_async_commit
--- This transaction's commit does not wait for its WAL flush (for writes whose loss in a crash is harmless).
-SELECT set_config('synchronous_commit', 'off', true);
-
 -- name: api_idempotency_get
 -- The stored answer to an earlier request with this tenant's Idempotency-Key.
 SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
