@@ -1,12 +1,2 @@
-"""WSGI entry point: ``gunicorn wsgi:app``."""
-import sys
-
-from opsboard import create_app
-from opsboard.config import ConfigError
-from opsboard.db import DatabaseUnavailable
-
-try:
-    app = create_app()
-except (ConfigError, DatabaseUnavailable) as exc:
-    print(f"opsboard: {exc}", file=sys.stderr)
-    raise SystemExit(2) from None
+"""WSGI entry point from a checkout: ``gunicorn wsgi:app`` (same as ``opsboard.web.wsgi:app``)."""
+from opsboard.web.wsgi import app  # noqa: F401

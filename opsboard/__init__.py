@@ -1,11 +1,8 @@
-"""opsboard: a PostgreSQL-backed job queue, outbox, notifications and ops dashboard."""
+"""opsboard: a PostgreSQL-backed job queue, outbox, notifications and ops dashboard.
+
+The core package imports neither Flask nor the worker: the web app is
+``opsboard.web.app.create_app`` (``opsboard.web.wsgi:app`` for gunicorn).
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
-
-
-def create_app(test_config=None):
-    """The Flask application (imported lazily so the core never needs Flask)."""
-    from .web.app import create_app as _create_app
-
-    return _create_app(test_config)

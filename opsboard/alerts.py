@@ -40,8 +40,8 @@ from psycopg.types.json import Jsonb
 
 from . import audit, db
 from .auth import TenantScope
-from .config import QUEUE_NAMES
-from .queue import QueueError
+from .config import DEFAULT_QUEUE_AGE_TARGET, Config, QUEUE_AGE_TARGETS, QUEUE_NAMES, WORKER_LIVE_SECONDS
+from .errors import OpsError
 from .schema import new_id
 
 RULES = ("dead_rising", "error_code", "queue_age", "no_worker")
@@ -62,11 +62,10 @@ class AlertConfig:
     error_code_threshold: int = 20
     #: Seconds the oldest ready job of each queue may wait; queues not listed
     #: use ``default_queue_age``.
-    queue_age_targets: dict[str, float] = field(
-        default_factory=lambda: {"critical": 30.0, "default": 300.0, "bulk": 1800.0})
-    default_queue_age: float = 300.0
+    queue_age_targets: dict[str, float] = field(default_factory=lambda: dict(QUEUE_AGE_TARGETS))
+    default_queue_age: float = DEFAULT_QUEUE_AGE_TARGET
     #: A worker seen within this many seconds counts as live for no_worker.
-    worker_silence: int = 60
+    worker_silence: int = WORKER_LIVE_SECONDS
     queues: tuple[str, ...] = QUEUE_NAMES
 
     def __post_init__(self):
@@ -76,6 +75,13 @@ class AlertConfig:
             raise ValueError("dead_threshold >= 0 and error_code_threshold >= 1")
         if any(v <= 0 for v in self.queue_age_targets.values()) or self.default_queue_age <= 0:
             raise ValueError("queue age targets must be positive")
+
+    @classmethod
+    def from_config(cls, config: Config) -> "AlertConfig":
+        """The alert service's settings from ``config`` (the thresholds are not configurable yet:
+        the defaults, which take the queue age targets and the live-worker window from
+        :mod:`opsboard.config`)."""
+        return cls()
 
     def age_target(self, queue: str) -> float:
         return float(self.queue_age_targets.get(queue, self.default_queue_age))
@@ -214,39 +220,34 @@ def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: 
                 *, scope: TenantScope, now: datetime | None = None) -> dict:
     """Acknowledge an open alert with a reason; audited as ``alert.ack``; idempotent on ``request_key``.
 
-    Raises :class:`~opsboard.queue.QueueError`: ``reason_required``, ``not_found``,
+    An operator action (:func:`opsboard.audit.operator_action`).  Raises
+    :class:`~opsboard.errors.OpsError`: ``reason_required``, ``not_found``,
     ``already_acknowledged``, ``alert_closed``, ``request_key_reused`` (the key
     acknowledged another alert).
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise QueueError("a reason is required", "reason_required")
-    with conn.transaction():
-        if request_key:
-            previous = audit.find_by_request_key(conn, "alert.ack", request_key)
-            if previous:
-                if previous["target_id"] != str(_alert_uuid(alert_id)):
-                    raise QueueError("this request key was used to acknowledge another alert", "request_key_reused")
-                return get_alert(conn, scope, previous["target_id"]) or {}
-        alert = get_alert(conn, scope, alert_id)
+    aid = _alert_uuid(alert_id)
+    if aid is None:
+        raise OpsError("no such alert", "not_found")
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        alert = get_alert(conn, scope, aid)
         if alert is None:
-            raise QueueError("no such alert", "not_found")
-        rec = audit.record(conn, actor, "alert.ack", target_type="alert", target_id=alert["id"],
-                           tenant_id=alert["tenant_id"], reason=reason,
-                           before={"acknowledged": False}, after={"acknowledged": True, "rule": alert["rule"],
-                                                                  "key": alert["key"]},
-                           request_key=request_key)
-        if rec is None:
-            previous = audit.find_by_request_key(conn, "alert.ack", request_key)
-            return get_alert(conn, scope, previous["target_id"]) or {}
+            raise OpsError("no such alert", "not_found")
+        # The audit row first: a concurrent identical request waits on its key.
+        ctx.write(tenant_id=alert["tenant_id"], before={"acknowledged": False},
+                  after={"acknowledged": True, "rule": alert["rule"], "key": alert["key"]})
         row = db.one(conn, "alert_acknowledge", {"id": alert["id"], "actor": actor.label, "actor_id": actor.id,
-                                                 "reason": reason, "now": now, **scope.params})
+                                                 "reason": ctx.reason, "now": now, **scope.params})
         if row is None:
             alert = get_alert(conn, scope, alert["id"]) or alert
             if alert["closed_at"] is not None:
-                raise QueueError("this alert is closed already", "alert_closed")
-            raise QueueError(f"already acknowledged by {alert['acknowledged_by']}", "already_acknowledged")
+                raise OpsError("this alert is closed already", "alert_closed")
+            raise OpsError(f"already acknowledged by {alert['acknowledged_by']}", "already_acknowledged")
         return row
+
+    return audit.operator_action(
+        conn, actor, "alert.ack", target_type="alert", target_id=aid, reason=reason, request_key=request_key,
+        perform=perform, repeat=lambda previous: get_alert(conn, scope, previous["target_id"]) or {})
 
 
 def count_unacknowledged(conn: psycopg.Connection, scope: TenantScope) -> dict:

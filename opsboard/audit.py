@@ -4,18 +4,24 @@ Every operator action writes one row in the same transaction as the change it
 records.  The table rejects UPDATE, DELETE and TRUNCATE (trigger).  An action
 carrying a ``request_key`` is recorded once: a repeated request finds the first
 record and returns it, which is how double submits are made harmless.
+
+:func:`operator_action` is the one way an operator action is written: every
+audited, idempotent action (cancel, replay, resolve, acknowledge, and the next
+ones: ticket transitions, template publishing, notification resends, API keys)
+goes through it rather than repeating its steps.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
 from .auth import TenantScope
+from .errors import OpsError
 from .schema import new_id
 
 
@@ -33,6 +39,133 @@ class Actor:
 
 
 SYSTEM = Actor(label="system")
+
+T = TypeVar("T")
+
+
+class _LostRace(Exception):
+    """Raised inside an action's savepoint when an identical request recorded its key first."""
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    """What :func:`operator_action` hands to the action's ``perform`` function.
+
+    ``perform`` makes its change and calls :meth:`write` exactly once, before or
+    after the change (before when the change itself would refuse a concurrent
+    twin, e.g. a unique row; after when the audit row names what the change made).
+    """
+
+    conn: psycopg.Connection
+    actor: Actor
+    action: str
+    target_type: str
+    target_id: str
+    reason: str
+    request_key: str | None
+
+    def write(self, *, tenant_id: Any = None, before: Any = None, after: Any = None) -> dict:
+        """Append the action's audit row, in the action's transaction, and return it.
+
+        When an identical request (same action and request key) recorded its row
+        first, this undoes the action (its savepoint is rolled back) and
+        :func:`operator_action` returns that request's result instead.
+        """
+        row = record(self.conn, self.actor, self.action, target_type=self.target_type, target_id=self.target_id,
+                     tenant_id=tenant_id, reason=self.reason, before=before, after=after,
+                     request_key=self.request_key)
+        if row is None:
+            raise _LostRace()
+        return row
+
+
+def checked_reason(reason: str | None) -> str:
+    """The trimmed reason of an operator action; ``OpsError("reason_required")`` when empty."""
+    text = (reason or "").strip()
+    if not text:
+        raise OpsError("a reason is required", "reason_required")
+    return text
+
+
+def operator_action(conn: psycopg.Connection, actor: Actor, action: str, *, target_type: str, target_id: Any,
+                    reason: str | None, request_key: str | None,
+                    perform: Callable[[ActionContext], T], repeat: Callable[[dict], T]) -> T:
+    """Run one audited, idempotent operator action and return its result.
+
+    The steps every operator action needs, in one place:
+
+    1. the reason is required (``reason_required``);
+    2. with a ``request_key``, an earlier request with the same key (and the
+       same ``action``) is looked up first, and its result returned
+       (``repeat(record)``) without acting again; a key that was used for
+       another target is refused (``request_key_reused``);
+    3. otherwise ``perform(ctx)`` makes the change and calls ``ctx.write(...)``
+       for the audit row, all in one transaction (a savepoint when the caller
+       has one open already): the change and its record commit together or not
+       at all;
+    4. a lost race is re-checked: an identical request running at the same
+       moment either makes ``ctx.write`` wait on the audit row's unique key, or
+       makes ``perform`` refuse with an :class:`OpsError` (the job was cancelled
+       meanwhile, the alert acknowledged...).  Either way the first request's
+       record is looked up again, this action is rolled back, and the first
+       request's result returned: a double submit answers twice the same way.
+
+    ``target_id`` is what the key is bound to (compared as text); resolve it
+    (parse the id, refuse ``not_found``) before calling.  Errors are
+    :class:`~opsboard.errors.OpsError` with a stable code.
+
+    Example, the shape a new action takes (publishing a template version)::
+
+        def publish(conn, template_id, actor, reason, request_key, *, scope):
+            def perform(ctx: audit.ActionContext) -> dict:
+                tpl = db.one(conn, "template_get_for_update", {"id": template_id, **scope.params})
+                if tpl is None:
+                    raise OpsError("no such template", "not_found")
+                row = db.one(conn, "template_publish", {"id": template_id})
+                if row is None:
+                    raise OpsError("this version is published already", "already_published")
+                ctx.write(tenant_id=tpl["tenant_id"], before={"published": tpl["published_version"]},
+                          after={"published": row["published_version"]})
+                return row
+
+            def repeat(previous: dict) -> dict:   # the audit row of the first request
+                return db.one(conn, "template_get", {"id": previous["target_id"], **scope.params}) or {}
+
+            return audit.operator_action(conn, actor, "template.publish", target_type="template",
+                                         target_id=template_id, reason=reason, request_key=request_key,
+                                         perform=perform, repeat=repeat)
+    """
+    reason = checked_reason(reason)
+    target = str(target_id)
+
+    def earlier() -> dict | None:
+        if not request_key:
+            return None
+        previous = find_by_request_key(conn, action, request_key)
+        if previous is not None and previous["target_id"] != target:
+            raise OpsError(f"this request key was used for {action} on another {target_type}", "request_key_reused")
+        return previous
+
+    ctx = ActionContext(conn, actor, action, target_type, target, reason, request_key)
+    with conn.transaction():
+        previous = earlier()
+        if previous is not None:
+            return repeat(previous)
+        try:
+            with conn.transaction():  # a savepoint: a lost race undoes only this action
+                return perform(ctx)
+        except _LostRace:
+            previous = earlier()
+            if previous is None:  # cannot happen: the insert conflicted on this very key
+                raise OpsError("the request key is contended; retry", "idempotency_conflict") from None
+            return repeat(previous)
+        except OpsError:
+            # Refused (wrong status, already done): if an identical request
+            # committed meanwhile, that is why; answer with its result.
+            previous = earlier()
+            if previous is None:
+                raise
+            return repeat(previous)
 
 
 def record(conn: psycopg.Connection, actor: Actor, action: str, *, target_type: str | None = None,

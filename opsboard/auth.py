@@ -26,10 +26,12 @@ ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
         "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
         "tenants.view", "workers.view", "alerts.view", "alerts.ack",
         "tickets.view", "tickets.work", "templates.view", "templates.edit", "users.manage",
+        "reports.view", "reports.request",
     }),
     Role.OPS: frozenset({
         "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
         "tenants.view", "workers.view", "alerts.view", "alerts.ack",
+        "reports.view", "reports.request",
     }),
     Role.SUPPORT_AGENT: frozenset({"dashboard.view", "tickets.view", "tickets.work"}),
     Role.TEMPLATE_AUTHOR: frozenset({"dashboard.view", "templates.view", "templates.edit"}),

@@ -11,13 +11,10 @@ import logging
 import os
 import sys
 
-from .config import Config, ConfigError, parse_queue_slots
+from .config import Config, ConfigError
+from .errors import UsageError
 
 log = logging.getLogger("opsboard")
-
-
-class UsageError(Exception):
-    """A mistake in how the command was called: exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,10 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1")
     w.add_argument("--port", type=int, default=8000)
 
-    k = sub.add_parser("worker", help="run a worker process")
-    k.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
-    k.add_argument("--id", help="worker id (default host:pid:random)")
-    k.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+    from worker.cli import add_arguments as worker_arguments
+    worker_arguments(sub.add_parser("worker", help="run a worker process (same as python -m worker)"))
 
     d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
     d.add_argument("--host", default="127.0.0.1")
@@ -66,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
+
+    s = sub.add_parser("sandbox", help="local provider sandbox: SMTP + SMS/Web Push/webhook receivers")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--http-port", type=int, default=8025)
+    s.add_argument("--smtp-port", type=int, default=8026)
+    s.add_argument("--sms-key", default="", help="bearer key the SMS gateway requires (default: none)")
+    sub.add_parser("vapid", help="generate a VAPID key pair for Web Push (prints environment lines)")
     return p
 
 
@@ -139,7 +141,7 @@ def cmd_createuser(config: Config, args) -> int:
 
 
 def cmd_web(config: Config, args) -> int:
-    from . import create_app
+    from .web.app import create_app
     # The configuration main() built (development mode when OPSBOARD_ENV is
     # unset), not a second read of the environment that would default to production.
     app = create_app({"OPSBOARD": config})
@@ -148,15 +150,12 @@ def cmd_web(config: Config, args) -> int:
 
 
 def cmd_worker(config: Config, args) -> int:
-    from worker.runner import Worker
-    queues = parse_queue_slots(args.queues) if args.queues else None
-    w = Worker(config, _url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
-    w.install_signals()
-    return w.run()
+    from worker.cli import run
+    return run(config, args)
 
 
 def cmd_demo(config: Config, args) -> int:
-    from .demo import run_demo
+    from .tools.demo import run_demo
     return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
 
 
@@ -193,13 +192,26 @@ def cmd_apikey(config: Config, args) -> int:
 
 
 def cmd_bench(config: Config, args) -> int:
-    from .bench import run_bench
+    from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
                      list_only=args.list)
 
 
+def cmd_sandbox(config: Config, args) -> int:
+    from .tools.sandbox import serve
+    serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key)
+    return 0
+
+
+def cmd_vapid(config: Config, args) -> int:
+    from .providers import generate_vapid_keys
+    private, public = generate_vapid_keys()
+    print(f"OPSBOARD_VAPID_PRIVATE_KEY={private}\nOPSBOARD_VAPID_PUBLIC_KEY={public}")
+    return 0
+
+
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench,
+             "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey}
 
 

@@ -9,17 +9,50 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field, fields
+from importlib.resources import files
 from pathlib import Path
 
-#: The checkout: templates/, static/ and migrations/ live beside the packages.
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = ROOT / "templates"
-STATIC_DIR = ROOT / "static"
-MIGRATIONS_DIR = ROOT / "migrations"
+_PARENT = Path(__file__).resolve().parent.parent
+#: The source checkout this package runs from (an editable install), or None
+#: when it is installed from a wheel.
+CHECKOUT: Path | None = _PARENT if (_PARENT / "pyproject.toml").is_file() else None
+#: Working folder of the processes that tests, bench and demo start, and parent
+#: of the default instance folder: the checkout, else the current directory.
+ROOT = CHECKOUT or Path.cwd()
+
+
+def resource_dir(name: str) -> Path:
+    """``migrations``, ``templates`` or ``static``: inside the installed package
+    (the wheel carries them there), else beside the packages in a checkout."""
+    packaged = Path(str(files("opsboard") / name))
+    if packaged.is_dir() or CHECKOUT is None:
+        return packaged
+    return CHECKOUT / name
 
 MODES = ("production", "development", "demo", "test")
 
+#: The queues, in the order pages list them: ``critical`` (OTP, financial: its
+#: slots are reserved, never used by other queues), ``default``, and ``bulk``
+#: (reports, exports).  The one definition: the database, the worker's slots,
+#: the dashboard's filters and the metrics all take the names from here.
 QUEUE_NAMES = ("critical", "default", "bulk")
+
+#: Seconds the oldest ready job of each queue may wait: past it, the queue's
+#: row turns red (opsboard.metrics) and the ``queue_age`` alert fires
+#: (opsboard.alerts).  A queue not listed uses DEFAULT_QUEUE_AGE_TARGET.
+QUEUE_AGE_TARGETS: dict[str, float] = {"critical": 30.0, "default": 300.0, "bulk": 1800.0}
+DEFAULT_QUEUE_AGE_TARGET = 300.0
+
+
+def queue_age_target(queue: str) -> float:
+    """Seconds the oldest ready job of ``queue`` may wait (see QUEUE_AGE_TARGETS)."""
+    return float(QUEUE_AGE_TARGETS.get(queue, DEFAULT_QUEUE_AGE_TARGET))
+
+#: A worker whose row was refreshed within this many seconds is live: the
+#: workers page flags the others stale, the ``no_worker`` alert and the
+#: ``opsboard_workers`` gauge count only live ones.  A worker refreshes its row
+#: every min(lease / 3, 10) seconds, so this is many missed heartbeats.
+WORKER_LIVE_SECONDS = 60
 
 
 class ConfigError(Exception):
@@ -92,6 +125,10 @@ class Config:
     metrics_token: str = ""
     #: Waiting jobs per queue above which the HTTP API answers 503 (unset queues: the core's defaults).
     high_water: dict[str, int] = field(default_factory=dict)
+    #: Report results and attachments (local storage); None: <instance_dir>/storage.
+    storage_dir: Path | None = None
+    #: Most source rows one report chunk reads (and holds) at once.
+    report_chunk_rows: int = 50_000
 
     @property
     def pgdata(self) -> Path:
@@ -141,6 +178,8 @@ class Config:
             login_window_seconds=_int(env, "OPSBOARD_LOGIN_WINDOW_SECONDS", 900, 1, 86400),
             metrics_token=env.get("OPSBOARD_METRICS_TOKEN", ""),
             high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
+            storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
+            report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
         )
 
     def require_secret(self) -> None:

@@ -21,9 +21,10 @@ import psycopg
 
 from . import audit, db, queue
 from .auth import TenantScope
-from .queue import QueueError
+from .errors import OpsError
 from .retry import redact
-from .schema import JobStatus
+from .config import WORKER_LIVE_SECONDS
+from .schema import JobStatus, uuid7_floor
 
 #: Rows per page of the job list.
 PAGE_SIZE = 50
@@ -35,9 +36,8 @@ MIN_SEARCH = 3
 #: Python and PostgreSQL clocks may disagree: time filters on created_at widen
 #: their id bound by this much (the created_at test itself stays exact).
 CLOCK_SLACK = timedelta(minutes=5)
-#: Worker rows are refreshed every heartbeat; three missed ones make a worker stale.
-WORKER_HEARTBEAT_SECONDS = 30
-WORKER_STALE_SECONDS = 3 * WORKER_HEARTBEAT_SECONDS
+#: A worker silent for longer is flagged stale (the one definition is config.WORKER_LIVE_SECONDS).
+WORKER_STALE_SECONDS = WORKER_LIVE_SECONDS
 
 RESOLUTIONS = ("resolved", "ignored")
 
@@ -47,12 +47,6 @@ def _rows(conn: psycopg.Connection, name: str, params: dict) -> list[dict]:
     # prepared (generic) plan cannot fold "(param IS NULL OR ...)" away, so
     # every filter would scan.  Unprepared, PostgreSQL plans with the values.
     return conn.execute(db.queries[name], params, prepare=False).fetchall()
-
-
-def uuid7_floor(moment: datetime) -> uuid.UUID:
-    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made before."""
-    ms = max(0, int(moment.timestamp() * 1000))
-    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62))
 
 
 # ---------------------------------------------------------------- the job list
@@ -79,13 +73,13 @@ class JobFilter:
     before: uuid.UUID | None = None
 
     def validate(self) -> "JobFilter":
-        """Raise :class:`QueueError` (code ``invalid_filter``) on values no row can match."""
+        """Raise :class:`~opsboard.errors.OpsError` (code ``invalid_filter``) on values no row can match."""
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
-            raise QueueError(f"status must be one of {', '.join(s.value for s in JobStatus)}", "invalid_filter")
+            raise OpsError(f"status must be one of {', '.join(s.value for s in JobStatus)}", "invalid_filter")
         if self.search is not None and len(self.search) < MIN_SEARCH:
-            raise QueueError(f"search for at least {MIN_SEARCH} characters", "search_too_short")
+            raise OpsError(f"search for at least {MIN_SEARCH} characters", "search_too_short")
         if self.since and self.until and self.until <= self.since:
-            raise QueueError("the end of the time range must be after its start", "invalid_filter")
+            raise OpsError("the end of the time range must be after its start", "invalid_filter")
         return self
 
     def args(self) -> dict[str, str]:
@@ -320,26 +314,28 @@ def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.
     Each replay has its own ``job.replay`` audit row and is idempotent on
     ``request_key:job_id``; a repeated request returns the same replays.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise QueueError("a reason is required", "reason_required")
+    reason = audit.checked_reason(reason)
     description = {k: (str(v) if v is not None else None) for k, v in asdict(filter).items()}
+
     # One transaction: the replays and their summary land together, and a
     # concurrent identical request waits on the first replay's audit key.
-    with conn.transaction():
-        if request_key:
-            previous = audit.find_by_request_key(conn, "job.replay_many", request_key)
-            if previous:  # a repeated submit: the jobs it replayed are no longer open
-                ids = (previous["after"] or {}).get("job_ids", [])
-                return queue.BulkReplay(replayed=[queue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
-                                        matched=(previous["before"] or {}).get("matched", len(ids)))
+    def perform(ctx: audit.ActionContext) -> queue.BulkReplay:
         result = queue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
-        audit.record(conn, actor, "job.replay_many", target_type="job_filter",
-                     target_id=json.dumps(description, sort_keys=True)[:500], reason=reason,
-                     tenant_id=_summary_tenant(filter, scope, result),
-                     before={"matched": result.matched, "filter": description},
-                     after={"job_ids": [str(r["id"]) for r in result.replayed if r]}, request_key=request_key)
-    return result
+        ctx.write(tenant_id=_summary_tenant(filter, scope, result),
+                  before={"matched": result.matched, "filter": description},
+                  after={"job_ids": [str(r["id"]) for r in result.replayed if r]})
+        return result
+
+    def repeat(previous: dict) -> queue.BulkReplay:
+        # A repeated submit: the jobs it replayed are no longer open.
+        ids = (previous["after"] or {}).get("job_ids", [])
+        return queue.BulkReplay(replayed=[queue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
+                                matched=(previous["before"] or {}).get("matched", len(ids)))
+
+    return audit.operator_action(
+        conn, actor, "job.replay_many", target_type="job_filter",
+        target_id=json.dumps(description, sort_keys=True)[:500], reason=reason, request_key=request_key,
+        perform=perform, repeat=repeat)
 
 
 def _summary_tenant(filter: queue.DeadFilter, scope: TenantScope, result: queue.BulkReplay):
@@ -364,47 +360,44 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
             request_key: str | None, *, scope: TenantScope) -> dict:
     """Mark a dead job ``resolved`` or ``ignored`` with a reason; audited as ``job.resolve``.
 
-    The dead job row is not touched: a ``job_resolutions`` row records the
+    An operator action (:func:`opsboard.audit.operator_action`).  The dead
+    job row is not touched: a ``job_resolutions`` row records the
     decision (one per job).  Idempotent on ``request_key`` (a key used for
     another job raises ``request_key_reused``).  Raises
-    :class:`~opsboard.queue.QueueError`: ``reason_required``, ``invalid_resolution``,
+    :class:`~opsboard.errors.OpsError`: ``reason_required``, ``invalid_resolution``,
     ``not_found``, ``invalid_status`` (not dead), ``already_resolved``.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise QueueError("a reason is required", "reason_required")
+    reason = audit.checked_reason(reason)
     if resolution not in RESOLUTIONS:
-        raise QueueError(f"resolution must be {' or '.join(RESOLUTIONS)}", "invalid_resolution")
-    with conn.transaction():
-        if request_key:
-            previous = audit.find_by_request_key(conn, "job.resolve", request_key)
-            if previous:
-                if previous["target_id"] != str(_uuid_or_none(job_id)):
-                    raise QueueError("this request key was used to resolve another job", "request_key_reused")
-                return db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {}
-        job = queue.get_job(conn, job_id, scope)
+        raise OpsError(f"resolution must be {' or '.join(RESOLUTIONS)}", "invalid_resolution")
+    jid = _uuid_or_none(job_id)
+    if jid is None:
+        raise OpsError("no such job", "not_found")
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        job = queue.get_job(conn, jid, scope)
         if job is None:
-            raise QueueError("no such job", "not_found")
+            raise OpsError("no such job", "not_found")
         if job["status"] != JobStatus.DEAD.value:
-            raise QueueError(f"only dead jobs can be resolved; this one is {job['status']}", "invalid_status")
+            raise OpsError(f"only dead jobs can be resolved; this one is {job['status']}", "invalid_status")
         # The audit row first: a concurrent identical request waits on its
-        # unique request key, then finds this one.
-        rec = audit.record(conn, actor, "job.resolve", target_type="job", target_id=job["id"],
-                           tenant_id=job["tenant_id"], reason=reason,
-                           before={"status": "dead", "last_error_code": job["last_error_code"]},
-                           after={"resolution": resolution, "job_ids": [str(job["id"])]},
-                           request_key=request_key)
-        if rec is None:
-            previous = audit.find_by_request_key(conn, "job.resolve", request_key)
-            return db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {}
+        # unique request key, then finds this one (rather than failing on the
+        # one-resolution-per-job key below).
+        ctx.write(tenant_id=job["tenant_id"], before={"status": "dead", "last_error_code": job["last_error_code"]},
+                  after={"resolution": resolution, "job_ids": [str(job["id"])]})
         row = db.one(conn, "job_resolution_insert", {
             "job_id": job["id"], "resolution": resolution, "reason": reason, "actor": actor.label,
             "actor_id": actor.id})
         if row is None:
             existing = db.one(conn, "job_resolution_get", {"job_id": job["id"]})
-            raise QueueError(f"this job was already {existing['resolution']} by {existing['actor']}",
+            raise OpsError(f"this job was already {existing['resolution']} by {existing['actor']}",
                              "already_resolved")
         return row
+
+    return audit.operator_action(
+        conn, actor, "job.resolve", target_type="job", target_id=jid, reason=reason, request_key=request_key,
+        perform=perform,
+        repeat=lambda previous: db.one(conn, "job_resolution_get", {"job_id": uuid.UUID(previous["target_id"])}) or {})
 
 
 # ---------------------------------------------------------------- workers

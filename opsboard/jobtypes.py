@@ -265,3 +265,8 @@ define("diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((
 define("diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0,
        fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
        max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")
+
+# Delivery types (webhook.fanout, webhook.deliver, email.send, sms.send, sms.otp, push.send).
+from . import providers as _delivery_types  # noqa: E402,F401  (registers them; imports this module back)
+# Built-in job types that live with their feature (reports: request, chunk, assemble, scheduled).
+from . import reports as _reports  # noqa: E402,F401

@@ -20,13 +20,12 @@ import psycopg
 
 from . import db
 from .auth import TenantScope
+from .config import DEFAULT_QUEUE_AGE_TARGET, QUEUE_NAMES, WORKER_LIVE_SECONDS, queue_age_target
 
 #: Upper bounds (ms) of the handler-time histogram buckets in job_stats.duration_hist;
 #: the last bucket (index len(DURATION_BUCKETS_MS)) counts everything slower.
 DURATION_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 
-#: Seconds the oldest ready job of a queue may wait before its row turns red.
-OLDEST_AGE_TARGETS = {"critical": 30, "default": 300, "bulk": 1800}
 
 STATUSES = ("pending", "running", "retryable", "dead")
 
@@ -81,7 +80,7 @@ class QueueHealth:
     per_minute: float | None = None
     retry_rate: float | None = None
     dead_last_hour: int | None = None
-    target_seconds: int = 300
+    target_seconds: float = DEFAULT_QUEUE_AGE_TARGET
     over_target: bool = False
     series_ok: list[int] = field(default_factory=list)
     series_failed: list[int] = field(default_factory=list)
@@ -142,7 +141,7 @@ def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | N
                 th.p95_ms = hist_quantile(hists[key], 0.95)
     queues: dict[str, QueueHealth] = {}
     for (q, _t), th in sorted(types.items()):
-        qh = queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300), sampled_at=sampled_at))
+        qh = queues.setdefault(q, QueueHealth(q, target_seconds=queue_age_target(q), sampled_at=sampled_at))
         if th.oldest_ready is not None:
             th.oldest_age_seconds = max(0.0, (now - th.oldest_ready).total_seconds())
             th.over_target = th.oldest_age_seconds > qh.target_seconds
@@ -163,11 +162,11 @@ def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | N
     if scope.all:
         series = throughput_series(conn, now, minutes)
         for q, (ok, failed) in series.items():
-            qh = queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300)))
+            qh = queues.setdefault(q, QueueHealth(q, target_seconds=queue_age_target(q)))
             qh.series_ok, qh.series_failed = ok, failed
-    for q in ("critical", "default", "bulk"):  # every queue shows, busy or not
-        queues.setdefault(q, QueueHealth(q, target_seconds=OLDEST_AGE_TARGETS.get(q, 300), sampled_at=sampled_at))
-    order = {"critical": 0, "default": 1, "bulk": 2}
+    for q in QUEUE_NAMES:  # every queue shows, busy or not
+        queues.setdefault(q, QueueHealth(q, target_seconds=queue_age_target(q), sampled_at=sampled_at))
+    order = {name: i for i, name in enumerate(QUEUE_NAMES)}
     return sorted(queues.values(), key=lambda qh: (order.get(qh.queue, 9), qh.queue))
 
 
@@ -231,6 +230,16 @@ def tenant_detail(conn: psycopg.Connection, scope: TenantScope, tenant_id, now: 
     return {"tenant": tenant, "summary": summary[0] if summary else None, "parts": parts}
 
 
+#: The outcomes counted by ``opsboard_jobs_completed``.
+OUTCOMES = ("succeeded", "retried", "dead", "snoozed")
+
+
+def completed_totals(conn: psycopg.Connection) -> list[dict]:
+    """Lifetime outcome counts per queue and type (``succeeded``, ``retried``, ``dead``,
+    ``snoozed``): never lower than at an earlier call, whatever the pruner deleted."""
+    return db.all_rows(conn, "metrics_stats_totals")
+
+
 def workers(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]:
     """Registered worker processes with the seconds since their last heartbeat."""
     return db.all_rows(conn, "metrics_workers_live", {"now": now})
@@ -251,11 +260,12 @@ class QueueCollector:
                                   labels=["queue", "type", "status"])
         oldest = GaugeMetricFamily("opsboard_queue_oldest_ready_seconds", "Age of the oldest ready job",
                                    labels=["queue"])
-        completed = CounterMetricFamily("opsboard_jobs_completed", "Job attempts by outcome (kept statistics)",
+        completed = CounterMetricFamily("opsboard_jobs_completed", "Job attempts by outcome since the start",
                                         labels=["queue", "type", "outcome"])
         p95 = GaugeMetricFamily("opsboard_handler_seconds_p95", "Handler time p95 over the last hour",
                                 labels=["queue", "type"])
-        live = GaugeMetricFamily("opsboard_workers", "Worker processes seen in the last 60 s", labels=["state"])
+        live = GaugeMetricFamily("opsboard_workers", f"Worker processes seen in the last {WORKER_LIVE_SECONDS} s",
+                                 labels=["state"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
             for qh in queue_health(conn, scope):
@@ -265,12 +275,12 @@ class QueueCollector:
                     if th.p95_ms is not None and th.p95_ms != float("inf"):
                         p95.add_metric([th.queue, th.type], th.p95_ms / 1000.0)
                 oldest.add_metric([qh.queue], qh.oldest_age_seconds or 0.0)
-            for r in db.all_rows(conn, "metrics_stats_totals"):
-                for outcome in ("succeeded", "retried", "dead", "snoozed"):
+            for r in completed_totals(conn):
+                for outcome in OUTCOMES:
                     completed.add_metric([r["queue"], r["type"], outcome], float(r[outcome]))
             counts: dict[str, int] = {"running": 0, "stopping": 0}
             for w in workers(conn):
-                if float(w["silent_seconds"]) <= 60:
+                if float(w["silent_seconds"]) <= WORKER_LIVE_SECONDS:
                     counts[w["state"]] = counts.get(w["state"], 0) + 1
             for state, n in counts.items():
                 live.add_metric([state], n)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 
-from .config import MIGRATIONS_DIR
+from .config import resource_dir
 from .db import connect
 
 #: Advisory lock key held while migrating ("opsboard" in ASCII, as a bigint).
@@ -63,8 +63,12 @@ class MigrationStatus:
         return not self.pending and not self.changed
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """The migration files of ``directory``, in version order."""
+def discover(directory: Path | None = None) -> list[Migration]:
+    """The migration files of ``directory`` (default: the packaged
+    ``migrations/``), in version order.  None found is an error: an install
+    without its migrations must not report the database as up to date."""
+    if directory is None:
+        directory = resource_dir("migrations")
     found: dict[int, Migration] = {}
     for path in sorted(directory.glob("*.sql")):
         m = _FILE_RE.match(path.name)
@@ -75,10 +79,12 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
             raise MigrationError(f"{path.name}: version {version} is used twice")
         checksum = hashlib.sha256(path.read_bytes()).hexdigest()
         found[version] = Migration(version, m.group(2), path, checksum)
+    if not found:
+        raise MigrationError(f"no migration files in {directory}; is the installation complete?")
     return [found[v] for v in sorted(found)]
 
 
-def status(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> MigrationStatus:
+def status(conn: psycopg.Connection, directory: Path | None = None) -> MigrationStatus:
     """Compare the files with ``schema_migrations`` without changing anything."""
     files = discover(directory)
     exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e").fetchone()
@@ -98,8 +104,9 @@ def status(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> Migrat
     return result
 
 
-def migrate(url: str, directory: Path = MIGRATIONS_DIR, *, log=print) -> list[Migration]:
+def migrate(url: str, directory: Path | None = None, *, log=print) -> list[Migration]:
     """Apply every pending migration; return those applied by this call."""
+    discover(directory)  # none found: fail before touching the database
     conn = connect(url)
     try:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))

@@ -22,20 +22,15 @@ from psycopg.types.json import Jsonb
 
 from . import audit, db, jobtypes
 from .auth import TenantScope
+from .config import QUEUE_NAMES
+from .errors import OpsError
 from .schema import JobStatus, new_id
 
 ALL_TENANTS = TenantScope(all=True)
 
 
-class QueueError(Exception):
-    """A request the queue refuses (not found, wrong status); ``code`` is stable."""
-
-    code = "queue_error"
-
-    def __init__(self, message: str, code: str | None = None):
-        super().__init__(message)
-        if code:
-            self.code = code
+#: The queue's refusals are the core's one error type (kept under its old name).
+QueueError = OpsError
 
 
 @dataclass
@@ -76,8 +71,8 @@ def _prepare(job: NewJob) -> dict:
         raise jobtypes.InvalidPayload("idempotency_key must be 1 to 200 characters")
     if job.group_key is not None and not (0 < len(job.group_key) <= 200):
         raise jobtypes.InvalidPayload("group_key must be 1 to 200 characters")
-    if job.queue is not None and job.queue not in ("critical", "default", "bulk"):
-        raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not critical, default or bulk")
+    if job.queue is not None and job.queue not in QUEUE_NAMES:
+        raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not one of {', '.join(QUEUE_NAMES)}")
     for name, moment in (("run_at", job.run_at), ("expires_at", job.expires_at)):
         if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
             # A naive time would be read in the session's time zone: refuse it.
@@ -196,36 +191,46 @@ def attempts(conn: psycopg.Connection, job_id) -> list[dict]:
     return db.all_rows(conn, "job_attempts_list", {"job_id": job_id})
 
 
+def _job_uuid(job_id) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(job_id))
+    except ValueError:
+        raise QueueError("no such job", "not_found") from None
+
+
 def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None, reason: str | None = None,
            scope: TenantScope = ALL_TENANTS, request_key: str | None = None, now: datetime | None = None) -> dict:
-    """Cancel a pending or retryable job; with an ``actor``, audited.  Returns the job."""
-    with conn.transaction():
-        try:
-            jid = uuid.UUID(str(job_id))
-        except ValueError:
-            raise QueueError("no such job", "not_found") from None
+    """Cancel a pending or retryable job and return it.
+
+    With an ``actor`` it is an operator action (:func:`opsboard.audit.operator_action`):
+    a reason is required, it is audited as ``job.cancel`` and idempotent on
+    ``request_key``.  Without one (a producer's own cancel) nothing is audited.
+    """
+    jid = _job_uuid(job_id)
+
+    def perform(ctx: audit.ActionContext | None) -> dict:
         # Locked first: the audit row records the status actually cancelled
         # (pending or retryable), no claim can take the job meanwhile, and an
-        # identical request arriving at the same moment waits here, then finds
-        # the first one's audit row below and returns its result.
+        # identical request arriving at the same moment waits here, then
+        # finds the first one's audit row and returns its result.
         current = db.one(conn, "job_get_for_update", {"id": jid, **scope.params})
         if current is None:
             raise QueueError("no such job", "not_found")
-        if actor is not None and request_key:
-            previous = audit.find_by_request_key(conn, "job.cancel", request_key)
-            if previous:
-                if previous["target_id"] != str(jid):
-                    raise QueueError("this request key was used to cancel another job", "request_key_reused")
-                return get_job(conn, jid, scope) or {}
         row = db.one(conn, "job_cancel", {"id": jid, "now": now, **scope.params})
         if row is None:
             raise QueueError(f"only pending or retryable jobs can be cancelled; this one is {current['status']}",
                              "invalid_status")
-        if actor is not None:
-            audit.record(conn, actor, "job.cancel", target_type="job", target_id=row["id"],
-                         tenant_id=row["tenant_id"], reason=reason, before={"status": current["status"]},
-                         after={"status": "cancelled"}, request_key=request_key)
+        if ctx is not None:
+            ctx.write(tenant_id=row["tenant_id"], before={"status": current["status"]},
+                      after={"status": "cancelled"})
         return row
+
+    if actor is None:
+        with conn.transaction():
+            return perform(None)
+    return audit.operator_action(
+        conn, actor, "job.cancel", target_type="job", target_id=jid, reason=reason, request_key=request_key,
+        perform=perform, repeat=lambda previous: get_job(conn, jid, scope) or {})
 
 
 # ---------------------------------------------------------------- worker side
@@ -360,31 +365,24 @@ def set_effect_ref(conn: psycopg.Connection, key: str, job: dict, ref: str) -> d
 
 # ---------------------------------------------------------------- replay
 
-class _AlreadyReplayed(Exception):
-    """Raised inside replay's savepoint to undo a replay another request made first."""
-
-
 def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, request_key: str | None,
            *, scope: TenantScope = ALL_TENANTS) -> dict:
     """Replay a dead job: a new job with its payload and ``replay_of``, plus an audit row.
 
-    Idempotent on ``request_key``: the same key returns the job the first
-    request created (a key used for another job raises ``request_key_reused``).
-    Only dead jobs can be replayed; the dead job is not touched.  When the
-    dead job's idempotency key is held by a live job again, that job is the
-    replay and the audit row names it.
+    An operator action (:func:`opsboard.audit.operator_action`), audited as
+    ``job.replay``: a reason is required; the same ``request_key`` returns the
+    job the first request created (a key used for another job raises
+    ``request_key_reused``).  Only dead jobs can be replayed; the dead job is
+    not touched.  When the dead job's idempotency key is held by a live job
+    again, that job is the replay and the audit row names it.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise QueueError("a reason is required", "reason_required")
-    with conn.transaction():
-        dead = get_job(conn, job_id, scope)
+    audit.checked_reason(reason)
+    jid = _job_uuid(job_id)
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        dead = get_job(conn, jid, scope)
         if dead is None:
             raise QueueError("no such job", "not_found")
-        if request_key:
-            previous = _previous_replay(conn, dead, request_key, scope)
-            if previous is not None:
-                return previous
         if dead["status"] != JobStatus.DEAD.value:
             raise QueueError(f"only dead jobs can be replayed; this one is {dead['status']}", "invalid_status")
         row = {
@@ -394,34 +392,22 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
             "run_at": None, "expires_at": None, "correlation_id": dead["correlation_id"],
             "event_id": dead["event_id"], "replay_of": dead["id"],
         }
-        try:
-            # The job first, then the audit row naming it, in one savepoint: a
-            # concurrent identical request waits on the audit row's unique
-            # request key, then finds it and undoes its own job.
-            with conn.transaction():
-                inserted = db.one(conn, "job_insert", row)
-                if inserted is None:
-                    # The idempotency key is held by a live job (an earlier replay,
-                    # or the producer enqueued it again): that job is the replay.
-                    inserted = db.one(conn, "job_get_live_by_key", row)
-                rec = audit.record(conn, actor, "job.replay", target_type="job", target_id=dead["id"],
-                                   tenant_id=dead["tenant_id"], reason=reason,
-                                   before={"status": "dead", "last_error_code": dead["last_error_code"]},
-                                   after={"job_id": str(inserted["id"])}, request_key=request_key)
-                if rec is None:
-                    raise _AlreadyReplayed()
-        except _AlreadyReplayed:
-            return _previous_replay(conn, dead, request_key, scope) or {}
+        # The job first, then the audit row naming it: a concurrent identical
+        # request waits on the audit row's unique request key, then finds it
+        # and its own job is undone.
+        inserted = db.one(conn, "job_insert", row)
+        if inserted is None:
+            # The idempotency key is held by a live job (an earlier replay,
+            # or the producer enqueued it again): that job is the replay.
+            inserted = db.one(conn, "job_get_live_by_key", row)
+        ctx.write(tenant_id=dead["tenant_id"],
+                  before={"status": "dead", "last_error_code": dead["last_error_code"]},
+                  after={"job_id": str(inserted["id"])})
         return inserted
 
-
-def _previous_replay(conn, dead: dict, request_key: str, scope: TenantScope) -> dict | None:
-    previous = audit.find_by_request_key(conn, "job.replay", request_key)
-    if previous is None:
-        return None
-    if previous["target_id"] != str(dead["id"]):
-        raise QueueError("this request key was used to replay another job", "request_key_reused")
-    return get_job(conn, previous["after"]["job_id"], scope) or {}
+    return audit.operator_action(
+        conn, actor, "job.replay", target_type="job", target_id=jid, reason=reason, request_key=request_key,
+        perform=perform, repeat=lambda previous: get_job(conn, previous["after"]["job_id"], scope) or {})
 
 
 @dataclass

@@ -16,6 +16,15 @@ def new_id() -> uuid.UUID:
     return _uuid_compat.uuid7()
 
 
+def uuid7_floor(moment) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made before.
+
+    Lets a time bound use the primary key's index (``id >= uuid7_floor(since)``).
+    """
+    ms = max(0, int(moment.timestamp() * 1000))
+    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62))
+
+
 class JobStatus(str, enum.Enum):
     #: In: enqueue, replay, graceful release, snooze. Out: claim (-> running),
     #: cancel (-> cancelled), expiry service (-> dead).
@@ -37,14 +46,6 @@ class JobStatus(str, enum.Enum):
 
 #: Statuses from which a job can still run.
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.RETRYABLE)
-
-
-class Queue(str, enum.Enum):
-    #: OTP, financial: slots reserved, never used by other queues.
-    CRITICAL = "critical"
-    DEFAULT = "default"
-    #: Reports, exports.
-    BULK = "bulk"
 
 
 class Role(str, enum.Enum):

@@ -164,7 +164,7 @@ def make_config(**changes) -> Config:
 
 @pytest.fixture
 def app(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     database = Database(db_url, min_size=1, max_size=4).open()
     application = create_app({"OPSBOARD": make_config(database_url=db_url), "DATABASE": database, "TESTING": True})

@@ -1,9 +1,9 @@
-"""``python -m worker``: run a worker process until SIGTERM."""
+"""``python -m worker``: run a worker process until SIGTERM (see :mod:`worker.cli`)."""
 from __future__ import annotations
 
 import sys
 
-from opsboard.cli import main
+from worker.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["worker", *sys.argv[1:]]))
+    sys.exit(main())

@@ -283,8 +283,20 @@ WITH old AS (
 SELECT count(*) AS n FROM gone;
 
 -- name: job_stats_prune
--- Drop per-minute statistics older than the cutoff.
-DELETE FROM job_stats WHERE minute < %(cutoff)s::timestamptz;
+-- Drop per-minute statistics older than the cutoff, folding their counts into
+-- job_stats_totals in the same statement: the lifetime counters never drop.
+WITH pruned AS (
+    DELETE FROM job_stats WHERE minute < %(cutoff)s::timestamptz
+    RETURNING queue, type, succeeded, retried, dead, snoozed
+)
+INSERT INTO job_stats_totals AS t (queue, type, succeeded, retried, dead, snoozed)
+SELECT queue, type, sum(succeeded), sum(retried), sum(dead), sum(snoozed)
+FROM pruned GROUP BY queue, type
+ON CONFLICT (queue, type) DO UPDATE SET
+    succeeded = t.succeeded + excluded.succeeded,
+    retried = t.retried + excluded.retried,
+    dead = t.dead + excluded.dead,
+    snoozed = t.snoozed + excluded.snoozed;
 
 -- name: job_dead_select
 -- Dead jobs matching a filter, for bulk replay (at most %(limit)s), with the

@@ -46,10 +46,15 @@ FROM job_stats WHERE minute >= %(since)s::timestamptz
 GROUP BY minute, queue ORDER BY minute;
 
 -- name: metrics_stats_totals
--- Completed jobs per queue, type and outcome over the kept statistics (Prometheus counters).
+-- Lifetime outcomes per queue and type (Prometheus counters): the totals the
+-- pruner folded in plus the kept per-minute rows, read in one statement (one
+-- snapshot), so a prune committing meanwhile never makes them drop.
 SELECT queue, type, sum(succeeded)::bigint AS succeeded, sum(retried)::bigint AS retried,
        sum(dead)::bigint AS dead, sum(snoozed)::bigint AS snoozed
-FROM job_stats GROUP BY queue, type;
+FROM (SELECT queue, type, succeeded, retried, dead, snoozed FROM job_stats
+      UNION ALL
+      SELECT queue, type, succeeded, retried, dead, snoozed FROM job_stats_totals) AS s
+GROUP BY queue, type;
 
 -- name: metrics_workers_live
 -- Worker processes seen recently, for "no live worker" and the dashboard.

@@ -6,9 +6,8 @@ from flask import Blueprint, abort, render_template
 from flask_login import current_user
 
 from .. import alerts
-from ..queue import QueueError
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 
@@ -55,10 +54,7 @@ def ack(alert_id):
             require_for_tenant("alerts.ack", alert["tenant_id"])
         elif not current_scope("alerts.ack").all:  # platform alerts: operator staff only
             raise ApiError(403, "forbidden", "Only operator staff can acknowledge platform alerts.")
-        try:
-            row = alerts.acknowledge(conn, alert_id, forms.actor(), reason, key, scope=current_scope("alerts.ack"))
-        except QueueError as exc:
-            raise forms.core_error(exc) from None
+        row = alerts.acknowledge(conn, alert_id, forms.actor(), reason, key, scope=current_scope("alerts.ack"))
     return forms.render_result("alerts/_ack_result.html", alert=row, reason=reason)
 
 

@@ -7,7 +7,7 @@ from flask import Blueprint, render_template, request
 from flask_login import current_user
 
 from .. import apikeys, audit
-from .app import get_db, request_id
+from .context import get_db, request_id
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from flask import Flask, current_app, g
+from flask import Flask, current_app
 from flask_login import LoginManager
 
 from .. import db as dbmod
-from ..config import STATIC_DIR, TEMPLATES_DIR, Config
+from ..config import Config, resource_dir
 from ..auth import load_principal
 from . import errors, security
+from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     database = test_config.pop("DATABASE", None)
     config.require_secret()
 
-    app = Flask("opsboard", template_folder=str(TEMPLATES_DIR), static_folder=str(STATIC_DIR),
+    app = Flask("opsboard", template_folder=str(resource_dir("templates")),
+                static_folder=str(resource_dir("static")),
                 static_url_path="/static")
     app.config.update(
         SECRET_KEY=config.secret_key,
@@ -85,16 +87,17 @@ def create_app(test_config: dict | None = None) -> Flask:
         return {"csrf_token": security.csrf_token, "config_mode": config.mode,
                 "blueprints": app.blueprints, "audit_target_url": audit_target_url}
 
-    from . import alerts, api, apikeys, audit, auth, deadletters, health, home, jobs, metrics_view, queues, tenants, workers
+    from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
+                   queues, reports, tenants, workers)
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api):
+                   apikeys, api, deliveries, reports):
         app.register_blueprint(module.bp)
     return app
 
 
 #: Where an audit record's target can be looked at: target_type -> (endpoint, argument).
 AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id"),
-                 "tenant": ("tenants.detail", "tenant_id")}
+                 "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id")}
 
 
 def audit_target_url(record: dict) -> str | None:
@@ -106,14 +109,3 @@ def audit_target_url(record: dict) -> str | None:
         return None
     return url_for(target[0], **{target[1]: record["target_id"]})
 
-
-def get_db() -> dbmod.Database:
-    return current_app.extensions["opsboard_db"]
-
-
-def get_config() -> Config:
-    return current_app.extensions["opsboard_config"]
-
-
-def request_id() -> str:
-    return getattr(g, "request_id", "")

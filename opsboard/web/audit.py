@@ -8,7 +8,7 @@ from flask import Blueprint, render_template, request
 
 from .. import audit
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, requires
 

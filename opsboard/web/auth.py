@@ -8,7 +8,7 @@ from flask_login import current_user, login_user, logout_user
 
 from .. import audit
 from ..auth import LoginThrottled, authenticate
-from .app import get_config, get_db, request_id
+from .context import get_config, get_db, request_id
 from .security import client_address
 
 bp = Blueprint("auth", __name__)

@@ -7,7 +7,7 @@ from flask import Blueprint, make_response, render_template, request, url_for
 from .. import dashboard
 from ..config import QUEUE_NAMES
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, requires
 

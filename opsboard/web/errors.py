@@ -7,6 +7,8 @@ import logging
 from flask import jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
+from ..errors import OpsError
+
 log = logging.getLogger(__name__)
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -47,6 +49,12 @@ def register(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
         return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.errorhandler(OpsError)
+    def _core_error(exc: OpsError):
+        # The one place a refusal of the core becomes an HTTP answer: its
+        # stable code, and the status the code maps to (opsboard.errors).
+        return error_response(exc.status, exc.code, str(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):

@@ -1,6 +1,7 @@
 """What the dashboard's action forms share: the reason, the request key that
-makes a double submit harmless, the actor, and the mapping of core errors to
-HTTP answers.
+makes a double submit harmless, and the actor.  Refusals of the core
+(:class:`opsboard.errors.OpsError`) become HTTP answers in one handler, in
+:mod:`opsboard.web.errors`.
 
 Every action form carries a hidden ``request_key`` made when the form was
 rendered (:func:`request_key_field`).  Submitting the same form twice sends the
@@ -20,17 +21,10 @@ from flask_login import current_user
 from markupsafe import Markup
 
 from ..audit import Actor
-from ..queue import QueueError
-from .app import request_id
+from .context import request_id
 from .errors import ApiError
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9-]{8,64}$")
-
-#: Core error codes -> HTTP status.
-_STATUS = {"not_found": 404, "reason_required": 400, "invalid_filter": 400, "search_too_short": 400,
-           "invalid_resolution": 400, "invalid_tenant": 400, "invalid_status": 409, "already_resolved": 409,
-           "already_acknowledged": 409, "alert_closed": 409, "idempotency_conflict": 409,
-           "request_key_reused": 409}
 
 MAX_REASON = 2000
 #: Time filters outside this range are refused: no job, attempt or audit row
@@ -71,11 +65,6 @@ def request_key() -> str:
 
 def actor() -> Actor:
     return Actor.of(current_user, request_id())
-
-
-def core_error(exc: QueueError) -> ApiError:
-    """A refusal of the core as an HTTP error with the same code."""
-    return ApiError(_STATUS.get(exc.code, 400), exc.code, str(exc))
 
 
 def arg_text(name: str, source=None, max_len: int = 200) -> str | None:

@@ -5,7 +5,7 @@ from flask import Blueprint, jsonify
 
 from .. import migrate
 from ..db import DatabaseUnavailable, connect
-from .app import get_db
+from .context import get_db
 
 bp = Blueprint("health", __name__)
 

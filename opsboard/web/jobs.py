@@ -11,10 +11,9 @@ from flask import Blueprint, abort, make_response, render_template, request, url
 
 from .. import dashboard, jobtypes, queue
 from ..config import QUEUE_NAMES
-from ..queue import QueueError
 from ..schema import JobStatus
 from . import forms
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 
@@ -41,10 +40,7 @@ def _filter() -> dashboard.JobFilter:
         error_code=forms.arg_text("error_code"), correlation_id=forms.arg_text("correlation_id"),
         event_id=forms.arg_uuid("event_id"), since=forms.arg_time("since"), until=forms.arg_time("until"),
         search=forms.arg_text("q"), before=forms.arg_uuid("before"))
-    try:
-        return f.validate()
-    except QueueError as exc:
-        raise forms.core_error(exc) from None
+    return f.validate()
 
 
 def _list_context() -> dict:
@@ -109,10 +105,7 @@ def replay(job_id):
     reason, key = forms.reason(), forms.request_key()
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.replay")
-        try:
-            new = queue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
-        except QueueError as exc:
-            raise forms.core_error(exc) from None
+        new = queue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
     return forms.render_result("jobs/_action_result.html", action="replay", job_id=job_id, new_jobs=[new],
                                reason=reason)
 
@@ -124,11 +117,8 @@ def resolve(job_id):
     resolution = request.form.get("resolution", "resolved")
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.resolve")
-        try:
-            row = dashboard.resolve(conn, job_id, resolution, forms.actor(), reason, key,
-                                    scope=current_scope("jobs.resolve"))
-        except QueueError as exc:
-            raise forms.core_error(exc) from None
+        row = dashboard.resolve(conn, job_id, resolution, forms.actor(), reason, key,
+                                scope=current_scope("jobs.resolve"))
     return forms.render_result("jobs/_action_result.html", action="resolve", job_id=job_id, resolution=row,
                                reason=reason)
 
@@ -139,11 +129,8 @@ def cancel(job_id):
     reason, key = forms.reason(), forms.request_key()
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.cancel")
-        try:
-            row = queue.cancel(conn, job_id, actor=forms.actor(), reason=reason, request_key=key,
-                               scope=current_scope("jobs.cancel"))
-        except QueueError as exc:
-            raise forms.core_error(exc) from None
+        row = queue.cancel(conn, job_id, actor=forms.actor(), reason=reason, request_key=key,
+                           scope=current_scope("jobs.cancel"))
     return forms.render_result("jobs/_action_result.html", action="cancel", job_id=job_id, job=row,
                                reason=reason)
 
@@ -174,10 +161,7 @@ def replay_many():
     f = _dead_filter(request.form)
     reason, key = forms.reason(), forms.request_key()
     with get_db().connection() as conn:
-        try:
-            result = dashboard.replay_matching(conn, current_scope("jobs.replay"), f, forms.actor(), reason, key,
-                                               limit=BULK_LIMIT)
-        except QueueError as exc:
-            raise forms.core_error(exc) from None
+        result = dashboard.replay_matching(conn, current_scope("jobs.replay"), f, forms.actor(), reason, key,
+                                           limit=BULK_LIMIT)
     return forms.render_result("jobs/_action_result.html", action="replay_many", new_jobs=result.replayed,
                                matched=result.matched, reason=reason, f=f)

@@ -9,7 +9,7 @@ from flask import Blueprint, Response, request
 from flask_login import current_user
 
 from .. import metrics
-from .app import get_config, get_db
+from .context import get_config, get_db
 from .errors import ApiError
 from .security import same_secret
 

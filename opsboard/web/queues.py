@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, render_template
 
 from .. import metrics
-from .app import get_db
+from .context import get_db
 from .charts import sparkline
 from .security import current_scope, requires
 

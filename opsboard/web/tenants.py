@@ -6,7 +6,7 @@ import uuid
 from flask import Blueprint, render_template
 
 from .. import metrics
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, requires
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, render_template
 
 from .. import dashboard
-from .app import get_db
+from .context import get_db
 from .errors import ApiError
 from .security import current_scope, requires
 

@@ -15,11 +15,12 @@ import urllib.request
 import pytest
 
 from opsboard import auth
-from opsboard.config import MIGRATIONS_DIR, ROOT
+from opsboard.config import ROOT, resource_dir
 from opsboard.migrate import MIGRATE_LOCK_KEY
 from tests.conftest import connect, wait_for
 from tests.integration.test_migrate import lock_waiters
 
+MIGRATIONS_DIR = resource_dir("migrations")
 MIGRATION_COUNT = len(list(MIGRATIONS_DIR.glob("*.sql")))
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 

@@ -123,7 +123,7 @@ def test_metrics_endpoint_parses(app, client, login_as):
 
 
 def test_metrics_bearer_token(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     from tests.conftest import make_config
     database = Database(db_url).open()

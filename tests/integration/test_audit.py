@@ -241,7 +241,7 @@ def test_page_keyset_pagination_follows_the_cursor(ops_client, db_url):
 
 def test_page_dates_are_utc_whatever_the_database_timezone(db_url):
     """The page says "When (UTC)": filters and times must not follow the server's TimeZone."""
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     from tests.conftest import csrf_from
     from tests.conftest import make_config

@@ -169,7 +169,7 @@ def test_success_resets_the_account_counter(client, db):
 
 @pytest.fixture
 def strict_app(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     database = Database(db_url, min_size=1, max_size=2).open()
     app = create_app({"OPSBOARD": make_config(database_url=db_url, login_max_failures_address=3),
                       "DATABASE": database, "TESTING": True})
@@ -343,7 +343,7 @@ def test_session_cookie_flags(client, db):
 
 
 def test_production_cookie_is_secure_and_hsts_is_sent(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     database = Database(db_url, min_size=1, max_size=2).open()
     try:
         config = make_config(database_url=db_url).replace(mode="production", secret_key="p" * 40)
@@ -360,7 +360,7 @@ def test_production_cookie_is_secure_and_hsts_is_sent(db_url):
 
 
 def test_production_app_refuses_to_start_without_secret(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.config import ConfigError
     config = make_config(database_url=db_url).replace(mode="production", secret_key="")
     with pytest.raises(ConfigError, match="OPSBOARD_SECRET_KEY"):

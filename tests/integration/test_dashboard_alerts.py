@@ -6,6 +6,7 @@ import re
 import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from opsboard import alerts
@@ -189,7 +190,7 @@ def test_one_open_alert_per_rule_and_key_is_enforced(conn):
     params = dict(rule="no_worker", key="default", severity="critical", summary="s")
     conn.execute("""INSERT INTO alerts (id, rule, key, severity, summary, opened_at, last_seen_at)
                     VALUES (gen_random_uuid(), %(rule)s, %(key)s, %(severity)s, %(summary)s, now(), now())""", params)
-    with pytest.raises(Exception), conn.transaction():
+    with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
         conn.execute("""INSERT INTO alerts (id, rule, key, severity, summary, opened_at, last_seen_at)
                         VALUES (gen_random_uuid(), %(rule)s, %(key)s, %(severity)s, %(summary)s, now(), now())""",
                      params)

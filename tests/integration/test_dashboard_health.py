@@ -51,7 +51,7 @@ def test_queue_health_figures(db_url):
         scoped = metrics.queue_health(c, TenantScope(all=False, ids=(globex,)))
         d2 = scoped[1]
         assert d2.depth["pending"] == 3 and d2.depth["dead"] == 0
-        assert all(t.p50_ms is None for t in d2.types)
+        assert d2.types and [(t.p50_ms, t.p95_ms, t.per_minute) for t in d2.types] == [(None, None, None)] * len(d2.types)
 
 
 def test_tenant_backlog_and_share(db_url):
@@ -73,6 +73,8 @@ def test_pages_and_partials_render(app, client, login_as):
     html = page.get_data(as_text=True)
     assert 'hx-get="/queues/_health"' in html and 'hx-trigger="every 3s"' in html
     assert 'data-type="diag.noop"' in html and "<svg" in html
+    # The targets shown are the ones the rows are coloured by (config.QUEUE_AGE_TARGETS).
+    assert "target (critical 30 s, default 5 min, bulk 30 min)" in html
     part = client.get("/queues/_health")
     assert part.status_code == 200 and b"<html" not in part.data and b"diag.noop" in part.data
     assert client.get("/").headers["Location"].endswith("/queues/")

@@ -182,7 +182,7 @@ def test_csrf_token_with_non_ascii_characters_is_refused_not_a_500(client, login
 
 @pytest.fixture
 def token_app(db_url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     database = Database(db_url, min_size=1, max_size=2).open()
     app = create_app({"OPSBOARD": make_config(database_url=db_url, metrics_token="s3cret-token"),
                       "DATABASE": database, "TESTING": True})

@@ -4,8 +4,9 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from opsboard import dashboard
+from opsboard import alerts, dashboard
 from opsboard.auth import TenantScope
+from opsboard.config import WORKER_LIVE_SECONDS
 from tests.conftest import connect
 from tests.support import dashboard as seed
 
@@ -34,13 +35,16 @@ def test_workers_page_and_partial(client, login_as, app):
     assert 'data-workers="2"' in part.get_data(as_text=True)
 
 
-def test_stale_after_three_heartbeats(conn):
+def test_stale_once_silent_past_the_live_window(conn):
+    # One definition of "live" (config.WORKER_LIVE_SECONDS) for this page, the
+    # no_worker alert and the opsboard_workers gauge.
     now = seed.db_now(conn)
-    seed.worker(conn, "w-fresh", {"default": 1}, seen=now - timedelta(seconds=89))
-    seed.worker(conn, "w-stale", {"default": 1}, seen=now - timedelta(seconds=91))
+    seed.worker(conn, "w-fresh", {"default": 1}, seen=now - timedelta(seconds=WORKER_LIVE_SECONDS - 1))
+    seed.worker(conn, "w-stale", {"default": 1}, seen=now - timedelta(seconds=WORKER_LIVE_SECONDS + 1))
     rows = {w["id"]: w for w in dashboard.list_workers(conn, TenantScope(all=True), now=now)}
     assert rows["w-fresh"]["stale"] is False and rows["w-stale"]["stale"] is True
-    assert round(rows["w-stale"]["seen_ago"]) == 91
+    assert round(rows["w-stale"]["seen_ago"]) == WORKER_LIVE_SECONDS + 1
+    assert dashboard.WORKER_STALE_SECONDS == alerts.AlertConfig().worker_silence == WORKER_LIVE_SECONDS
 
 
 def test_running_jobs_respect_the_scope(conn):

@@ -7,8 +7,10 @@ import psycopg
 import pytest
 
 from opsboard import migrate as m
-from opsboard.config import MIGRATIONS_DIR
+from opsboard.config import resource_dir
 from tests.conftest import connect, wait_for
+
+MIGRATIONS_DIR = resource_dir("migrations")
 
 
 def write(directory, name, sql):
@@ -120,6 +122,14 @@ def test_failing_migration_leaves_nothing_behind(empty_url, mdir):
     assert [x.version for x in m.migrate(empty_url, mdir, log=quiet)] == [2, 3]
 
 
+def test_no_migration_files_is_an_error_and_touches_nothing(empty_url, mdir):
+    """An install that lost its migrations must never say "up to date"."""
+    write(mdir, "README.md", "not a migration")
+    with pytest.raises(m.MigrationError, match="no migration files in"):
+        m.migrate(empty_url, mdir, log=quiet)
+    assert not table_exists(empty_url, "schema_migrations")
+
+
 @pytest.mark.parametrize("bad", ["1_short.sql", "0001-dash.sql", "0001_Upper.sql", "00001_five.sql",
                                  "0001_.sql", "abcd_name.sql", "0001_name.sql.sql"])
 def test_bad_file_names_are_rejected(empty_url, mdir, bad):
@@ -196,7 +206,7 @@ def test_concurrent_runs_apply_each_file_once(empty_url):
 # ---------------------------------------------------------------- readiness (/readyz)
 
 def make_app(url):
-    from opsboard import create_app
+    from opsboard.web.app import create_app
     from opsboard.db import Database
     from tests.conftest import make_config
     database = Database(url, min_size=0, max_size=2).open(check=False)

@@ -53,13 +53,23 @@ class LeaderLock:
 
 
 def default_services(config: Config) -> list:
-    """The leader's maintenance services, configured from ``config``."""
+    """The leader's maintenance services, configured from ``config``.
+
+    Every service's settings come from its config dataclass's ``from_config``:
+    a setting the configuration holds is read from it there, never repeated
+    as a literal (a new service follows the same shape).
+    """
+    from opsboard.alerts import AlertConfig
+
     from .alerts import Alerts
-    from .depth import DepthSampler
-    from .expiry import Expiry
+    from .depth import DepthConfig, DepthSampler
+    from .expiry import Expiry, ExpiryConfig
     from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
     from .pruner import Pruner, PrunerConfig
-    from .reaper import Reaper
+    from .reaper import Reaper, ReaperConfig
+    from .scheduler import Scheduler
 
-    return [Reaper(), Expiry(), DepthSampler(), Pruner(PrunerConfig(retention_days=config.retention_days)),
-            Alerts(), OutboxPruner(OutboxPrunerConfig(retention_days=config.retention_days))]
+    return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
+            DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
+            Alerts(AlertConfig.from_config(config)), Scheduler(),
+            OutboxPruner(OutboxPrunerConfig.from_config(config))]

@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from opsboard import metrics
+from opsboard.config import Config
 
 
 @dataclass(frozen=True)
 class DepthConfig:
     interval: float = 5.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> "DepthConfig":
+        """The service's settings from ``config`` (none of them is configurable yet: the defaults)."""
+        return cls()
 
 
 class DepthSampler:

@@ -15,6 +15,11 @@ class OutboxPrunerConfig:
     retention_days: float = 7.0
     idempotency_hours: float = 24.0
 
+    @classmethod
+    def from_config(cls, config) -> "OutboxPrunerConfig":
+        """Relayed events are kept as long as finished jobs (OPSBOARD_RETENTION_DAYS)."""
+        return cls(retention_days=config.retention_days)
+
 
 class OutboxPruner:
     name = "outbox_pruner"

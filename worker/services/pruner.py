@@ -10,23 +10,27 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from opsboard import db
+from opsboard.config import Config
+from opsboard.schema import uuid7_floor
 
 
 @dataclass(frozen=True)
 class PrunerConfig:
     interval: float = 60.0
     batch: int = 5000
-    retention_days: float = 7.0
+    #: Days succeeded and cancelled jobs are kept (Config.retention_days).
+    retention_days: float = Config.retention_days
     stats_retention_days: float = 14.0
-    login_window_seconds: int = 900
+    #: Login failures younger than the throttle's window are kept: it counts
+    #: them (Config.login_window_seconds).
+    login_window_seconds: int = Config.login_window_seconds
     #: Workers silent this long are forgotten (the dashboard flags them long before).
     stale_worker_seconds: int = 3600
 
-
-def uuid7_floor(moment: datetime) -> uuid.UUID:
-    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made before."""
-    ms = int(moment.timestamp() * 1000)
-    return uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62))
+    @classmethod
+    def from_config(cls, config: Config) -> "PrunerConfig":
+        """The pruner's settings, each that the configuration holds taken from it."""
+        return cls(retention_days=config.retention_days, login_window_seconds=config.login_window_seconds)
 
 
 class Pruner:

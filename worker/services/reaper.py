@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from opsboard import db
+from opsboard.config import Config
 
 
 @dataclass(frozen=True)
 class ReaperConfig:
     interval: float = 5.0
     batch: int = 1000
+
+    @classmethod
+    def from_config(cls, config: Config) -> "ReaperConfig":
+        """The service's settings from ``config`` (none of them is configurable yet: the defaults)."""
+        return cls()
 
 
 class Reaper:

@@ -20,7 +20,7 @@ from flask import g, jsonify, request
 from psycopg.types.json import Jsonb
 
 from ... import apikeys, backpressure, db
-from ..app import get_config, get_db, request_id
+from ..context import get_config, get_db, request_id
 
 
 class Problem(Exception):

@@ -5,7 +5,7 @@ from datetime import datetime
 
 from ... import jobtypes, queue
 from ...auth import TenantScope
-from ..app import get_db
+from ..context import get_db
 from . import bp
 from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
 

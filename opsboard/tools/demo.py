@@ -7,7 +7,7 @@ and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
 dead letters.  Ctrl-C stops everything.
 
-This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.demo``).
+This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.tools.demo``).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
-from .config import ROOT, Config
-from .jobtypes import Field, define, define_provider
+from ..config import ROOT, Config
+from ..jobtypes import Field, define, define_provider
 
 # ---------------------------------------------------------------- demo job types
 
@@ -74,8 +74,8 @@ def _credentials(config: Config) -> dict:
 
 def seed(url: str, creds: dict) -> dict[str, object]:
     """Create the demo tenants and users (idempotent); returns tenant ids by slug."""
-    from . import auth
-    from .db import connect
+    from .. import auth
+    from ..db import connect
 
     ids = {}
     with connect(url) as conn:
@@ -83,13 +83,20 @@ def seed(url: str, creds: dict) -> dict[str, object]:
             ids[slug] = auth.ensure_tenant(conn, slug, name, is_operator=operator, weight=weight)["id"]
         for email, role, tenant in USERS:
             auth.create_user(conn, email, creds["users"][email], role, tenant)
+        # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
+        # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).
+        from . import audit, reports
+        today = datetime.now(timezone.utc).date()
+        reports.request_report(conn, ids["parsian"], "job_activity",
+                               {"date_from": (today - timedelta(days=7)).isoformat(), "date_to": today.isoformat(),
+                                "time_zone": "Asia/Tehran"}, audit.Actor("demo"), source_key="demo:first-report")
     return ids
 
 
-def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
+def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) -> None:
     """Enqueue a realistic mix until ``stop``: acme floods in bursts, others trickle."""
-    from . import queue
-    from .db import connect
+    from .. import queue
+    from ..db import connect
 
     rng = random.Random()
     customers = [t for t in tenants if t != "operator"]
@@ -127,6 +134,9 @@ def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
                     with conn.transaction():
                         queue.enqueue_many(conn, batch)
                     _domain_events(conn, tenants[rng.choice(customers)], rng)
+                    if deliveries:  # real sends to the provider sandbox
+                        from .tools.demo_deliveries import traffic_tick
+                        traffic_tick(conn, deliveries[0], tenants, deliveries[1], rng, tick)
         except Exception as exc:  # the database restarting must not end the demo
             print(f"demo traffic paused: {type(exc).__name__}", file=sys.stderr)
             stop.wait(2.0)
@@ -134,7 +144,7 @@ def _traffic(url: str, tenants: dict, stop: threading.Event) -> None:
 
 def _domain_events(conn, tenant_id, rng: random.Random) -> None:
     """The outbox demo: signups, paid orders and OTPs, each a domain row + its event in one transaction."""
-    from . import demo_domain
+    from .. import demo_domain
     if rng.random() < 0.5:
         user = demo_domain.sign_up_user(conn, tenant_id, f"user{rng.randint(1, 10**6)}@example.test",
                                         plan=rng.choice(["free", "free", "pro"]))["user"]
@@ -153,9 +163,9 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True) -> int:
-    from .cli import UsageError
-    from .db import resolve_url
-    from .migrate import migrate
+    from ..errors import UsageError
+    from ..db import resolve_url
+    from ..migrate import migrate
 
     if not _port_free(host, port):
         raise UsageError(f"port {port} on {host} is in use; pass --port")
@@ -163,16 +173,18 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
     migrate(url, log=lambda line: print(f"  {line}"))
     creds = _credentials(config)
     tenants = seed(url, creds)
+    from .tools import demo_deliveries
+    sandbox, provider_env, delivery_state = demo_deliveries.start(url, tenants, creds, host)
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
-                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.demo"]),
-                "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
+                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo"]),
+                "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
-                          "--access-logfile", str(logs / "access.log"), "wsgi:app"], cwd=ROOT, env=env,
+                          "--access-logfile", str(logs / "access.log"), "opsboard.web.wsgi:app"], cwd=ROOT, env=env,
                          stderr=open(logs / "web.log", "ab")),
         subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab")),
     ]
@@ -198,9 +210,11 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
         for email, role, tenant in USERS:
             print(f"    {email:<24} [{creds['users'][email]}]  {role} in {tenant}")
         print(f"  logs        {logs}")
+        print(f"  sandbox     {sandbox.url}/_sandbox/  (SMTP {host}:{sandbox.smtp_port})")
         print("  Ctrl-C stops everything.\n", flush=True)
         if traffic:
-            threading.Thread(target=_traffic, args=(url, tenants, stop), daemon=True, name="traffic").start()
+            threading.Thread(target=_traffic, args=(url, tenants, stop, (sandbox, delivery_state)), daemon=True,
+                             name="traffic").start()
         while not stop.wait(0.5):
             for c in children:
                 if c.poll() is not None:
@@ -217,5 +231,6 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
             except subprocess.TimeoutExpired:
                 c.kill()
         signal.signal(signal.SIGINT, previous)
+        sandbox.stop()
         print("opsboard demo stopped")
     return 0

@@ -29,10 +29,10 @@ from typing import Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import auth, queue
-from .config import ROOT, Config
-from .db import connect, resolve_url
-from .migrate import migrate
+from .. import auth, queue
+from ..config import ROOT, Config
+from ..db import connect, resolve_url
+from ..migrate import migrate
 
 
 @dataclass
@@ -319,7 +319,7 @@ def claim_cost(b: Bench) -> None:
                                        for j in range(i, min(total, i + 10_000))])
         fill = time.perf_counter() - t0
         c.execute("VACUUM ANALYZE jobs")
-        from . import db as dbmod
+        from .. import db as dbmod
         times = []
         for _ in range(5):
             with c.transaction(force_rollback=True):
@@ -330,8 +330,8 @@ def claim_cost(b: Bench) -> None:
                     "limit_group_limits": []}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
                 times.append(float(doc[0]["Execution Time"]))
-        from . import metrics
-        from .auth import TenantScope
+        from .. import metrics
+        from ..auth import TenantScope
         t1 = time.perf_counter()
         metrics.sample_depth(c)
         sample = time.perf_counter() - t1
@@ -377,13 +377,13 @@ def dashboard(b: Bench) -> None:
         c.execute("VACUUM ANALYZE jobs")
         c.execute("VACUUM ANALYZE job_attempts")
         fill = time.perf_counter() - t0
-        from . import metrics
+        from .. import metrics
         metrics.sample_depth(c)
         auth.ensure_tenant(c, "operator", is_operator=True)
         auth.create_user(c, "bench@opsboard.local", "bench-password", "ops", "operator")
         dead_id = c.execute("SELECT id FROM jobs WHERE status = 'dead' ORDER BY id DESC LIMIT 1").fetchone()["id"]
-    from . import create_app  # the dashboard scenario times the real web views
-    from .db import Database
+    from ..web.app import create_app  # the dashboard scenario times the real web views
+    from ..db import Database
     database = Database(b.url, min_size=1, max_size=2).open()
     try:
         app = create_app({"OPSBOARD": b.config.replace(database_url=b.url, mode="test",
@@ -425,191 +425,22 @@ def dashboard(b: Bench) -> None:
 #: more slots than cores keep the claim pipeline full).
 BENCH_QUEUES = "critical=2,default=64,bulk=2"
 
+def webhooks(b: Bench) -> None:
+    """Signed webhooks to sandbox receivers, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down one."""
+    from .tools.bench_webhooks import run
+    run(b)
+
+
 def relay(b: Bench) -> None:
     """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
-    import threading
-    from . import outbox
-    from worker.services.relay import Relay, RelayConfig
-    outbox.define_event("bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
-    outbox.subscribe("bench_noop", "bench.happened", "diag.noop")
-    n = b.jobs or 20_000
-    (tenant,) = b.tenants(1)
-    with b.conn() as c:
-        for i in range(0, n, 1000):
-            with c.transaction():
-                for j in range(i, min(n, i + 1000)):
-                    outbox.publish(c, "bench.happened", 1, aggregate=("thing", j % 100), tenant=tenant,
-                                   payload={"n": j})
-        t0 = time.perf_counter()
-        relayed = Relay(RelayConfig(batch=1000)).run_once(c)
-        elapsed = time.perf_counter() - t0
-    b.add("relay", "events relayed to jobs, 1 relay", relayed / elapsed, "events/s", f"{relayed} events, batch 1000")
-    with b.conn() as c:
-        c.execute("TRUNCATE outbox_events, jobs CASCADE")
-    # Commit -> job: a steady producer (~200 events/s, one per transaction) while a relay loop listens.
-    stop = threading.Event()
-    from psycopg_pool import ConnectionPool
-    from .db import SESSION_OPTIONS
-    from psycopg.rows import dict_row
-    pool = ConnectionPool(b.url, min_size=1, max_size=2, open=True,
-                          kwargs={"autocommit": True, "row_factory": dict_row, "options": SESSION_OPTIONS})
-    loop = threading.Thread(target=Relay(RelayConfig(poll_interval=1.0)).loop, args=(b.url, pool, stop), daemon=True)
-    loop.start()
-    time.sleep(0.5)
-    m = 1000
-    with b.conn() as c:
-        for j in range(m):
-            with c.transaction():
-                outbox.publish(c, "bench.happened", 1, aggregate=("thing", j % 100), tenant=tenant, payload={"n": j})
-            time.sleep(0.005)
-        deadline = time.monotonic() + 30
-        while c.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] < m and time.monotonic() < deadline:
-            time.sleep(0.05)
-        lat = [float(r["ms"]) for r in c.execute(
-            "SELECT extract(epoch FROM j.created_at - e.occurred_at) * 1000 AS ms "
-            "FROM jobs j JOIN outbox_events e ON e.id = j.event_id")]
-    stop.set()
-    loop.join(5)
-    pool.close()
-    b.add("relay", "commit->job created p50 (NOTIFY-woken)", percentile(lat, 50), "ms", f"{len(lat)} events")
-    b.add("relay", "commit->job created p99 (NOTIFY-woken)", percentile(lat, 99), "ms", f"{len(lat)} events")
-    with b.conn() as c:
-        c.execute("TRUNCATE outbox_events, jobs CASCADE")
-
-
-def _load(url: str, secret: str, seconds: float, clients: int, rate: float | None = None) -> list[tuple]:
-    """POST /api/v1/events from ``clients`` threads (keep-alive); open loop at ``rate`` req/s when given.
-
-    Returns (status, latency ms, Retry-After, event id) per request.
-    """
-    import http.client
-    import threading
-    from urllib.parse import urlsplit
-    host, port = urlsplit(url).hostname, urlsplit(url).port
-    out: list[tuple] = []
-    lock = threading.Lock()
-    end = time.monotonic() + seconds
-
-    def client(k: int) -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=30)
-        mine, i = [], 0
-        interval = clients / rate if rate else 0.0
-        next_at = time.monotonic() + (k * interval / clients if rate else 0)
-        while time.monotonic() < end:
-            if rate:
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                next_at += interval
-            i += 1
-            body = json.dumps({"type": "order.paid", "aggregate": {"type": "order", "id": f"o-{k}-{i % 50}"},
-                               "payload": {"order_id": f"o-{k}-{i % 50}", "amount_cents": i, "currency": "EUR"}})
-            t0 = time.perf_counter()
-            try:
-                conn.request("POST", "/api/v1/events", body, {"Authorization": f"Bearer {secret}",
-                                                             "Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
-                status, retry = resp.status, resp.getheader("Retry-After")
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection(host, port, timeout=30)
-                status, retry, data = 0, None, b"{}"
-            ms = (time.perf_counter() - t0) * 1000
-            event_id = json.loads(data or b"{}").get("id") if status == 202 else None
-            mine.append((status, ms, retry, event_id))
-        conn.close()
-        with lock:
-            out.extend(mine)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
-def _cpu_seconds(parent: int) -> float:
-    """User + system CPU of ``parent``'s children (gunicorn's workers), from /proc."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == parent:
-                total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    from .bench_outbox import relay as run
+    run(b)
 
 
 def api(b: Bench) -> None:
-    """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x that rate."""
-    import socket
-    from . import apikeys, audit
-    seconds = float(os.environ.get("OPSBOARD_BENCH_API_SECONDS", "10"))
-    with b.conn() as c:
-        tenant = auth.ensure_tenant(c, "bench-api")
-        c.execute("UPDATE tenants SET enqueue_rate = 1000000, enqueue_burst = 1000000 WHERE id = %s", (tenant["id"],))
-        secret, _ = apikeys.create(c, tenant["id"], "bench", audit.Actor("bench"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
-               OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT))
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "4", "--threads", "4", "-b", f"127.0.0.1:{port}",
-                            "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
-    b.procs.append(web)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/api/v1/openapi.json", timeout=2).read()
-            break
-        except OSError:
-            if time.monotonic() > deadline or web.poll() is not None:
-                raise RuntimeError("gunicorn did not start: " + _stderr([web]))
-            time.sleep(0.2)
-    _load(url, secret, 2, 8)  # warm-up: pools, imports
-    cpu0 = _cpu_seconds(web.pid)
-    res = _load(url, secret, seconds, 8)
-    cpu = _cpu_seconds(web.pid) - cpu0
-    ok = [r for r in res if r[0] == 202]
-    rate = len(ok) / seconds
-    b.add("api", "POST /events, 8 clients: throughput", rate, "req/s", f"{len(res)} requests, "
-          f"{len(res) - len(ok)} not 202")
-    b.add("api", "POST /events, 8 clients: p50", percentile([r[1] for r in res], 50), "ms")
-    b.add("api", "POST /events, 8 clients: p99", percentile([r[1] for r in res], 99), "ms")
-    b.add("api", "POST /events: gunicorn CPU per request", cpu / max(1, len(res)) * 1000, "ms",
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    # Overload: the tenant may enqueue a quarter of what the server sustained (its admitted rate, burst 1 s);
-    # it offers 4x that, open loop from 32 clients: three requests in four must be refused, quickly.
-    admitted = max(1.0, rate / 4)
-    with b.conn() as c:
-        c.execute("UPDATE tenants SET enqueue_rate = %s, enqueue_burst = %s WHERE id = %s",
-                  (admitted, max(1, int(admitted)), tenant["id"]))
-    res = _load(url, secret, seconds, 32, rate=4 * admitted)
-    codes: dict[int, int] = {}
-    for r in res:
-        codes[r[0]] = codes.get(r[0], 0) + 1
-    refused = [r for r in res if r[0] in (429, 503)]
-    ids = [r[3] for r in res if r[0] == 202]
-    with b.conn() as c:
-        present = c.execute("SELECT count(*) AS n FROM outbox_events WHERE id = ANY(%s::uuid[])", (ids,)).fetchone()["n"]
-    note = ", ".join(f"{k or 'error'}: {v}" for k, v in sorted(codes.items()))
-    b.add("api", "4x overload: admitted rate", admitted, "req/s", "the tenant's enqueue_rate")
-    b.add("api", "4x overload: offered", len(res) / seconds, "req/s", note)
-    b.add("api", "4x overload: p99 of 429/503", percentile([r[1] for r in refused], 99), "ms")
-    b.add("api", "4x overload: p99 (all answers)", percentile([r[1] for r in res], 99), "ms")
-    b.add("api", "4x overload: 5xx other than 503 / errors", sum(v for k, v in codes.items()
-                                                                  if k == 0 or (k >= 500 and k != 503)), "answers")
-    b.add("api", "4x overload: 429/503 without Retry-After", sum(1 for r in refused if not r[2]), "answers")
-    b.add("api", "4x overload: 2xx whose event is missing", len(ids) - present, "events")
-    web.terminate()
-    web.wait(30)
+    """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x the admitted rate."""
+    from .bench_outbox import api as run
+    run(b)
 
 
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
@@ -623,6 +454,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "otp_flood": otp_flood,
     "claim_cost": claim_cost,
     "dashboard": dashboard,
+    "webhooks": webhooks,
     "relay": relay,
     "api": api,
 }
@@ -654,10 +486,10 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
         return 0
     unknown = [s for s in scenarios or [] if s not in SCENARIOS]
     if unknown:
-        from .cli import UsageError
+        from ..errors import UsageError
         raise UsageError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if jobs is not None and jobs < 1:
-        from .cli import UsageError
+        from ..errors import UsageError
         raise UsageError("--jobs must be at least 1")
     server = resolve_url(config)
     name = f"opsboard_bench_{os.getpid()}"

@@ -1,0 +1,49 @@
+"""The errors the core raises, shared by the CLI, the web app and the worker.
+
+:class:`UsageError` is a mistake in how a command was called: the CLI prints it
+as one line and exits with status 2.
+
+:class:`OpsError` is the one refusal of the core (a job not found, a status
+that forbids an action, a request key reused...).  Its ``code`` is short and
+stable: clients, tests and the audit trail match on it, never on the message.
+``status`` is the HTTP status the web app answers with (one Flask handler,
+:mod:`opsboard.web.errors`); it defaults from the code (:data:`STATUS_BY_CODE`),
+so a new code only needs a line there or an explicit ``status=``.
+"""
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: exit status 2."""
+
+
+#: Stable error codes of the core -> HTTP status.  Codes not listed answer 400.
+STATUS_BY_CODE: dict[str, int] = {
+    # the target does not exist, or is outside the caller's tenant scope
+    "not_found": 404,
+    # the request is malformed or incomplete
+    "reason_required": 400, "invalid_filter": 400, "search_too_short": 400, "invalid_resolution": 400,
+    "invalid_tenant": 400,
+    # the request is well formed but conflicts with the target's current state
+    "invalid_status": 409, "already_resolved": 409, "already_acknowledged": 409, "alert_closed": 409,
+    "idempotency_conflict": 409, "request_key_reused": 409, "effect_key_conflict": 409,
+}
+
+
+class OpsError(Exception):
+    """A request the core refuses, with a stable ``code`` and the HTTP ``status`` it maps to.
+
+    Example::
+
+        raise OpsError("no such job", "not_found")              # status 404, from STATUS_BY_CODE
+        raise OpsError("template is locked", "locked", status=423)
+    """
+
+    code = "ops_error"
+
+    def __init__(self, message: str, code: str | None = None, *, status: int | None = None):
+        super().__init__(message)
+        if code:
+            self.code = code
+        self.message = message
+        self.status = status if status is not None else STATUS_BY_CODE.get(self.code, 400)

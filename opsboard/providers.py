@@ -1,0 +1,297 @@
+"""Deliveries to providers: settings, job types, message templates and enqueue helpers.
+
+Job types (payloads are ids and options only; recipients, template
+parameters and secrets live in tables, see migrations/0009_providers.sql):
+
+=================  ==============================  ===========================================
+type               payload                         does
+=================  ==============================  ===========================================
+webhook.fanout     ``{event_id}``                  one ``webhook.deliver`` per enabled endpoint of
+                                                   the event's tenant subscribed to its type
+                                                   (idempotency key ``<event_id>:<endpoint_id>``)
+webhook.deliver    ``{endpoint_id, event_id}``     POST the signed event (Standard Webhooks)
+email.send         ``{message_id}``                SMTP; ``outbound_messages`` row, channel email
+sms.send           ``{message_id}``                SMS gateway; row of channel sms
+sms.otp            ``{message_id}``                same, on the ``critical`` queue, expiring
+push.send          ``{subscription_id,             Web Push to one subscription; the payload is
+                   notification_id, title?}``      the notification id and a generic title only
+=================  ==============================  ===========================================
+
+Settings come from ``OPSBOARD_``-prefixed environment variables, read once by
+:func:`settings` (the worker's handlers have no :class:`~opsboard.config.Config`
+of their own; keeping these here keeps the core Config free of provider
+details until a provider registry is needed there).
+"""
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import db, queue
+from .config import ConfigError
+from .jobtypes import Field, InvalidPayload, define, define_provider
+from .schema import new_id
+
+# ---------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 25
+    #: none | starttls | ssl
+    smtp_security: str = "none"
+    smtp_user: str = ""
+    smtp_password: str = ""
+    smtp_from: str = "opsboard@localhost"
+    smtp_timeout: float = 10.0
+    #: CA certificates (PEM) trusted for STARTTLS/SSL instead of the system ones (a private relay).
+    smtp_ca_file: str = ""
+    sms_url: str = "http://127.0.0.1:8025/sms"
+    sms_key: str = ""
+    sms_timeout: float = 10.0
+    vapid_private_key: str = ""
+    vapid_subject: str = "mailto:ops@localhost"
+    push_timeout: float = 10.0
+    webhook_timeout: float = 10.0
+    webhook_max_response: int = 64 * 1024
+    #: Networks a webhook may target although private/loopback (e.g. 127.0.0.1, 10.0.0.0/8).
+    webhook_allow: tuple = ()
+    breaker_failures: int = 5
+    breaker_failure_rate: float = 0.5
+    breaker_min_calls: int = 20
+    breaker_window: float = 60.0
+    breaker_cooldown: float = 30.0
+    breaker_cooldown_max: float = 600.0
+    #: An endpoint failing without a single success for this long is disabled.
+    endpoint_disable_after: float = 3 * 24 * 3600.0
+
+    @classmethod
+    def from_env(cls, env=None) -> "ProviderSettings":
+        env = os.environ if env is None else env
+        security = env.get("OPSBOARD_SMTP_SECURITY", "none")
+        if security not in ("none", "starttls", "ssl"):
+            raise ConfigError(f"OPSBOARD_SMTP_SECURITY={security!r} must be none, starttls or ssl")
+        allow = []
+        for part in filter(None, (p.strip() for p in env.get("OPSBOARD_WEBHOOK_ALLOW", "").split(","))):
+            try:
+                allow.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise ConfigError(f"OPSBOARD_WEBHOOK_ALLOW: {part!r} is not an address or network") from None
+
+        def num(name, default, kind=float, lo=0.0, hi=1e9):
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r} is not a number") from None
+            if not lo <= value <= hi:
+                raise ConfigError(f"{name}={value} must be between {lo} and {hi}")
+            return value
+
+        return cls(
+            smtp_host=env.get("OPSBOARD_SMTP_HOST", "127.0.0.1"),
+            smtp_port=num("OPSBOARD_SMTP_PORT", 25, int, 1, 65535),
+            smtp_security=security,
+            smtp_user=env.get("OPSBOARD_SMTP_USER", ""),
+            smtp_password=env.get("OPSBOARD_SMTP_PASSWORD", ""),
+            smtp_from=env.get("OPSBOARD_SMTP_FROM", "opsboard@localhost"),
+            smtp_timeout=num("OPSBOARD_SMTP_TIMEOUT", 10.0, float, 0.1, 300),
+            smtp_ca_file=env.get("OPSBOARD_SMTP_CA_FILE", ""),
+            sms_url=env.get("OPSBOARD_SMS_URL", "http://127.0.0.1:8025/sms").rstrip("/"),
+            sms_key=env.get("OPSBOARD_SMS_KEY", ""),
+            sms_timeout=num("OPSBOARD_SMS_TIMEOUT", 10.0, float, 0.1, 300),
+            vapid_private_key=env.get("OPSBOARD_VAPID_PRIVATE_KEY", ""),
+            vapid_subject=env.get("OPSBOARD_VAPID_SUBJECT", "mailto:ops@localhost"),
+            push_timeout=num("OPSBOARD_PUSH_TIMEOUT", 10.0, float, 0.1, 300),
+            webhook_timeout=num("OPSBOARD_WEBHOOK_TIMEOUT", 10.0, float, 0.1, 300),
+            webhook_max_response=num("OPSBOARD_WEBHOOK_MAX_RESPONSE", 64 * 1024, int, 0, 16 * 1024 * 1024),
+            webhook_allow=tuple(allow),
+            breaker_failures=num("OPSBOARD_BREAKER_FAILURES", 5, int, 1, 10000),
+            breaker_failure_rate=num("OPSBOARD_BREAKER_FAILURE_RATE", 0.5, float, 0.01, 1.0),
+            breaker_min_calls=num("OPSBOARD_BREAKER_MIN_CALLS", 20, int, 1, 100000),
+            breaker_window=num("OPSBOARD_BREAKER_WINDOW", 60.0, float, 1, 86400),
+            breaker_cooldown=num("OPSBOARD_BREAKER_COOLDOWN", 30.0, float, 0.01, 86400),
+            breaker_cooldown_max=num("OPSBOARD_BREAKER_COOLDOWN_MAX", 600.0, float, 0.01, 86400),
+            endpoint_disable_after=num("OPSBOARD_WEBHOOK_DISABLE_AFTER", 3 * 24 * 3600.0, float, 1, 365 * 86400),
+        )
+
+
+_current: ProviderSettings | None = None
+
+
+def settings() -> ProviderSettings:
+    """The process's provider settings (read once from the environment, or set by :func:`use_settings`)."""
+    global _current
+    if _current is None:
+        _current = ProviderSettings.from_env()
+    return _current
+
+
+def use_settings(value: ProviderSettings | None) -> None:
+    """Replace the process's settings (tests, the demo); None: read the environment again."""
+    global _current
+    _current = value
+
+
+def generate_vapid_keys() -> tuple[str, str]:
+    """A new VAPID key pair: (private key, public application server key), both base64url."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    raw = key.private_numbers().private_value.to_bytes(32, "big")
+    pub = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
+    return enc(raw), enc(pub)
+
+
+# ---------------------------------------------------------------- providers and limits
+
+#: Per-provider limits across all workers (token buckets in rate_limits; see README).
+define_provider("smtp", concurrency=8, rate_per_second=50, burst=100)
+define_provider("sms_gateway", concurrency=8, rate_per_second=20, burst=40)
+define_provider("webpush", concurrency=16, rate_per_second=200, burst=400)
+define_provider("webhooks", concurrency=None, rate_per_second=None)
+
+# Standard Webhooks' example schedule: at once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+WEBHOOK_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+
+define("webhook.fanout", handler="worker.handlers.delivery:webhook_fanout", fields={"event_id": Field(str)},
+       max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
+       description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
+define("webhook.deliver", handler="worker.handlers.delivery:webhook_deliver",
+       fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
+       max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
+       description="POST one event to one endpoint, signed per Standard Webhooks.")
+define("email.send", handler="worker.handlers.delivery:email_send", fields={"message_id": Field(str)},
+       provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
+       description="Send one outbound_messages email over SMTP.")
+define("sms.send", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
+       provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
+       description="Send one outbound_messages SMS through the HTTP gateway.")
+define("sms.otp", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
+       provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
+       backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
+define("push.send", handler="worker.handlers.delivery:push_send",
+       fields={"subscription_id": Field(str), "notification_id": Field(str),
+               "title": Field(str, required=False, max_length=80)},
+       provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
+       description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+
+
+# ---------------------------------------------------------------- templates
+
+#: Built-in message templates, (name, version) -> (subject, body).  The
+#: notification templates (versioned, edited on the dashboard) replace these
+#: when they land; the stored name and version say which text was sent.
+TEMPLATES: dict[tuple[str, int], tuple[str, str]] = {
+    ("otp", 1): ("", "Your opsboard code is {code}. It expires in {minutes} minutes."),
+    ("notice", 1): ("{subject}", "{text}"),
+    ("welcome", 1): ("Welcome to opsboard", "Hello {name}, your account is ready."),
+}
+
+
+def render(template: str, version: int, params: dict) -> tuple[str, str]:
+    """(subject, body) of a built-in template; a missing parameter is a KeyError."""
+    subject, body = TEMPLATES[(template, version)]
+    return subject.format(**params), body.format(**params)
+
+
+def latest_version(template: str) -> int:
+    versions = [v for (n, v) in TEMPLATES if n == template]
+    if not versions:
+        raise InvalidPayload(f"unknown template {template!r}")
+    return max(versions)
+
+
+# ---------------------------------------------------------------- enqueue
+
+E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
+EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+
+
+class InvalidRecipient(InvalidPayload):
+    code = "invalid_recipient"
+
+
+def check_e164(number: str) -> str:
+    """The number when it is E.164 (``+`` and 7 to 15 digits); the error never repeats it."""
+    if not isinstance(number, str) or not E164.match(number):
+        raise InvalidRecipient("the phone number is not in E.164 form (+ country code and number)")
+    return number
+
+
+def _message(conn, tenant, channel, recipient, template, params, version):
+    version = version or latest_version(template)
+    if (template, version) not in TEMPLATES:
+        raise InvalidPayload(f"unknown template {template!r} version {version}")
+    try:
+        render(template, version, params)
+    except (KeyError, IndexError) as exc:
+        raise InvalidPayload(f"template {template!r} needs parameter {exc}") from None
+    row = db.one(conn, "outbound_message_insert", {
+        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "channel": channel, "recipient": recipient,
+        "template": template, "template_version": version, "params": Jsonb(params)})
+    return row
+
+
+def send_sms(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
+             version: int | None = None, idempotency_key: str | None = None, otp: bool = False,
+             expires_in: float = 300.0, now: datetime | None = None) -> dict:
+    """Record an SMS and enqueue its job in the caller's transaction; OTPs go to ``critical`` and expire."""
+    check_e164(to)
+    msg = _message(conn, tenant, "sms", to, template, params, version)
+    expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if otp else None
+    job = queue.enqueue(conn, "sms.otp" if otp else "sms.send", {"message_id": str(msg["id"])}, tenant=tenant,
+                        idempotency_key=idempotency_key or f"sms:{msg['id']}", expires_at=expires)
+    return {"message": msg, "job": job}
+
+
+def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
+               version: int | None = None, idempotency_key: str | None = None) -> dict:
+    """Record an email and enqueue its job in the caller's transaction."""
+    if not isinstance(to, str) or not EMAIL.match(to) or len(to) > 254:
+        raise InvalidRecipient("the email address is not valid")
+    msg = _message(conn, tenant, "email", to, template, params, version)
+    job = queue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
+                        idempotency_key=idempotency_key or f"email:{msg['id']}")
+    return {"message": msg, "job": job}
+
+
+def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None) -> dict:
+    """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it."""
+    try:
+        endpoint, keys = subscription["endpoint"], subscription["keys"]
+        p256dh, auth = keys["p256dh"], keys["auth"]
+    except (KeyError, TypeError):
+        raise InvalidPayload("a push subscription needs endpoint and keys.p256dh, keys.auth") from None
+    return db.one(conn, "push_subscription_upsert", {
+        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "user_ref": user_ref, "endpoint": endpoint,
+        "p256dh": p256dh, "auth": auth})
+
+
+def revoke_push_subscription(conn: psycopg.Connection, tenant, subscription_id) -> bool:
+    """The owner unsubscribed: the subscription is never used again (queued pushes to it end permanent)."""
+    return db.one(conn, "push_subscription_revoke", {"id": subscription_id,
+                                                     "tenant_id": queue._tenant_id(tenant)}) is not None
+
+
+def send_push(conn: psycopg.Connection, tenant, subscription_id, notification_id: str,
+              title: str = "New notification") -> dict:
+    """Enqueue one push to one subscription (refused when it is no longer active)."""
+    sub = db.one(conn, "push_subscription_get", {"id": subscription_id, "tenant_id": queue._tenant_id(tenant)})
+    if sub is None or sub["state"] != "active":
+        raise InvalidRecipient("the push subscription is not active")
+    return queue.enqueue(conn, "push.send", {"subscription_id": str(subscription_id),
+                                             "notification_id": str(notification_id), "title": title},
+                         tenant=tenant, idempotency_key=f"push:{subscription_id}:{notification_id}")

@@ -1,0 +1,189 @@
+-- name: webhook_endpoint_insert
+-- Register a tenant's webhook endpoint.
+INSERT INTO webhook_endpoints (id, tenant_id, url, secrets, event_types, description)
+VALUES (%(id)s, %(tenant_id)s, %(url)s, %(secrets)s, %(event_types)s, %(description)s)
+RETURNING *;
+
+-- name: webhook_endpoint_get
+-- One endpoint of a tenant.
+SELECT * FROM webhook_endpoints WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: webhook_endpoint_rotate
+-- Add a new current secret; older ones keep signing until dropped (at most 5).
+UPDATE webhook_endpoints SET secrets = (ARRAY[%(secret)s::text] || secrets)[1:%(keep)s]
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+RETURNING *;
+
+-- name: webhook_endpoint_disable
+-- Disable an endpoint with a reason; returns the row only when it was enabled.
+UPDATE webhook_endpoints
+SET enabled = false, disabled_reason = %(reason)s, disabled_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND enabled
+RETURNING *;
+
+-- name: webhook_endpoint_enable
+-- Enable an endpoint again (after its owner fixed it).
+UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, disabled_at = NULL
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+RETURNING *;
+
+-- name: webhook_endpoint_subscribed
+-- The fan-out's targets: the tenant's enabled endpoints that take this event type.
+SELECT id FROM webhook_endpoints
+WHERE tenant_id = %(tenant_id)s AND enabled
+  AND (event_types @> ARRAY[%(type)s::text] OR event_types @> ARRAY['*'])
+ORDER BY id;
+
+-- name: webhook_event_get
+-- The outbox event a webhook carries (read by the delivery side only).
+SELECT id, type, version, tenant_id, occurred_at, payload FROM outbox_events WHERE id = %(id)s;
+
+-- name: webhook_endpoint_list
+-- Endpoints in a scope, with their breaker, for the dashboard.
+SELECT e.id, e.tenant_id, t.slug AS tenant, e.url, e.event_types, e.enabled, e.disabled_reason, e.disabled_at,
+       cardinality(e.secrets) AS secret_count, b.state AS breaker_state, b.consecutive_failures,
+       b.open_until, b.failing_since, b.last_success_at, b.last_failure_at, b.last_error_code
+FROM webhook_endpoints e
+JOIN tenants t ON t.id = e.tenant_id
+LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
+WHERE (%(scope_all)s OR e.tenant_id = ANY(%(scope_ids)s::uuid[]))
+ORDER BY e.enabled, b.state NULLS LAST, e.created_at DESC
+LIMIT %(limit)s;
+
+-- name: breaker_get
+-- A breaker's state (no row: closed, never failed).
+SELECT * FROM circuit_breakers WHERE name = %(name)s;
+
+-- name: breaker_list
+-- Provider breakers and open endpoint breakers, for the dashboard.
+SELECT name, tenant_id, state, consecutive_failures, window_calls, window_failures, opened_at, open_until,
+       failing_since, last_success_at, last_failure_at, last_error_code, updated_at
+FROM circuit_breakers
+WHERE (tenant_id IS NULL AND %(scope_all)s) OR tenant_id = ANY(%(scope_ids)s::uuid[])
+   OR (%(scope_all)s AND state <> 'closed')
+ORDER BY state = 'closed', name
+LIMIT %(limit)s;
+
+-- name: breaker_take_probe
+-- An open breaker whose cool-down passed (or a half-open one whose probe's
+-- lease ran out) lets exactly one caller through as the probe.  The UPDATE's
+-- row lock makes the choice atomic across workers: the others see no row.
+UPDATE circuit_breakers
+SET state = 'half_open', probe_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(probe_lease)s),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+  AND ((state = 'open' AND open_until <= coalesce(%(now)s::timestamptz, now()))
+       OR (state = 'half_open' AND probe_until <= coalesce(%(now)s::timestamptz, now())))
+RETURNING *;
+
+-- name: breaker_success
+-- A call succeeded: the breaker closes and its failure run ends.  Written only
+-- when something changes (a closed, healthy breaker is not rewritten per call).
+UPDATE circuit_breakers
+SET state = 'closed', consecutive_failures = 0, opens = 0, open_until = NULL, probe_until = NULL,
+    failing_since = NULL, last_success_at = coalesce(%(now)s::timestamptz, now()),
+    window_calls = CASE WHEN window_started_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+                        THEN 1 ELSE window_calls + 1 END,
+    window_failures = CASE WHEN window_started_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+                           THEN 0 ELSE window_failures END,
+    window_started_at = CASE WHEN window_started_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+                             THEN coalesce(%(now)s::timestamptz, now()) ELSE window_started_at END,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND (state <> 'closed' OR consecutive_failures > 0 OR window_failures > 0)
+RETURNING *;
+
+-- name: breaker_failure
+-- A call failed (a retryable failure: timeout, 5xx, 429, reset).  Counts it
+-- and opens the breaker when the consecutive failures reach the threshold, the
+-- window's failure rate does (with enough calls), or a half-open probe failed.
+-- Each opening in one failure run doubles the cool-down, up to the cap.
+INSERT INTO circuit_breakers AS b (name, tenant_id, consecutive_failures, window_started_at, window_calls,
+                                   window_failures, failing_since, last_failure_at, last_error_code, updated_at)
+VALUES (%(name)s, %(tenant_id)s, 1, coalesce(%(now)s::timestamptz, now()), 1, 1,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(code)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE
+SET consecutive_failures = b.consecutive_failures + 1,
+    window_calls = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
+                        THEN 1 ELSE b.window_calls + 1 END,
+    window_failures = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
+                           THEN 1 ELSE b.window_failures + 1 END,
+    window_started_at = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
+                             THEN excluded.updated_at ELSE b.window_started_at END,
+    failing_since = coalesce(b.failing_since, excluded.updated_at),
+    last_failure_at = excluded.updated_at,
+    last_error_code = excluded.last_error_code,
+    updated_at = excluded.updated_at
+RETURNING *;
+
+-- name: breaker_open
+-- Open (or re-open) a breaker until now + cool-down.
+UPDATE circuit_breakers
+SET state = 'open', opens = opens + 1, opened_at = coalesce(%(now)s::timestamptz, now()),
+    open_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(cooldown)s), probe_until = NULL,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: outbound_message_insert
+-- Record an email or SMS to send (its job carries only the id).
+INSERT INTO outbound_messages (id, tenant_id, channel, recipient, template, template_version, params)
+VALUES (%(id)s, %(tenant_id)s, %(channel)s, %(recipient)s, %(template)s, %(template_version)s, %(params)s)
+RETURNING id, tenant_id, channel, template, template_version, status, created_at;
+
+-- name: outbound_message_get
+-- One message of a tenant, for its handler.
+SELECT * FROM outbound_messages WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: outbound_message_sent
+-- The provider accepted the message: keep its reference; a one-time code is
+-- erased from the parameters once it was handed over.
+UPDATE outbound_messages
+SET status = 'sent', provider_ref = %(ref)s, sent_at = coalesce(%(now)s::timestamptz, now()),
+    params = CASE WHEN %(erase)s THEN '{}'::jsonb ELSE params END
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+RETURNING id;
+
+-- name: outbound_message_failed
+-- The provider refused the message for good.
+UPDATE outbound_messages SET status = 'failed' WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
+
+-- name: push_subscription_upsert
+-- Store a browser's subscription; the same endpoint again replaces its keys and revives it.
+INSERT INTO push_subscriptions (id, tenant_id, user_ref, endpoint, p256dh, auth)
+VALUES (%(id)s, %(tenant_id)s, %(user_ref)s, %(endpoint)s, %(p256dh)s, %(auth)s)
+ON CONFLICT (tenant_id, endpoint) DO UPDATE
+SET p256dh = excluded.p256dh, auth = excluded.auth, user_ref = excluded.user_ref, state = 'active',
+    invalid_reason = NULL
+RETURNING *;
+
+-- name: push_subscription_get
+-- One subscription of a tenant.
+SELECT * FROM push_subscriptions WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: push_subscription_invalidate
+-- The push service said the subscription is gone (404/410): never used again.
+UPDATE push_subscriptions SET state = 'invalid', invalid_reason = %(reason)s
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND state = 'active'
+RETURNING id;
+
+-- name: push_subscription_success
+-- A push was accepted.
+UPDATE push_subscriptions SET last_success_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: webhook_delivery_load
+-- Everything one delivery needs, in one round trip: the endpoint (tenant-scoped),
+-- the event, and the endpoint breaker's state (NULL: no row, closed and healthy).
+SELECT e.id, e.url, e.secrets, e.enabled, ev.id AS event_id, ev.type AS event_type, ev.tenant_id AS event_tenant_id,
+       ev.occurred_at, ev.payload, b.state AS breaker_state
+FROM webhook_endpoints e
+LEFT JOIN outbox_events ev ON ev.id = %(event_id)s
+LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
+WHERE e.id = %(endpoint_id)s AND e.tenant_id = %(tenant_id)s;
+
+-- name: push_subscription_revoke
+-- Its owner unsubscribed (or signed out): never used again.
+UPDATE push_subscriptions SET state = 'revoked'
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND state = 'active'
+RETURNING id;

@@ -1,0 +1,28 @@
+"""Deliveries: circuit breakers of providers and webhook endpoints, and the endpoints' health."""
+from __future__ import annotations
+
+from flask import Blueprint, render_template
+
+from .. import breaker
+from .context import get_db
+from .security import current_scope, requires
+
+bp = Blueprint("deliveries", __name__, url_prefix="/deliveries")
+
+
+def _context() -> dict:
+    scope = current_scope("jobs.view")
+    with get_db().connection() as conn:
+        return breaker.delivery_status(conn, scope)
+
+
+@bp.route("/")
+@requires("jobs.view")
+def index():
+    return render_template("deliveries/index.html", **_context())
+
+
+@bp.route("/_breakers")
+@requires("jobs.view")
+def breakers():
+    return render_template("deliveries/_breakers.html", **_context())

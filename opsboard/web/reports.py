@@ -1,0 +1,109 @@
+"""Reports: request a report, watch runs progress (htmx partial), download a
+ready CSV (tenant-checked), see a failed run's dead job, and the schedules."""
+from __future__ import annotations
+
+from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+
+from .. import dashboard, reports, schedules, storage
+from . import forms
+from .context import get_config, get_db
+from .errors import ApiError
+from .security import current_scope, require_for_tenant, requires
+
+bp = Blueprint("reports", __name__, url_prefix="/reports")
+bp.context_processor(forms.form_globals)
+
+_CORE_STATUS = {"not_found": 404, "request_key_reused": 409}
+
+
+def _runs_context() -> dict:
+    with get_db().connection() as conn:
+        runs = reports.list_runs(conn, current_scope("reports.view"), tenant_id=forms.arg_uuid("tenant_id"))
+    return {"runs": runs, "active": any(r["status"] in ("queued", "running") for r in runs)}
+
+
+@bp.route("/")
+@requires("reports.view")
+def index():
+    with get_db().connection() as conn:
+        tenants = dashboard.tenant_options(conn, current_scope("reports.request"))
+    return render_template("reports/index.html", kinds=reports.all_kinds(), tenants=tenants, **_runs_context())
+
+
+@bp.route("/_runs")
+@requires("reports.view")
+def runs():
+    return render_template("reports/_runs.html", **_runs_context())
+
+
+@bp.route("/", methods=["POST"])
+@requires("reports.request")
+def request_report():
+    tenant_id = forms.arg_uuid("tenant_id", request.form)
+    if tenant_id is None:
+        raise ApiError(400, "tenant_required", "Choose the tenant the report is about.")
+    require_for_tenant("reports.request", tenant_id)
+    kind_name = forms.arg_text("kind", request.form, 100) or ""
+    try:
+        kind = reports.get_kind(kind_name)
+        params = {p.name: forms.arg_text(p.name, request.form, 100) for p in kind.params}
+        params = {k: v for k, v in params.items() if v is not None}
+        with get_db().connection() as conn:
+            run = reports.request_report(conn, tenant_id, kind.name, params, forms.actor(),
+                                         request_key=forms.request_key())
+    except reports.ReportError as exc:
+        raise ApiError(_CORE_STATUS.get(exc.code, 400), exc.code, str(exc)) from None
+    if request.headers.get("HX-Request"):
+        return render_template("reports/_runs.html", **_runs_context())
+    return redirect(url_for("reports.detail", run_id=run["id"]), 303)
+
+
+def _run_or_404(conn, run_id) -> dict:
+    run = reports.get_run(conn, run_id, current_scope("reports.view"))
+    if run is None:
+        abort(404, "No such report, or it is not yours to see.")
+    return run
+
+
+@bp.route("/<uuid:run_id>")
+@requires("reports.view")
+def detail(run_id):
+    with get_db().connection() as conn:
+        run = _run_or_404(conn, run_id)
+        chunk_rows = reports.chunks(conn, run_id)
+    run["progress"] = reports.progress(run)
+    return render_template("reports/detail.html", run=run, chunks=chunk_rows,
+                           kind=reports.get_kind(run["kind"]))
+
+
+@bp.route("/<uuid:run_id>/download")
+@requires("reports.view")
+def download(run_id):
+    with get_db().connection() as conn:
+        run = _run_or_404(conn, run_id)
+    if run["status"] != "ready":
+        raise ApiError(409, "report_not_ready", f"The report is {run['status']}; download it once it is ready.")
+    store = storage.from_config(get_config())
+    try:
+        f = store.open_read(run["storage_key"])
+    except storage.StorageError:
+        raise ApiError(410, "report_gone", "The report's file is no longer stored; request it again.") from None
+
+    def stream():
+        with f:
+            while block := f.read(64 * 1024):
+                yield block
+
+    response = Response(stream(), mimetype="text/csv")
+    response.headers["Content-Disposition"] = f'attachment; filename="{reports.download_name(run)}"'
+    if run["byte_size"] is not None:
+        response.headers["Content-Length"] = str(run["byte_size"])
+    return response
+
+
+@bp.route("/schedules")
+@requires("reports.view")
+def schedule_list():
+    with get_db().connection() as conn:
+        rows = schedules.overview(conn)
+    return render_template("reports/schedules.html", schedules=rows)

@@ -1,0 +1,192 @@
+"""Webhooks per the Standard Webhooks specification: endpoints, signing, verification, fan-out.
+
+Every delivery carries three headers:
+
+* ``webhook-id``: ``msg_<event id>``, the same on every retry: the receiver's dedupe key;
+* ``webhook-timestamp``: seconds since the epoch, of this attempt;
+* ``webhook-signature``: ``v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>``, one per
+  secret separated by spaces (several during a rotation).
+
+Secrets are ``whsec_`` + base64 of 24 random bytes.  The body is the same bytes
+on every attempt: ``{"type", "timestamp", "data"}`` serialised with sorted keys.
+
+Receivers verify with :func:`verify` (or any Standard Webhooks library)::
+
+    from opsboard.webhooks import verify, WebhookVerificationError
+    try:
+        event = verify(["whsec_..."], request.headers, request.get_data())
+    except WebhookVerificationError:
+        abort(400)
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets as secrets_mod
+import time
+import uuid
+from datetime import datetime
+from typing import Iterable, Mapping
+
+import psycopg
+
+from . import db, queue
+from .auth import TenantScope
+from .schema import new_id
+
+#: Accepted clock difference between sender and receiver (seconds).
+TOLERANCE = 5 * 60
+SECRET_PREFIX = "whsec_"
+
+
+class WebhookVerificationError(Exception):
+    """The signature, timestamp or headers of a received webhook are not valid."""
+
+
+def generate_secret() -> str:
+    """A new endpoint secret: ``whsec_`` + base64 of 24 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets_mod.token_bytes(24)).decode()
+
+
+def _key(secret: str) -> bytes:
+    return base64.b64decode(secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret)
+
+
+def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,<base64 HMAC-SHA256>`` over ``id.timestamp.body``."""
+    mac = hmac.new(_key(secret), f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+def sign(secrets: Iterable[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The three headers of a delivery, signed with every secret."""
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(timestamp)),
+            "webhook-signature": " ".join(signature(s, msg_id, int(timestamp), body) for s in secrets)}
+
+
+def verify(secrets: str | Iterable[str], headers: Mapping[str, str], body: bytes, *,
+           tolerance: int = TOLERANCE, now: float | None = None) -> dict:
+    """Check a received webhook against one or more secrets; return its JSON body.
+
+    Raises :class:`WebhookVerificationError` when a header is missing, the
+    timestamp is outside ``tolerance`` or no signature matches any secret.
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    try:
+        msg_id, ts_text, sigs = lower["webhook-id"], lower["webhook-timestamp"], lower["webhook-signature"]
+        ts = int(ts_text)
+    except (KeyError, ValueError):
+        raise WebhookVerificationError("missing or malformed webhook headers") from None
+    if abs((time.time() if now is None else now) - ts) > tolerance:
+        raise WebhookVerificationError("timestamp outside the tolerance")
+    given = [s.partition(",")[2] for s in sigs.split() if s.startswith("v1,")]
+    for secret in ([secrets] if isinstance(secrets, str) else secrets):
+        expected = signature(secret, msg_id, ts, body).partition(",")[2]
+        if any(hmac.compare_digest(expected, g) for g in given):
+            try:
+                return json.loads(body)
+            except ValueError:
+                raise WebhookVerificationError("the body is not JSON") from None
+    raise WebhookVerificationError("no matching signature")
+
+
+def message_id(event_id) -> str:
+    """The ``webhook-id`` of an event: stable across retries and redeliveries."""
+    return f"msg_{uuid.UUID(str(event_id)).hex}"
+
+
+def body_of(event: dict) -> bytes:
+    """The delivery body: identical bytes on every attempt."""
+    occurred = event["occurred_at"]
+    return json.dumps({"type": event["type"], "timestamp": occurred.isoformat() if isinstance(occurred, datetime)
+                       else str(occurred), "data": event["payload"]},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+class EndpointError(ValueError):
+    code = "invalid_endpoint"
+
+
+def create_endpoint(conn: psycopg.Connection, tenant, url: str, event_types: Iterable[str] = ("*",), *,
+                    secret: str | None = None, description: str = "") -> dict:
+    """Register an endpoint for a tenant; returns the row (with its secret, to show once)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
+        raise EndpointError("the URL must be http(s)://host/...")
+    secret = secret or generate_secret()
+    try:
+        _key(secret)
+    except (ValueError, TypeError):
+        raise EndpointError("the secret must be whsec_ followed by base64") from None
+    types = sorted(set(event_types)) or ["*"]
+    return db.one(conn, "webhook_endpoint_insert", {
+        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "url": url, "secrets": [secret],
+        "event_types": types, "description": description})
+
+
+def rotate_secret(conn: psycopg.Connection, tenant, endpoint_id, new_secret: str | None = None,
+                  keep: int = 2) -> dict:
+    """Make a new secret current; the previous ``keep - 1`` keep signing until the receiver switched."""
+    return db.one(conn, "webhook_endpoint_rotate", {
+        "id": endpoint_id, "tenant_id": queue._tenant_id(tenant), "secret": new_secret or generate_secret(),
+        "keep": keep})
+
+
+def get_endpoint(conn: psycopg.Connection, tenant, endpoint_id) -> dict | None:
+    return db.one(conn, "webhook_endpoint_get", {"id": endpoint_id, "tenant_id": queue._tenant_id(tenant)})
+
+
+def list_endpoints(conn: psycopg.Connection, scope: TenantScope, limit: int = 200) -> list[dict]:
+    """Endpoints in ``scope`` with their breaker state (dashboard)."""
+    return db.all_rows(conn, "webhook_endpoint_list", {**scope.params, "limit": limit})
+
+
+def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
+    """One ``webhook.deliver`` job per enabled endpoint subscribed to the event's type.
+
+    Idempotent: the key ``<event_id>:<endpoint_id>`` makes a repeated fan-out
+    return the existing jobs.  Returns the jobs (empty when the event is gone).
+    """
+    event = db.one(conn, "webhook_event_get", {"id": event_id})
+    if event is None:
+        return []
+    jobs = []
+    for ep in db.all_rows(conn, "webhook_endpoint_subscribed", {"tenant_id": event["tenant_id"],
+                                                                "type": event["type"]}):
+        jobs.append(queue.enqueue(conn, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(event_id)},
+                                  tenant=event["tenant_id"], idempotency_key=f"{event_id}:{ep['id']}",
+                                  event_id=event_id))
+    return jobs
+
+
+def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: str, *,
+                     now: datetime | None = None) -> dict | None:
+    """Disable an endpoint and tell the tenant's admins and ops: an alert and an audit row.
+
+    Returns the endpoint when this call disabled it (None when it already was).
+    """
+    from psycopg.types.json import Jsonb
+
+    from . import audit
+
+    with conn.transaction():
+        row = db.one(conn, "webhook_endpoint_disable", {"id": endpoint_id, "tenant_id": tenant_id,
+                                                        "reason": reason, "now": now})
+        if row is None:
+            return None
+        summary = f"webhook endpoint disabled ({reason}): {row['url'][:120]}"
+        alert = db.one(conn, "alert_upsert", {
+            "id": new_id(), "rule": "webhook_endpoint_disabled", "key": str(endpoint_id), "tenant_id": tenant_id,
+            "severity": "warning", "summary": summary,
+            "details": Jsonb({"endpoint_id": str(endpoint_id), "reason": reason}), "now": now})
+        audit.record(conn, audit.SYSTEM, "webhook_endpoint.disable", target_type="webhook_endpoint",
+                     target_id=endpoint_id, tenant_id=tenant_id, reason=reason,
+                     after={"enabled": False, "alert_id": str(alert["id"])})
+    return row

@@ -1,0 +1,41 @@
+"""The deliveries page: breakers and endpoints, inside the viewer's tenant scope."""
+from __future__ import annotations
+
+from opsboard import auth, breaker, webhooks
+from opsboard.providers import ProviderSettings
+from tests.conftest import connect
+
+
+def test_deliveries_page_shows_open_breakers_and_disabled_endpoints(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        ep = webhooks.create_endpoint(c, t, "https://hooks.example.test/a", ["order.paid"])
+        gone = webhooks.create_endpoint(c, t, "https://hooks.example.test/gone")
+        webhooks.disable_endpoint(c, t, gone["id"], "http_410")
+        cfg = ProviderSettings(breaker_failures=2)
+        for _ in range(2):
+            breaker.record(c, f"endpoint:{ep['id']}", False, code="http_503", tenant_id=t, config=cfg)
+            breaker.record(c, "provider:sms_gateway", False, code="sms_timeout", config=cfg)
+    login_as("ops")
+    r = client.get("/deliveries/")
+    assert r.status_code == 200
+    html = r.get_data(as_text=True)
+    assert 'data-open="2"' in html and 'data-disabled="1"' in html
+    assert f'data-breaker="endpoint:{ep["id"]}" data-state="open"' in html
+    assert 'data-breaker="provider:sms_gateway" data-state="open"' in html
+    assert f'data-endpoint="{gone["id"]}" data-enabled="false"' in html and "http_410" in html
+    part = client.get("/deliveries/_breakers", headers={"HX-Request": "true"})
+    assert part.status_code == 200 and "<html" not in part.get_data(as_text=True)
+
+
+def test_a_tenant_admin_sees_only_its_own(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        other = auth.ensure_tenant(c, "other")["id"]
+        mine = webhooks.create_endpoint(c, t, "https://hooks.example.test/mine")
+        theirs = webhooks.create_endpoint(c, other, "https://hooks.example.test/theirs")
+        breaker.record(c, "provider:smtp", False, config=ProviderSettings(breaker_failures=1))
+    login_as("admin", tenant="acme", operator=False)
+    html = client.get("/deliveries/").get_data(as_text=True)
+    assert str(mine["id"]) in html and str(theirs["id"]) not in html
+    assert "provider:smtp" not in html  # the platform's providers are for operator staff

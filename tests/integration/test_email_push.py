@@ -1,0 +1,169 @@
+"""Email over SMTP and Web Push against the sandbox."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opsboard import auth, providers
+from opsboard.providers import InvalidRecipient
+from tests.conftest import connect
+from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
+from tests.support.sandbox import sandbox  # noqa: F401
+
+
+def _email(db_url, to="ana@example.test"):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        return providers.send_email(c, t, to, "welcome", {"name": "Ana"})
+
+
+def test_email_is_sent_with_a_deterministic_message_id(db_url, sandbox, runner, provider_settings):
+    sent = _email(db_url)
+    assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+    (rec,) = sandbox.records("email")
+    assert rec["rcpt_to"] == ["ana@example.test"] and rec["subject"] == "Welcome to opsboard"
+    assert rec["message_id"] == f"<{sent['message']['id']}@localhost>"
+    assert rec["headers"]["x-opsboard-template"] == "welcome/v1"
+    assert "Hello Ana" in rec["body"]
+    with connect(db_url) as c:
+        row = c.execute("SELECT status, provider_ref, template, template_version FROM outbound_messages").fetchone()
+    assert row == {"status": "sent", "provider_ref": rec["queue_id"], "template": "welcome", "template_version": 1}
+
+
+def test_email_credentials_are_used(db_url, sandbox, runner):
+    providers.use_settings(sandbox_settings(sandbox, smtp_user="mailer", smtp_password="s3cret"))
+    try:
+        sent = _email(db_url)
+        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+    finally:
+        providers.use_settings(None)
+    assert sandbox.records("email")[0]["user"] == "mailer"
+
+
+@pytest.mark.parametrize("code, status", [(421, "retryable"), (451, "retryable"), (452, "retryable"),
+                                          (550, "dead"), (554, "dead")])
+def test_smtp_4xx_retryable_5xx_permanent(db_url, sandbox, runner, provider_settings, code, status):
+    sent = _email(db_url)
+    sandbox.fault("smtp", status=code)
+    done = runner.run(sent["job"]["id"])
+    assert (done["status"], done["last_error_code"]) == (status, f"smtp_{code}")
+
+
+def test_smtp_connection_refused_and_timeout_are_retryable(db_url, sandbox, runner):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead_port = s.getsockname()[1]
+    s.close()
+    providers.use_settings(sandbox_settings(sandbox, smtp_port=dead_port))
+    try:
+        sent = _email(db_url)
+        done = runner.run(sent["job"]["id"])
+    finally:
+        providers.use_settings(None)
+    assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_connect_refused")
+    # A server that accepts the connection and never greets: bounded by the timeout.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    providers.use_settings(sandbox_settings(sandbox, smtp_port=silent.getsockname()[1], smtp_timeout=0.5))
+    try:
+        runner.make_due(sent["job"]["id"])
+        done = runner.run(sent["job"]["id"])
+    finally:
+        providers.use_settings(None)
+        silent.close()
+    assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_timeout")
+
+
+def test_email_address_validated_at_enqueue(db_url):
+    with pytest.raises(InvalidRecipient):
+        _email(db_url, to="not-an-address")
+
+
+# ---------------------------------------------------------------- Web Push
+
+
+@pytest.fixture
+def push_settings(sandbox):
+    private, _ = providers.generate_vapid_keys()
+    providers.use_settings(sandbox_settings(sandbox, vapid_private_key=private))
+    yield
+    providers.use_settings(None)
+
+
+def _push(db_url, sandbox, title="You have a new message"):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        sub = providers.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1")
+        job = providers.send_push(c, t, sub["id"], "ntf-123", title)
+    return t, sub, job
+
+
+def test_push_is_encrypted_signed_and_the_sandbox_reads_the_payload(db_url, sandbox, runner, push_settings):
+    t, sub, job = _push(db_url, sandbox)
+    assert runner.run(job["id"])["status"] == "succeeded"
+    (rec,) = sandbox.records("push")
+    assert rec["vapid"] and rec["decrypt_error"] is None
+    assert json.loads(rec["payload"]) == {"notification_id": "ntf-123", "title": "You have a new message"}
+    with connect(db_url) as c:
+        assert c.execute("SELECT last_success_at FROM push_subscriptions").fetchone()["last_success_at"] is not None
+
+
+def test_410_deactivates_the_subscription_for_good(db_url, sandbox, runner, push_settings):
+    t, sub, job = _push(db_url, sandbox)
+    sandbox.state.subscriptions[sub["endpoint"].rsplit("/", 1)[-1]].gone = True
+    done = runner.run(job["id"])
+    assert (done["status"], done["last_error_code"]) == ("dead", "push_410")
+    with connect(db_url) as c:
+        row = c.execute("SELECT state, invalid_reason FROM push_subscriptions").fetchone()
+        assert row == {"state": "invalid", "invalid_reason": "push_410"}
+        with pytest.raises(InvalidRecipient):  # never used again
+            providers.send_push(c, t, sub["id"], "ntf-124")
+    assert len(sandbox.records("push")) == 1
+
+
+@pytest.mark.parametrize("fault, status, code", [
+    ({"status": 429, "retry_after": "30"}, "retryable", "push_429"),
+    ({"status": 503}, "retryable", "push_503"),
+    ({"status": 400}, "dead", "push_400"),
+    ({"status": 404}, "dead", "push_404"),
+])
+def test_push_fault_classes(db_url, sandbox, runner, push_settings, fault, status, code):
+    t, sub, job = _push(db_url, sandbox)
+    sandbox.fault("/push/", **fault)
+    done = runner.run(job["id"])
+    assert (done["status"], done["last_error_code"]) == (status, code)
+
+
+def test_starttls_with_credentials_and_certificate_verification(db_url, runner):
+    from opsboard.tools.sandbox import Sandbox
+    sb = Sandbox("127.0.0.1", 0, 0, smtp_starttls=True).start()
+    try:
+        providers.use_settings(sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
+                                                smtp_password="s3cret", smtp_ca_file=sb.smtp_ca_file))
+        sent = _email(db_url)
+        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+        (rec,) = sb.records("email")
+        assert rec["tls"] and rec["user"] == "mailer"
+        # An untrusted certificate is refused, never sent in clear.
+        providers.use_settings(sandbox_settings(sb, smtp_security="starttls"))
+        other = _email(db_url, to="bo@example.test")
+        done = runner.run(other["job"]["id"])
+        assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
+        assert len(sb.records("email")) == 1
+    finally:
+        providers.use_settings(None)
+        sb.stop()
+
+
+def test_a_revoked_subscription_is_never_used(db_url, sandbox, runner, push_settings):
+    t, sub, job = _push(db_url, sandbox)
+    with connect(db_url) as c:
+        assert providers.revoke_push_subscription(c, t, sub["id"])
+        with pytest.raises(InvalidRecipient):
+            providers.send_push(c, t, sub["id"], "ntf-125")
+    done = runner.run(job["id"])  # queued before the revocation
+    assert (done["status"], done["last_error_code"]) == ("dead", "subscription_inactive")
+    assert sandbox.records("push") == []

@@ -1,0 +1,64 @@
+"""The worker's own entry: ``python -m worker`` runs one worker process until
+SIGTERM, and ``opsboard worker`` delegates here (the worker never imports the CLI).
+
+Wrong arguments or a bad configuration exit with status 2 and one line.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from opsboard.config import Config, ConfigError, parse_queue_slots
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The worker's options, shared by ``python -m worker`` and ``opsboard worker``."""
+    p.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
+    p.add_argument("--id", help="worker id (default host:pid:random)")
+    p.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+
+
+def run(config: Config, args: argparse.Namespace) -> int:
+    """Run a worker with ``config`` and the options of :func:`add_arguments` until SIGTERM."""
+    from opsboard.db import resolve_url
+
+    from .runner import Worker
+
+    queues = parse_queue_slots(args.queues) if args.queues else None
+    w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
+    w.install_signals()
+    return w.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="python -m worker", description="Run an opsboard worker process until SIGTERM.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_env()
+        from opsboard.logs import configure
+        configure(config.log_format)
+        return run(config, args) or 0
+    except ConfigError as exc:
+        print(f"opsboard: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        import psycopg
+
+        from opsboard.db import DatabaseUnavailable
+        if isinstance(exc, DatabaseUnavailable):
+            print(f"opsboard: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            first = (str(exc).strip().splitlines() or ["a table is missing"])[0]
+            print(f"opsboard: the database is not migrated ({first}); run `opsboard migrate` first",
+                  file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,228 @@
+"""Delivery handlers: webhooks, email, SMS, Web Push.
+
+Each one: load what the payload references (tenant-scoped), ask the circuit
+breaker (open: snooze, no attempt spent), record the effect as started, call
+the provider, count the outcome on the breaker, return the outcome.  The
+effect is confirmed by the runner in the transaction that marks the job
+succeeded.  A job that finds its effect started but unconfirmed (a crash or an
+ambiguous timeout) reconciles first:
+
+* SMS: status query by client id (the message id); found -> success, no resend;
+* webhook: resend with the same ``webhook-id`` (receivers dedupe on it);
+* email: resend with the same Message-ID (SMTP has no status query);
+* push: resend (the client dedupes by notification id; the payload is only ids).
+"""
+from __future__ import annotations
+
+import random
+import uuid
+
+from opsboard import breaker, db, providers, retry, webhooks
+from opsboard.providers import WEBHOOK_SCHEDULE, render
+from worker.providers import push as push_provider
+from worker.providers import sms as sms_provider
+from worker.providers import smtp as smtp_provider
+from worker.providers import webhook as webhook_provider
+
+
+def _uuid(value, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise retry.Permanent(f"invalid_{field}") from None
+
+
+def _gate(job, name: str, tenant_id=None):
+    """Snooze while the breaker is open (raises the Snooze outcome)."""
+    with job.connection() as conn:
+        adm = breaker.admit(conn, name, probe_lease=max(10.0, providers.settings().webhook_timeout * 2))
+    if not adm.allowed:
+        raise retry.Snooze(until=adm.retry_at, code="circuit_open")
+    return adm
+
+
+def _count(job, name: str, failed: bool, ok: bool, code: str | None, tenant_id=None) -> dict | None:
+    if not (failed or ok):
+        return None
+    with job.connection() as conn:
+        return breaker.record(conn, name, ok, code=code, tenant_id=tenant_id)
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * random.uniform(0.9, 1.1)
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+def webhook_fanout(job):
+    event_id = _uuid(job.payload["event_id"], "event_id")
+    with job.connection() as conn:
+        with conn.transaction():
+            jobs = webhooks.fanout(conn, event_id)
+    return retry.Success(ref=f"{len(jobs)} endpoint(s)")
+
+
+def webhook_deliver(job):
+    cfg = providers.settings()
+    endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
+    event_id = _uuid(job.payload["event_id"], "event_id")
+    with job.connection() as conn:
+        ep = db.one(conn, "webhook_delivery_load", {"endpoint_id": endpoint_id, "event_id": event_id,
+                                                    "tenant_id": job.tenant_id})
+    if ep is None:
+        return retry.Permanent("endpoint_gone")
+    if not ep["enabled"]:
+        return retry.Permanent("endpoint_disabled")
+    if ep["event_id"] is None or ep["event_tenant_id"] != job.tenant_id:
+        return retry.Permanent("event_gone")
+    name = f"endpoint:{endpoint_id}"
+    healthy = ep["breaker_state"] is None  # no breaker row: never failed, nothing to count on success
+    if ep["breaker_state"] not in (None, "closed"):
+        _gate(job, name)
+    eff = job.begin_effect("webhooks", key=f"webhook:{event_id}:{endpoint_id}")
+    if eff["state"] == "confirmed":
+        return retry.Success(ref=eff.get("provider_ref"))
+    # Started before without confirmation: resending with the same webhook-id is the reconciliation.
+    event = {"type": ep["event_type"], "occurred_at": ep["occurred_at"], "payload": ep["payload"]}
+    result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], webhooks.message_id(event_id),
+                                      webhooks.body_of(event))
+    outcome = result.outcome
+    ok = isinstance(outcome, retry.Success)
+    row = _count(job, name, result.far_side_unwell, ok and not healthy, getattr(outcome, "code", None),
+                 job.tenant_id)
+    if result.status == 410:
+        with job.connection() as conn:
+            webhooks.disable_endpoint(conn, job.tenant_id, endpoint_id, "http_410")
+        return outcome
+    if result.far_side_unwell and row is not None and row.get("failing_since") is not None:
+        failing_for = (row["last_failure_at"] - row["failing_since"]).total_seconds()
+        if failing_for >= cfg.endpoint_disable_after:
+            with job.connection() as conn:
+                webhooks.disable_endpoint(conn, job.tenant_id, endpoint_id, "failing_too_long")
+            return retry.Permanent("endpoint_disabled_failing")
+    if isinstance(outcome, retry.Retryable):
+        # The Standard Webhooks schedule, jittered; a longer Retry-After wins.
+        step = WEBHOOK_SCHEDULE[min(job.attempt, len(WEBHOOK_SCHEDULE) - 1)]
+        outcome.retry_after = max(outcome.retry_after or 0.0, _jittered(step))
+    elif isinstance(outcome, retry.Unknown):
+        step = WEBHOOK_SCHEDULE[min(job.attempt, len(WEBHOOK_SCHEDULE) - 1)]
+        outcome = retry.Retryable(outcome.code, retry_after=_jittered(step), detail="may have been received; "
+                                  "the retry carries the same webhook-id")
+    return outcome
+
+
+# ---------------------------------------------------------------- SMS
+
+
+def sms_send(job):
+    cfg = providers.settings()
+    message_id = _uuid(job.payload["message_id"], "message_id")
+    with job.connection() as conn:
+        msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
+    if msg is None or msg["channel"] != "sms":
+        return retry.Permanent("message_gone")
+    if msg["status"] == "sent":
+        return retry.Success(ref=msg["provider_ref"])
+    name = "provider:sms_gateway"
+    _gate(job, name)
+    client_id = str(message_id)
+    eff = job.begin_effect("sms_gateway", key=f"sms:{message_id}")
+    if eff["state"] == "confirmed":
+        return retry.Success(ref=eff.get("provider_ref"))
+    if not eff["created"]:
+        # A previous attempt may have reached the gateway: ask before sending again.
+        try:
+            ref = sms_provider.find(cfg, client_id)
+        except sms_provider.StatusUnavailable as exc:
+            _count(job, name, True, False, str(exc))
+            return retry.Retryable(str(exc), detail="could not reconcile a started send; not resending blind")
+        if ref is not None:
+            return _sms_sent(job, msg, ref)
+    try:
+        _, text = render(msg["template"], msg["template_version"], msg["params"])
+    except (KeyError, IndexError):
+        return retry.Permanent("template_params")
+    outcome = sms_provider.send(cfg, client_id, msg["recipient"], text)
+    unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
+    _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
+    if isinstance(outcome, retry.Success):
+        return _sms_sent(job, msg, outcome.ref)
+    if isinstance(outcome, retry.Permanent):
+        with job.connection() as conn:
+            db.one(conn, "outbound_message_failed", {"id": message_id, "tenant_id": job.tenant_id})
+    return outcome
+
+
+def _sms_sent(job, msg, ref):
+    job.set_effect_ref(ref, key=f"sms:{msg['id']}")
+    with job.connection() as conn:
+        db.one(conn, "outbound_message_sent", {"id": msg["id"], "tenant_id": job.tenant_id, "ref": ref,
+                                               "erase": msg["template"] == "otp", "now": None})
+    return retry.Success(ref=ref)
+
+
+# ---------------------------------------------------------------- email
+
+
+def email_send(job):
+    cfg = providers.settings()
+    message_id = _uuid(job.payload["message_id"], "message_id")
+    with job.connection() as conn:
+        msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
+    if msg is None or msg["channel"] != "email":
+        return retry.Permanent("message_gone")
+    if msg["status"] == "sent":
+        return retry.Success(ref=msg["provider_ref"])
+    name = "provider:smtp"
+    _gate(job, name)
+    eff = job.begin_effect("smtp", key=f"email:{message_id}")
+    if eff["state"] == "confirmed":
+        return retry.Success(ref=eff.get("provider_ref"))
+    try:
+        subject, body = render(msg["template"], msg["template_version"], msg["params"])
+    except (KeyError, IndexError):
+        return retry.Permanent("template_params")
+    email = smtp_provider.build(cfg, str(message_id), msg["recipient"], subject, body,
+                               {"X-Opsboard-Template": f"{msg['template']}/v{msg['template_version']}"})
+    outcome = smtp_provider.send(cfg, email)
+    unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
+    _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
+    if isinstance(outcome, retry.Success):
+        job.set_effect_ref(outcome.ref, key=f"email:{message_id}")
+        with job.connection() as conn:
+            db.one(conn, "outbound_message_sent", {"id": message_id, "tenant_id": job.tenant_id,
+                                                   "ref": outcome.ref, "erase": False, "now": None})
+    elif isinstance(outcome, retry.Permanent):
+        with job.connection() as conn:
+            db.one(conn, "outbound_message_failed", {"id": message_id, "tenant_id": job.tenant_id})
+    return outcome
+
+
+# ---------------------------------------------------------------- Web Push
+
+
+def push_send(job):
+    cfg = providers.settings()
+    sub_id = _uuid(job.payload["subscription_id"], "subscription_id")
+    with job.connection() as conn:
+        sub = db.one(conn, "push_subscription_get", {"id": sub_id, "tenant_id": job.tenant_id})
+    if sub is None or sub["state"] != "active":
+        return retry.Permanent("subscription_inactive")
+    name = "provider:webpush"
+    _gate(job, name)
+    eff = job.begin_effect("webpush", key=f"push:{sub_id}:{job.payload['notification_id']}")
+    if eff["state"] == "confirmed":
+        return retry.Success(ref=eff.get("provider_ref"))
+    data = {"notification_id": job.payload["notification_id"],
+            "title": job.payload.get("title") or "New notification"}
+    outcome = push_provider.send(cfg, sub, data)
+    unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
+    _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
+    with job.connection() as conn:
+        if isinstance(outcome, retry.Success):
+            db.execute(conn, "push_subscription_success", {"id": sub_id, "tenant_id": job.tenant_id, "now": None})
+        elif isinstance(outcome, retry.Permanent) and outcome.code in ("push_404", "push_410"):
+            db.one(conn, "push_subscription_invalidate", {"id": sub_id, "tenant_id": job.tenant_id,
+                                                          "reason": outcome.code})
+    return outcome

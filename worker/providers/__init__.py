@@ -1,0 +1,1 @@
+"""Provider clients: each turns a call into a classified outcome (see opsboard.retry)."""
