@@ -29,6 +29,7 @@ in one place, :mod:`opsboard.events`.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
@@ -306,6 +307,7 @@ def default_job_payload(event: dict) -> dict:
             "aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}", "data": event["payload"]}
 
 
+@functools.lru_cache(maxsize=1024)
 def _id_suffix(subscriber: str) -> int:
     return int.from_bytes(hashlib.sha256(subscriber.encode()).digest()[:4], "big")
 

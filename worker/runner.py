@@ -108,6 +108,7 @@ class Worker:
     def start(self) -> "Worker":
         """Register this worker and start its threads; returns at once."""
         jobtypes.load_modules(self.config.job_modules)
+        from .services import relay  # the outbox relay (every worker); its import registers the event catalogue
         self.executor.limited_types = frozenset(
             t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
         # The pool's own per-attempt warnings would say the same thing many
@@ -129,7 +130,6 @@ class Worker:
         self._thread(self.completer.run, "completer")
         self._thread(self.listener.run, "listener")
         self._thread(self.keeper.run, "keeper")
-        from .services import relay  # the outbox relay runs on every worker, not only the leader
         self._threads.append(relay.start(self))
         if self.run_services:
             if self.services is None:

@@ -11,25 +11,29 @@ RETURNING *;
 -- relay may route now.  SKIP LOCKED lets every worker's relay take its own
 -- batch without waiting on the others.  An event is held back (left for a
 -- later pass) while an earlier event of its aggregate is unrelayed outside
--- this batch, i.e. locked by another relay or not yet seen: otherwise two
--- relays could commit one aggregate's jobs out of order.
+-- this batch (locked by another relay, or not seen): otherwise two relays
+-- could commit one aggregate's jobs out of order.  The fence is one walk of
+-- the partial index per aggregate, stopping at its first event outside the
+-- batch, so its cost follows the batch, not the backlog.
 WITH batch AS (
-    SELECT id, tenant_id, aggregate_type, aggregate_id
+    SELECT id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at, correlation_id, payload
     FROM outbox_events
     WHERE relayed_at IS NULL
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), fence AS MATERIALIZED (
+    SELECT a.tenant_id, a.aggregate_type, a.aggregate_id,
+           (SELECT o.id FROM outbox_events o
+            WHERE o.relayed_at IS NULL AND o.tenant_id = a.tenant_id AND o.aggregate_type = a.aggregate_type
+              AND o.aggregate_id = a.aggregate_id AND o.id NOT IN (SELECT id FROM batch)
+            ORDER BY o.id LIMIT 1) AS first_outside
+    FROM (SELECT DISTINCT tenant_id, aggregate_type, aggregate_id FROM batch) a
 )
-SELECT e.id, e.type, e.version, e.aggregate_type, e.aggregate_id, e.tenant_id, e.occurred_at,
-       e.correlation_id, e.payload
-FROM outbox_events e JOIN batch b ON b.id = e.id
-WHERE NOT EXISTS (
-    SELECT 1 FROM outbox_events o
-    WHERE o.relayed_at IS NULL AND o.tenant_id = b.tenant_id AND o.aggregate_type = b.aggregate_type
-      AND o.aggregate_id = b.aggregate_id AND o.id < b.id
-      AND o.id NOT IN (SELECT id FROM batch))
-ORDER BY e.id;
+SELECT b.*
+FROM batch b JOIN fence f USING (tenant_id, aggregate_type, aggregate_id)
+WHERE f.first_outside IS NULL OR b.id < f.first_outside
+ORDER BY b.id;
 
 -- name: outbox_mark_relayed
 -- Mark events relayed, in the transaction that inserted their jobs.
@@ -64,6 +68,17 @@ WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
 -- name: api_idempotency_prune
 -- Forget Idempotency-Keys older than the retention.
 DELETE FROM api_idempotency WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval;
+
+-- name: outbox_prune_relayed
+-- Delete up to %(limit)s relayed events older than the retention (the trigger
+-- refuses to delete an unrelayed one).
+WITH doomed AS (
+    SELECT id FROM outbox_events
+    WHERE relayed_at IS NOT NULL AND relayed_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval
+    LIMIT %(limit)s
+)
+DELETE FROM outbox_events e USING doomed d WHERE e.id = d.id
+RETURNING 1;
 
 -- name: demo_user_insert
 -- The demo domain: a user of a tenant signs up.

@@ -431,6 +431,18 @@ def webhooks(b: Bench) -> None:
     run(b)
 
 
+def relay(b: Bench) -> None:
+    """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
+    from .bench_outbox import relay as run
+    run(b)
+
+
+def api(b: Bench) -> None:
+    """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x the admitted rate."""
+    from .bench_outbox import api as run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -443,6 +455,8 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "claim_cost": claim_cost,
     "dashboard": dashboard,
     "webhooks": webhooks,
+    "relay": relay,
+    "api": api,
 }
 
 

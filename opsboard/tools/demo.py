@@ -133,12 +133,24 @@ def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) ->
                                                   tenants[rng.choice(customers)]))
                     with conn.transaction():
                         queue.enqueue_many(conn, batch)
+                    _domain_events(conn, tenants[rng.choice(customers)], rng)
                     if deliveries:  # real sends to the provider sandbox
                         from .tools.demo_deliveries import traffic_tick
                         traffic_tick(conn, deliveries[0], tenants, deliveries[1], rng, tick)
         except Exception as exc:  # the database restarting must not end the demo
             print(f"demo traffic paused: {type(exc).__name__}", file=sys.stderr)
             stop.wait(2.0)
+
+
+def _domain_events(conn, tenant_id, rng: random.Random) -> None:
+    """The outbox demo: signups, paid orders and OTPs, each a domain row + its event in one transaction."""
+    from .. import demo_domain
+    if rng.random() < 0.5:
+        user = demo_domain.sign_up_user(conn, tenant_id, f"user{rng.randint(1, 10**6)}@example.test",
+                                        plan=rng.choice(["free", "free", "pro"]))["user"]
+        demo_domain.pay_order(conn, tenant_id, rng.randint(500, 20000), user_id=user["id"])
+    if rng.random() < 0.3:
+        demo_domain.request_otp(conn, tenant_id, f"+3934{rng.randint(10**7, 10**8 - 1)}")
 
 
 def _port_free(host: str, port: int) -> bool:

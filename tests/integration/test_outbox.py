@@ -119,3 +119,19 @@ def test_an_event_without_a_route_stays_unrelayed_and_the_rest_go_on(conn, tenan
     demo_domain.sign_up_user(conn, tenant["id"], "x@example.test")
     assert Relay(RelayConfig(batch=10)).run_once(conn) == 1
     assert conn.execute("SELECT relayed_at FROM outbox_events WHERE id = %s", (e1["id"],)).fetchone()["relayed_at"] is None
+
+
+def test_outbox_pruner_deletes_old_relayed_events_and_idempotency_keys(conn, tenant, t0):
+    from worker.services.outbox_pruner import OutboxPruner
+    done = demo_domain.pay_order(conn, tenant["id"], 100)
+    waiting = demo_domain.pay_order(conn, tenant["id"], 200)
+    outbox.relay_events(conn, limit=1)  # only the first
+    conn.execute("INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response, created_at) "
+                 "VALUES (%s, 'k', '\\x00', 202, '{}', %s)", (tenant["id"], t0 - timedelta(hours=25)))
+    later = t0 + timedelta(days=8)
+    assert OutboxPruner().run_once(conn, now=later) == 1
+    left = [r["id"] for r in conn.execute("SELECT id FROM outbox_events WHERE tenant_id = %s", (tenant["id"],))]
+    assert left == [waiting["event"]["id"]]  # the unrelayed one stays, whatever its age
+    assert conn.execute("SELECT count(*) AS n FROM api_idempotency WHERE tenant_id = %s",
+                        (tenant["id"],)).fetchone()["n"] == 0
+    assert done["event"]["id"] not in left

@@ -21,10 +21,12 @@ def default_services(config: Config) -> list:
     from .alerts import Alerts
     from .depth import DepthConfig, DepthSampler
     from .expiry import Expiry, ExpiryConfig
+    from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper, ReaperConfig
     from .scheduler import Scheduler, SchedulerConfig
 
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
             DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
-            Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config))]
+            Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config)),
+            OutboxPruner(OutboxPrunerConfig.from_config(config))]

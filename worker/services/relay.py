@@ -67,6 +67,8 @@ class Relay:
                 for _ in listener.notifies(timeout=self.interval, stop_after=1):
                     pass
             except Exception as exc:  # a relay failure must not stop the worker's claim loops
+                if stopping.is_set():
+                    break  # the worker is closing its pool
                 failures += 1
                 log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
                 if listener is not None:

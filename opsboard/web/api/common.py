@@ -127,11 +127,13 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
             stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
             if stored is not None:
                 return _replay(stored, digest)
-        config = get_config()
-        verdict = backpressure.admission(conn, tenant_id, queue, high_water=config.high_water)
-        if not verdict.accepted:
-            raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
         with conn.transaction():
+            # Admission inside the request's transaction: one commit per request, and a request that
+            # fails later (422) gives its token back.  The bucket's row stays locked until this commit,
+            # which serialises one tenant's requests only for the length of their insert and commit.
+            verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
+            if not verdict.accepted:
+                raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
             if idem is not None:
                 # Waits for a concurrent request holding the same key to finish.
                 if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": idem,
