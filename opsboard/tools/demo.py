@@ -135,7 +135,7 @@ def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) ->
                         queue.enqueue_many(conn, batch)
                     _domain_events(conn, tenants[rng.choice(customers)], rng)
                     if deliveries:  # real sends to the provider sandbox
-                        from .tools.demo_deliveries import traffic_tick
+                        from .demo_deliveries import traffic_tick
                         traffic_tick(conn, deliveries[0], tenants, deliveries[1], rng, tick)
         except Exception as exc:  # the database restarting must not end the demo
             print(f"demo traffic paused: {type(exc).__name__}", file=sys.stderr)
@@ -173,7 +173,7 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
     migrate(url, log=lambda line: print(f"  {line}"))
     creds = _credentials(config)
     tenants = seed(url, creds)
-    from .tools import demo_deliveries
+    from . import demo_deliveries
     sandbox, provider_env, delivery_state = demo_deliveries.start(url, tenants, creds, host)
 
     env = dict(os.environ)
