@@ -427,7 +427,7 @@ BENCH_QUEUES = "critical=2,default=64,bulk=2"
 
 def webhooks(b: Bench) -> None:
     """Signed webhooks to sandbox receivers, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down one."""
-    from .tools.bench_webhooks import run
+    from .bench_webhooks import run
     run(b)
 
 
