@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, queue
+from . import db, queue, ssrf
 from .config import Config, ConfigError, ProviderSettings  # noqa: F401  (re-exported)
 from .jobtypes import Field, InvalidPayload, define, define_provider
 from .schema import new_id
@@ -182,13 +182,24 @@ def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params:
     return {"message": msg, "job": job}
 
 
-def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None) -> dict:
-    """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it."""
+def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None, *,
+                          allow=None) -> dict:
+    """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it.
+
+    The endpoint must be an http(s) URL whose host is not a private, loopback or
+    link-local address literal (unless in ``allow``, default the configured
+    ``OPSBOARD_WEBHOOK_ALLOW``); names are resolved and checked at each send.
+    """
     try:
         endpoint, keys = subscription["endpoint"], subscription["keys"]
         p256dh, auth = keys["p256dh"], keys["auth"]
     except (KeyError, TypeError):
         raise InvalidPayload("a push subscription needs endpoint and keys.p256dh, keys.auth") from None
+    try:
+        ssrf.check_url(endpoint if isinstance(endpoint, str) else "",
+                       settings().webhook_allow if allow is None else allow, resolve=False)
+    except ssrf.Refused as exc:
+        raise InvalidRecipient(f"the push endpoint is refused: {exc}") from None
     return db.one(conn, "push_subscription_upsert", {
         "id": new_id(), "tenant_id": queue._tenant_id(tenant), "user_ref": user_ref, "endpoint": endpoint,
         "p256dh": p256dh, "auth": auth})
