@@ -276,13 +276,18 @@ def manage_create(conn: psycopg.Connection, tenant_id, url: str, event_types, ac
     secret = generate_secret()
 
     def perform(ctx: audit.ActionContext) -> dict:
-        row = create_endpoint(conn, tenant_id, url, types, secret=secret, description=description)
+        try:
+            row = create_endpoint(conn, tenant_id, url, types, secret=secret, description=description)
+        except psycopg.errors.ForeignKeyViolation:
+            raise OpsError("no such tenant", "invalid_tenant") from None
         ctx.write(tenant_id=row["tenant_id"], after={"endpoint_id": str(row["id"]), **_audited(row)})
         return {**public(row), "secret": secret}
 
     def repeat(previous: dict) -> dict:
         row = get_endpoint(conn, tenant_id, (previous["after"] or {}).get("endpoint_id"))
-        return public(row) if row else {}
+        if row is None:
+            raise OpsError("the endpoint this request made has been deleted since", "not_found")
+        return public(row)
 
     return audit.operator_action(conn, actor, "webhook_endpoint.create", target_type="tenant",
                                  target_id=tenant_id, reason=reason or "new webhook endpoint",

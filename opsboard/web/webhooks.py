@@ -18,6 +18,12 @@ bp = Blueprint("webhooks", __name__, url_prefix="/webhooks")
 
 bp.context_processor(forms.form_globals)
 
+
+@bp.context_processor
+def _keys():
+    # The create form keeps its place on the page: each answer gives it a fresh request key.
+    return {"new_request_key": lambda: str(uuid.uuid4())}
+
 PERMISSION = "webhooks.manage"
 
 

@@ -226,3 +226,28 @@ def test_the_openapi_document_describes_the_webhook_api(client):
             "/webhooks/{id}/rotate-secret"} <= set(doc["paths"])
     assert set(doc["paths"]["/webhooks"]) == {"get", "post"}
     assert "secret" in doc["components"]["schemas"]["WebhookEndpoint"]["properties"]
+
+
+def test_the_create_form_gets_a_new_request_key_after_each_create(app, client, login_as):
+    login_as("admin", tenant="acme", operator=False)
+    acme = _tenant(app, "acme")
+    page = client.get("/webhooks/").get_data(as_text=True)
+    key = re.search(r'id="webhook-create-key" value="([^"]+)"', page).group(1)
+    r = client.post("/webhooks/", data={"csrf_token": client.csrf, "request_key": key, "tenant_id": str(acme["id"]),
+                                        "url": PUBLIC}, headers={"HX-Request": "true"})
+    fresh = re.search(r'id="webhook-create-key" value="([^"]+)" hx-swap-oob="true"', r.get_data(as_text=True))
+    assert fresh and fresh.group(1) != key
+    # The same key again is the same request: no second endpoint.
+    client.post("/webhooks/", data={"csrf_token": client.csrf, "request_key": key, "tenant_id": str(acme["id"]),
+                                    "url": PUBLIC + "/2"}, headers={"HX-Request": "true"})
+    client.post("/webhooks/", data={"csrf_token": client.csrf, "request_key": fresh.group(1),
+                                    "tenant_id": str(acme["id"]), "url": PUBLIC + "/3"}, headers={"HX-Request": "true"})
+    with connect(app.extensions["test_db_url"]) as c:
+        urls = [r["url"] for r in c.execute("SELECT url FROM webhook_endpoints ORDER BY created_at").fetchall()]
+    assert urls == [PUBLIC, PUBLIC + "/3"]
+
+
+def test_an_operator_admin_creating_for_an_unknown_tenant_gets_a_clear_refusal(app, client, login_as):
+    login_as("admin")
+    r = client.post("/webhooks/", data=_form(client, tenant_id=str(uuid.uuid4()), url=PUBLIC), headers=JSON)
+    assert r.status_code in (400, 403) and r.get_json()["error"] in ("invalid_tenant", "forbidden")
