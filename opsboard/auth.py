@@ -27,6 +27,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
         "tenants.view", "workers.view", "alerts.view", "alerts.ack",
         "tickets.view", "tickets.work", "templates.view", "templates.edit", "users.manage",
         "reports.view", "reports.request",
+        "webhooks.manage",
     }),
     Role.OPS: frozenset({
         "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",

@@ -6,6 +6,7 @@ names the variable; the CLI turns that into exit status 2.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass, field, fields
@@ -57,6 +58,115 @@ WORKER_LIVE_SECONDS = 60
 
 class ConfigError(Exception):
     """A setting is missing or malformed; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Deliveries to providers (SMTP, SMS gateway, Web Push, webhooks) and their circuit breakers.
+
+    Part of :class:`Config` (``config.providers``), parsed and validated with
+    the rest by :meth:`Config.from_env`; the worker's handlers read it through
+    :func:`opsboard.providers.settings`.
+    """
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 25
+    #: none | starttls | ssl (implicit TLS)
+    smtp_security: str = "none"
+    smtp_user: str = ""
+    smtp_password: str = field(default="", repr=False)
+    smtp_from: str = "opsboard@localhost"
+    smtp_timeout: float = 10.0
+    #: CA certificates (PEM) trusted for STARTTLS/SSL instead of the system ones (a private relay).
+    smtp_ca_file: str = ""
+    sms_url: str = "http://127.0.0.1:8025/sms"
+    sms_key: str = field(default="", repr=False)
+    sms_timeout: float = 10.0
+    vapid_private_key: str = field(default="", repr=False)
+    vapid_subject: str = "mailto:ops@localhost"
+    push_timeout: float = 10.0
+    webhook_timeout: float = 10.0
+    webhook_max_response: int = 64 * 1024
+    #: Networks a webhook (or Web Push endpoint) may target although private/loopback (e.g. 127.0.0.1, 10.0.0.0/8).
+    webhook_allow: tuple = ()
+    breaker_failures: int = 5
+    breaker_failure_rate: float = 0.5
+    breaker_min_calls: int = 20
+    breaker_window: float = 60.0
+    breaker_cooldown: float = 30.0
+    breaker_cooldown_max: float = 600.0
+    #: An endpoint failing without a single success for this long is disabled.
+    endpoint_disable_after: float = 3 * 24 * 3600.0
+
+    @classmethod
+    def from_env(cls, env=None) -> "ProviderSettings":
+        """Parse the ``OPSBOARD_SMTP_*``, ``_SMS_*``, ``_VAPID_*``, ``_PUSH_*``, ``_WEBHOOK_*`` and
+        ``_BREAKER_*`` variables; a bad value is a one-line :class:`ConfigError` naming the variable."""
+        env = os.environ if env is None else env
+        security = env.get("OPSBOARD_SMTP_SECURITY", "") or "none"
+        if security not in ("none", "starttls", "ssl"):
+            raise ConfigError(f"OPSBOARD_SMTP_SECURITY={security!r} must be none, starttls or ssl")
+        allow = []
+        for part in filter(None, (p.strip() for p in env.get("OPSBOARD_WEBHOOK_ALLOW", "").split(","))):
+            try:
+                allow.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise ConfigError(f"OPSBOARD_WEBHOOK_ALLOW: {part!r} is not an address or network") from None
+        sms_url = (env.get("OPSBOARD_SMS_URL", "") or "http://127.0.0.1:8025/sms").rstrip("/")
+        scheme, sep, rest = sms_url.partition("://")
+        if scheme not in ("http", "https") or not sep or not rest.split("/")[0]:
+            raise ConfigError(f"OPSBOARD_SMS_URL={sms_url!r} is not an http(s) URL")
+        smtp_from = env.get("OPSBOARD_SMTP_FROM", "") or "opsboard@localhost"
+        if "@" not in smtp_from or any(c in smtp_from for c in "\r\n"):
+            raise ConfigError(f"OPSBOARD_SMTP_FROM={smtp_from!r} is not an email address")
+        ca_file = env.get("OPSBOARD_SMTP_CA_FILE", "")
+        if ca_file and not Path(ca_file).is_file():
+            raise ConfigError(f"OPSBOARD_SMTP_CA_FILE={ca_file!r} is not a readable file")
+        vapid = env.get("OPSBOARD_VAPID_PRIVATE_KEY", "").strip()
+        if vapid:
+            import base64
+            import binascii
+            try:
+                raw = base64.urlsafe_b64decode(vapid + "=" * (-len(vapid) % 4))
+            except (binascii.Error, ValueError):
+                raw = b""
+            if len(raw) != 32 and not raw.startswith(b"\x30"):  # raw P-256 scalar, or DER
+                raise ConfigError("OPSBOARD_VAPID_PRIVATE_KEY is not a base64url P-256 private key "
+                                  "(generate one with `opsboard vapid`)")
+        subject = env.get("OPSBOARD_VAPID_SUBJECT", "") or "mailto:ops@localhost"
+        if not subject.startswith(("mailto:", "https://")):
+            raise ConfigError(f"OPSBOARD_VAPID_SUBJECT={subject!r} must start with mailto: or https://")
+        rate = _float(env, "OPSBOARD_BREAKER_FAILURE_RATE", 0.5, 0.01, 1.0)
+        cooldown = _float(env, "OPSBOARD_BREAKER_COOLDOWN", 30.0, 0.01, 86400)
+        cooldown_max = _float(env, "OPSBOARD_BREAKER_COOLDOWN_MAX", 600.0, 0.01, 86400)
+        if cooldown_max < cooldown:
+            raise ConfigError(f"OPSBOARD_BREAKER_COOLDOWN_MAX={cooldown_max} is smaller than "
+                              f"OPSBOARD_BREAKER_COOLDOWN={cooldown}")
+        return cls(
+            smtp_host=env.get("OPSBOARD_SMTP_HOST", "") or "127.0.0.1",
+            smtp_port=_int(env, "OPSBOARD_SMTP_PORT", 25, 1, 65535),
+            smtp_security=security,
+            smtp_user=env.get("OPSBOARD_SMTP_USER", ""),
+            smtp_password=env.get("OPSBOARD_SMTP_PASSWORD", ""),
+            smtp_from=smtp_from,
+            smtp_timeout=_float(env, "OPSBOARD_SMTP_TIMEOUT", 10.0, 0.1, 300),
+            smtp_ca_file=ca_file,
+            sms_url=sms_url,
+            sms_key=env.get("OPSBOARD_SMS_KEY", ""),
+            sms_timeout=_float(env, "OPSBOARD_SMS_TIMEOUT", 10.0, 0.1, 300),
+            vapid_private_key=vapid,
+            vapid_subject=subject,
+            push_timeout=_float(env, "OPSBOARD_PUSH_TIMEOUT", 10.0, 0.1, 300),
+            webhook_timeout=_float(env, "OPSBOARD_WEBHOOK_TIMEOUT", 10.0, 0.1, 300),
+            webhook_max_response=_int(env, "OPSBOARD_WEBHOOK_MAX_RESPONSE", 64 * 1024, 0, 16 * 1024 * 1024),
+            webhook_allow=tuple(allow),
+            breaker_failures=_int(env, "OPSBOARD_BREAKER_FAILURES", 5, 1, 10000),
+            breaker_failure_rate=rate,
+            breaker_min_calls=_int(env, "OPSBOARD_BREAKER_MIN_CALLS", 20, 1, 100000),
+            breaker_window=_float(env, "OPSBOARD_BREAKER_WINDOW", 60.0, 1, 86400),
+            breaker_cooldown=cooldown,
+            breaker_cooldown_max=cooldown_max,
+            endpoint_disable_after=_float(env, "OPSBOARD_WEBHOOK_DISABLE_AFTER", 3 * 24 * 3600.0, 1, 365 * 86400),
+        )
 
 
 def parse_queue_slots(text: str) -> dict[str, int]:
@@ -132,6 +242,8 @@ class Config:
     #: Host names the web app answers to (``Host`` header); others get 400.
     #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
     trusted_hosts: tuple[str, ...] = ()
+    #: Deliveries to providers: SMTP, SMS, Web Push, webhooks, breakers.
+    providers: ProviderSettings = field(default_factory=ProviderSettings)
 
     @property
     def pgdata(self) -> Path:
@@ -184,6 +296,7 @@ class Config:
             storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
             report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
             trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
+            providers=ProviderSettings.from_env(env),
         )
 
     def require_secret(self) -> None:

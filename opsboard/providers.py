@@ -17,123 +17,37 @@ push.send          ``{subscription_id,             Web Push to one subscription;
                    notification_id, title?}``      the notification id and a generic title only
 =================  ==============================  ===========================================
 
-Settings come from ``OPSBOARD_``-prefixed environment variables, read once by
-:func:`settings` (the worker's handlers have no :class:`~opsboard.config.Config`
-of their own; keeping these here keeps the core Config free of provider
-details until a provider registry is needed there).
+Settings are :class:`opsboard.config.ProviderSettings`, part of the
+:class:`~opsboard.config.Config` (``config.providers``), parsed and validated
+once by ``Config.from_env`` (a bad value stops the CLI with exit status 2);
+handlers read them through :func:`settings`.
 """
 from __future__ import annotations
 
 import base64
-import ipaddress
-import os
 import re
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, queue
-from .config import ConfigError
+from . import db, queue, ssrf
+from .config import Config, ConfigError, ProviderSettings  # noqa: F401  (re-exported)
 from .jobtypes import Field, InvalidPayload, define, define_provider
 from .schema import new_id
 
 # ---------------------------------------------------------------- settings
 
 
-@dataclass(frozen=True)
-class ProviderSettings:
-    smtp_host: str = "127.0.0.1"
-    smtp_port: int = 25
-    #: none | starttls | ssl
-    smtp_security: str = "none"
-    smtp_user: str = ""
-    smtp_password: str = ""
-    smtp_from: str = "opsboard@localhost"
-    smtp_timeout: float = 10.0
-    #: CA certificates (PEM) trusted for STARTTLS/SSL instead of the system ones (a private relay).
-    smtp_ca_file: str = ""
-    sms_url: str = "http://127.0.0.1:8025/sms"
-    sms_key: str = ""
-    sms_timeout: float = 10.0
-    vapid_private_key: str = ""
-    vapid_subject: str = "mailto:ops@localhost"
-    push_timeout: float = 10.0
-    webhook_timeout: float = 10.0
-    webhook_max_response: int = 64 * 1024
-    #: Networks a webhook may target although private/loopback (e.g. 127.0.0.1, 10.0.0.0/8).
-    webhook_allow: tuple = ()
-    breaker_failures: int = 5
-    breaker_failure_rate: float = 0.5
-    breaker_min_calls: int = 20
-    breaker_window: float = 60.0
-    breaker_cooldown: float = 30.0
-    breaker_cooldown_max: float = 600.0
-    #: An endpoint failing without a single success for this long is disabled.
-    endpoint_disable_after: float = 3 * 24 * 3600.0
-
-    @classmethod
-    def from_env(cls, env=None) -> "ProviderSettings":
-        env = os.environ if env is None else env
-        security = env.get("OPSBOARD_SMTP_SECURITY", "none")
-        if security not in ("none", "starttls", "ssl"):
-            raise ConfigError(f"OPSBOARD_SMTP_SECURITY={security!r} must be none, starttls or ssl")
-        allow = []
-        for part in filter(None, (p.strip() for p in env.get("OPSBOARD_WEBHOOK_ALLOW", "").split(","))):
-            try:
-                allow.append(ipaddress.ip_network(part, strict=False))
-            except ValueError:
-                raise ConfigError(f"OPSBOARD_WEBHOOK_ALLOW: {part!r} is not an address or network") from None
-
-        def num(name, default, kind=float, lo=0.0, hi=1e9):
-            raw = env.get(name)
-            if raw in (None, ""):
-                return default
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r} is not a number") from None
-            if not lo <= value <= hi:
-                raise ConfigError(f"{name}={value} must be between {lo} and {hi}")
-            return value
-
-        return cls(
-            smtp_host=env.get("OPSBOARD_SMTP_HOST", "127.0.0.1"),
-            smtp_port=num("OPSBOARD_SMTP_PORT", 25, int, 1, 65535),
-            smtp_security=security,
-            smtp_user=env.get("OPSBOARD_SMTP_USER", ""),
-            smtp_password=env.get("OPSBOARD_SMTP_PASSWORD", ""),
-            smtp_from=env.get("OPSBOARD_SMTP_FROM", "opsboard@localhost"),
-            smtp_timeout=num("OPSBOARD_SMTP_TIMEOUT", 10.0, float, 0.1, 300),
-            smtp_ca_file=env.get("OPSBOARD_SMTP_CA_FILE", ""),
-            sms_url=env.get("OPSBOARD_SMS_URL", "http://127.0.0.1:8025/sms").rstrip("/"),
-            sms_key=env.get("OPSBOARD_SMS_KEY", ""),
-            sms_timeout=num("OPSBOARD_SMS_TIMEOUT", 10.0, float, 0.1, 300),
-            vapid_private_key=env.get("OPSBOARD_VAPID_PRIVATE_KEY", ""),
-            vapid_subject=env.get("OPSBOARD_VAPID_SUBJECT", "mailto:ops@localhost"),
-            push_timeout=num("OPSBOARD_PUSH_TIMEOUT", 10.0, float, 0.1, 300),
-            webhook_timeout=num("OPSBOARD_WEBHOOK_TIMEOUT", 10.0, float, 0.1, 300),
-            webhook_max_response=num("OPSBOARD_WEBHOOK_MAX_RESPONSE", 64 * 1024, int, 0, 16 * 1024 * 1024),
-            webhook_allow=tuple(allow),
-            breaker_failures=num("OPSBOARD_BREAKER_FAILURES", 5, int, 1, 10000),
-            breaker_failure_rate=num("OPSBOARD_BREAKER_FAILURE_RATE", 0.5, float, 0.01, 1.0),
-            breaker_min_calls=num("OPSBOARD_BREAKER_MIN_CALLS", 20, int, 1, 100000),
-            breaker_window=num("OPSBOARD_BREAKER_WINDOW", 60.0, float, 1, 86400),
-            breaker_cooldown=num("OPSBOARD_BREAKER_COOLDOWN", 30.0, float, 0.01, 86400),
-            breaker_cooldown_max=num("OPSBOARD_BREAKER_COOLDOWN_MAX", 600.0, float, 0.01, 86400),
-            endpoint_disable_after=num("OPSBOARD_WEBHOOK_DISABLE_AFTER", 3 * 24 * 3600.0, float, 1, 365 * 86400),
-        )
-
-
 _current: ProviderSettings | None = None
 
 
 def settings() -> ProviderSettings:
-    """The process's provider settings (read once from the environment, or set by :func:`use_settings`)."""
+    """The process's provider settings: ``Config.from_env().providers`` (parsed once, with the rest of the
+    configuration, which the CLI validated at start), or what :func:`use_settings` set."""
     global _current
     if _current is None:
-        _current = ProviderSettings.from_env()
+        _current = Config.from_env().providers
     return _current
 
 
@@ -268,13 +182,24 @@ def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params:
     return {"message": msg, "job": job}
 
 
-def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None) -> dict:
-    """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it."""
+def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None, *,
+                          allow=None) -> dict:
+    """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it.
+
+    The endpoint must be an http(s) URL whose host is not a private, loopback or
+    link-local address literal (unless in ``allow``, default the configured
+    ``OPSBOARD_WEBHOOK_ALLOW``); names are resolved and checked at each send.
+    """
     try:
         endpoint, keys = subscription["endpoint"], subscription["keys"]
         p256dh, auth = keys["p256dh"], keys["auth"]
     except (KeyError, TypeError):
         raise InvalidPayload("a push subscription needs endpoint and keys.p256dh, keys.auth") from None
+    try:
+        ssrf.check_url(endpoint if isinstance(endpoint, str) else "",
+                       settings().webhook_allow if allow is None else allow, resolve=False)
+    except ssrf.Refused as exc:
+        raise InvalidRecipient(f"the push endpoint is refused: {exc}") from None
     return db.one(conn, "push_subscription_upsert", {
         "id": new_id(), "tenant_id": queue._tenant_id(tenant), "user_ref": user_ref, "endpoint": endpoint,
         "p256dh": p256dh, "auth": auth})

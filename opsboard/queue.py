@@ -340,6 +340,20 @@ def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uui
     return {r["id"] for r in rows}
 
 
+#: Providers whose reconciliation of a ``started`` effect is to send again with
+#: the same id (webhooks: receivers dedupe on ``webhook-id``).  Losing their
+#: ``started`` row in a server crash changes nothing (the retry sends again
+#: either way), so it is written without waiting for the WAL flush
+#: (``synchronous_commit = off`` for that one transaction); ``confirmed`` is
+#: still written durably with the job's success.  See :func:`relax_effect_durability`.
+_RESEND_RECONCILED: set[str] = set()
+
+
+def relax_effect_durability(provider: str) -> None:
+    """Declare that ``provider``'s started effects are reconciled by resending with the same id."""
+    _RESEND_RECONCILED.add(provider)
+
+
 def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -> dict:
     """Record an external effect as started, or return the existing record.
 
@@ -350,8 +364,13 @@ def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -
     ``confirmed`` means it happened: do not send again.  Confirmation happens
     in :func:`record_outcomes`, in the transaction that marks the job succeeded.
     """
-    row = db.one(conn, "effect_begin", {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"],
-                                        "provider": provider})
+    params = {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"], "provider": provider}
+    if provider in _RESEND_RECONCILED and conn.autocommit and conn.info.transaction_status == 0:
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            row = db.one(conn, "effect_begin", params)
+    else:
+        row = db.one(conn, "effect_begin", params)
     if row is None:
         raise QueueError("this effect key belongs to another tenant", "effect_key_conflict")
     return row

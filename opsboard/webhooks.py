@@ -24,6 +24,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import secrets as secrets_mod
 import time
 import uuid
@@ -32,8 +33,9 @@ from typing import Iterable, Mapping
 
 import psycopg
 
-from . import db, queue
+from . import audit, db, queue, ssrf
 from .auth import TenantScope
+from .errors import OpsError
 from .schema import new_id
 
 #: Accepted clock difference between sender and receiver (seconds).
@@ -144,8 +146,17 @@ def get_endpoint(conn: psycopg.Connection, tenant, endpoint_id) -> dict | None:
 
 
 def list_endpoints(conn: psycopg.Connection, scope: TenantScope, limit: int = 200) -> list[dict]:
-    """Endpoints in ``scope`` with their breaker state (dashboard)."""
-    return db.all_rows(conn, "webhook_endpoint_list", {**scope.params, "limit": limit})
+    """Endpoints in ``scope`` with their breaker state (dashboard); no secrets."""
+    return db.all_rows(conn, "webhook_endpoint_list", {**scope.params, "limit": limit, "id": None})
+
+
+def show_endpoint(conn: psycopg.Connection, scope: TenantScope, endpoint_id) -> dict | None:
+    """One endpoint in ``scope`` as :func:`list_endpoints` shows it (None: not there, or not a uuid)."""
+    try:
+        endpoint_id = uuid.UUID(str(endpoint_id))
+    except ValueError:
+        return None
+    return db.one(conn, "webhook_endpoint_list", {**scope.params, "limit": 1, "id": endpoint_id})
 
 
 def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
@@ -190,3 +201,156 @@ def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: s
                      target_id=endpoint_id, tenant_id=tenant_id, reason=reason,
                      after={"enabled": False, "alert_id": str(alert["id"])})
     return row
+
+
+# ---------------------------------------------------------------- management (dashboard and API)
+
+#: An event type a tenant may subscribe to: ``*`` (all) or a dotted name.
+EVENT_TYPE = re.compile(r"^(\*|[a-z][a-z0-9_]*(\.[a-z0-9_]+)*)$")
+MAX_EVENT_TYPES = 50
+
+
+def check_event_types(types) -> list[str]:
+    """The sorted, distinct event types; ``["*"]`` when none are given."""
+    if isinstance(types, str):
+        types = [t.strip() for t in types.replace(",", " ").split()]
+    if not isinstance(types, (list, tuple)) or not all(isinstance(t, str) for t in types):
+        raise OpsError("event_types must be a list of event type names", "invalid_event_types")
+    clean = sorted({t.strip() for t in types if t.strip()}) or ["*"]
+    if len(clean) > MAX_EVENT_TYPES or not all(len(t) <= 100 and EVENT_TYPE.match(t) for t in clean):
+        raise OpsError(f"event types are '*' or dotted lower-case names like order.paid (at most "
+                       f"{MAX_EVENT_TYPES})", "invalid_event_types")
+    return clean
+
+
+def check_target(url: str, allow=()) -> str:
+    """The URL when the SSRF guard lets it through (at registration: also resolved), else OpsError."""
+    url = url.strip() if isinstance(url, str) else ""
+    if (not url.startswith(("http://", "https://")) or len(url) > 2000
+            or any(c.isspace() or not c.isprintable() for c in url)):
+        raise OpsError("the URL must be http(s)://host/... (at most 2000 characters, no spaces)", "invalid_url")
+    try:
+        ssrf.check_url(url, allow)
+    except ssrf.Refused as exc:
+        raise OpsError(f"this URL cannot receive webhooks: {exc}", "target_refused", status=422) from None
+    return url
+
+
+def public(row: dict) -> dict:
+    """An endpoint as shown to its owner: never its secrets (those are shown once, when made)."""
+    return {"id": row["id"], "tenant_id": row["tenant_id"], "url": row["url"],
+            "event_types": list(row["event_types"]), "enabled": row["enabled"],
+            "disabled_reason": row.get("disabled_reason"), "disabled_at": row.get("disabled_at"),
+            "description": row.get("description") or "", "created_at": row.get("created_at"),
+            "secret_count": len(row["secrets"]) if "secrets" in row else row.get("secret_count")}
+
+
+def _audited(row: dict) -> dict:
+    return {"url": row["url"], "event_types": list(row["event_types"]), "enabled": row["enabled"],
+            "secret_count": len(row["secrets"])}
+
+
+def _scoped(conn, endpoint_id, scope: TenantScope) -> dict:
+    try:
+        endpoint_id = uuid.UUID(str(endpoint_id))
+    except ValueError:
+        raise OpsError("no such webhook endpoint", "not_found") from None
+    row = db.one(conn, "webhook_endpoint_get_scoped", {"id": endpoint_id, **scope.params})
+    if row is None:
+        raise OpsError("no such webhook endpoint", "not_found")
+    return row
+
+
+def manage_create(conn: psycopg.Connection, tenant_id, url: str, event_types, actor: audit.Actor, *,
+                  allow=(), description: str = "", reason: str | None = None,
+                  request_key: str | None = None) -> dict:
+    """Register an endpoint (URL checked by the SSRF guard, resolved now), audited.
+
+    Returns the endpoint (:func:`public`) with ``secret``: the only time it is shown.
+    """
+    url = check_target(url, allow)
+    types = check_event_types(event_types)
+    description = (description or "").strip()
+    if len(description) > 200 or not all(c.isprintable() for c in description):
+        raise OpsError("the description must be at most 200 printable characters", "invalid_description")
+    secret = generate_secret()
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        try:
+            row = create_endpoint(conn, tenant_id, url, types, secret=secret, description=description)
+        except psycopg.errors.ForeignKeyViolation:
+            raise OpsError("no such tenant", "invalid_tenant") from None
+        ctx.write(tenant_id=row["tenant_id"], after={"endpoint_id": str(row["id"]), **_audited(row)})
+        return {**public(row), "secret": secret}
+
+    def repeat(previous: dict) -> dict:
+        row = get_endpoint(conn, tenant_id, (previous["after"] or {}).get("endpoint_id"))
+        if row is None:
+            raise OpsError("the endpoint this request made has been deleted since", "not_found")
+        return public(row)
+
+    return audit.operator_action(conn, actor, "webhook_endpoint.create", target_type="tenant",
+                                 target_id=tenant_id, reason=reason or "new webhook endpoint",
+                                 request_key=request_key, perform=perform, repeat=repeat)
+
+
+def manage_set_enabled(conn: psycopg.Connection, endpoint_id, enabled: bool, actor: audit.Actor, *,
+                       scope: TenantScope, reason: str | None, request_key: str | None = None) -> dict:
+    """Enable (breaker forgotten: it starts closed) or disable an endpoint, audited."""
+    action = "webhook_endpoint.enable" if enabled else "webhook_endpoint.disable"
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        row = _scoped(conn, endpoint_id, scope)
+        if row["enabled"] == enabled:
+            raise OpsError(f"the endpoint is {'enabled' if enabled else 'disabled'} already", "invalid_status")
+        if enabled:
+            after = db.one(conn, "webhook_endpoint_enable", {"id": row["id"], "tenant_id": row["tenant_id"]})
+            db.execute(conn, "webhook_endpoint_breaker_reset", {"id": row["id"]})
+        else:
+            after = db.one(conn, "webhook_endpoint_disable", {"id": row["id"], "tenant_id": row["tenant_id"],
+                                                              "reason": "manual", "now": None})
+        ctx.write(tenant_id=row["tenant_id"], before={"enabled": row["enabled"]}, after={"enabled": enabled})
+        return public(after)
+
+    def repeat(previous: dict) -> dict:
+        return public(_scoped(conn, previous["target_id"], scope))
+
+    return audit.operator_action(conn, actor, action, target_type="webhook_endpoint", target_id=endpoint_id,
+                                 reason=reason, request_key=request_key, perform=perform, repeat=repeat)
+
+
+def manage_rotate(conn: psycopg.Connection, endpoint_id, actor: audit.Actor, *, scope: TenantScope,
+                  reason: str | None, request_key: str | None = None, keep: int = 2) -> dict:
+    """A new current secret (returned once as ``secret``); the previous one keeps signing beside it."""
+    secret = generate_secret()
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        row = _scoped(conn, endpoint_id, scope)
+        after = rotate_secret(conn, row["tenant_id"], row["id"], secret, keep=keep)
+        ctx.write(tenant_id=row["tenant_id"], before={"secret_count": len(row["secrets"])},
+                  after={"secret_count": len(after["secrets"])})
+        return {**public(after), "secret": secret}
+
+    def repeat(previous: dict) -> dict:
+        return public(_scoped(conn, previous["target_id"], scope))
+
+    return audit.operator_action(conn, actor, "webhook_endpoint.rotate_secret", target_type="webhook_endpoint",
+                                 target_id=endpoint_id, reason=reason, request_key=request_key,
+                                 perform=perform, repeat=repeat)
+
+
+def manage_delete(conn: psycopg.Connection, endpoint_id, actor: audit.Actor, *, scope: TenantScope,
+                  reason: str | None, request_key: str | None = None) -> dict:
+    """Delete an endpoint and its breaker, audited; queued deliveries to it end ``endpoint_gone``."""
+    def perform(ctx: audit.ActionContext) -> dict:
+        row = _scoped(conn, endpoint_id, scope)
+        db.one(conn, "webhook_endpoint_delete", {"id": row["id"], "tenant_id": row["tenant_id"]})
+        ctx.write(tenant_id=row["tenant_id"], before=_audited(row))
+        return {"id": row["id"], "deleted": True}
+
+    def repeat(previous: dict) -> dict:
+        return {"id": uuid.UUID(previous["target_id"]), "deleted": True}
+
+    return audit.operator_action(conn, actor, "webhook_endpoint.delete", target_type="webhook_endpoint",
+                                 target_id=endpoint_id, reason=reason, request_key=request_key,
+                                 perform=perform, repeat=repeat)

@@ -30,9 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Config, args: argparse.Namespace) -> int:
     """Run a worker with ``config`` and the options of :func:`add_arguments` until SIGTERM."""
+    from opsboard import providers
     from opsboard.db import resolve_url
 
     from .runner import Worker
+
+    providers.use_settings(config.providers)  # the handlers read the settings parsed here, once
 
     try:
         queues = parse_queue_slots(args.queues) if args.queues else None

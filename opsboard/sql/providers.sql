@@ -41,12 +41,14 @@ SELECT id, type, version, tenant_id, occurred_at, payload FROM outbox_events WHE
 -- name: webhook_endpoint_list
 -- Endpoints in a scope, with their breaker, for the dashboard.
 SELECT e.id, e.tenant_id, t.slug AS tenant, e.url, e.event_types, e.enabled, e.disabled_reason, e.disabled_at,
+       e.description, e.created_at,
        cardinality(e.secrets) AS secret_count, b.state AS breaker_state, b.consecutive_failures,
        b.open_until, b.failing_since, b.last_success_at, b.last_failure_at, b.last_error_code
 FROM webhook_endpoints e
 JOIN tenants t ON t.id = e.tenant_id
 LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
 WHERE (%(scope_all)s OR e.tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(id)s::uuid IS NULL OR e.id = %(id)s::uuid)
 ORDER BY e.enabled, b.state NULLS LAST, e.created_at DESC
 LIMIT %(limit)s;
 
@@ -187,3 +189,22 @@ WHERE e.id = %(endpoint_id)s AND e.tenant_id = %(tenant_id)s;
 UPDATE push_subscriptions SET state = 'revoked'
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND state = 'active'
 RETURNING id;
+
+-- name: webhook_endpoint_get_scoped
+-- One endpoint in a caller's tenant scope, locked for an operator action.
+SELECT * FROM webhook_endpoints
+WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+FOR UPDATE;
+
+-- name: webhook_endpoint_delete
+-- Remove an endpoint (its queued deliveries end endpoint_gone) and its breaker.
+WITH gone AS (
+    DELETE FROM webhook_endpoints WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING *
+), b AS (
+    DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text AND EXISTS (SELECT 1 FROM gone)
+)
+SELECT * FROM gone;
+
+-- name: webhook_endpoint_breaker_reset
+-- Forget an endpoint's breaker (enabled again by its owner: start from closed).
+DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text;

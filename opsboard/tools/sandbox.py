@@ -390,7 +390,8 @@ class _SmtpHandler:
         msg = message_from_bytes(envelope.original_content or envelope.content, policy=default_policy)
         body = msg.get_body(("plain", "html"))
         queue_id = uuid.uuid4().hex[:12].upper()
-        self.state.record("email", "smtp", queue_id=queue_id, tls=bool(getattr(session, "ssl", None)), mail_from=envelope.mail_from,
+        self.state.record("email", "smtp", queue_id=queue_id, tls=bool(getattr(session, "ssl", None) or _implicit_tls(server)),
+                          mail_from=envelope.mail_from,
                           rcpt_to=list(envelope.rcpt_tos), subject=str(msg.get("Subject", "")),
                           message_id=str(msg.get("Message-ID", "")),
                           headers={k.lower(): str(v) for k, v in msg.items()},
@@ -455,17 +456,24 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def _implicit_tls(server) -> bool:
+    transport = getattr(server, "transport", None)
+    return transport is not None and transport.get_extra_info("sslcontext") is not None
+
+
 class Sandbox:
     """The sandbox's HTTP and SMTP servers, run in background threads."""
 
     def __init__(self, host: str = "127.0.0.1", http_port: int = 0, smtp_port: int = 0, *, sms_key: str = "",
-                 smtp: bool = True, smtp_starttls: bool = False):
+                 smtp: bool = True, smtp_starttls: bool = False, smtp_ssl: bool = False):
         self.host, self.http_port, self.smtp_port = host, http_port, smtp_port
         self.sms_key = sms_key
         self.state = State()
         self.with_smtp = smtp
         #: With smtp_starttls, SMTP offers STARTTLS with a fresh self-signed certificate (its PEM file).
         self.smtp_starttls = smtp_starttls
+        #: With smtp_ssl, SMTP speaks implicit TLS (SMTPS) from the first byte, same kind of certificate.
+        self.smtp_ssl = smtp_ssl
         self.smtp_ca_file: str | None = None
         self._http: _Server | None = None
         self._smtp = None
@@ -492,6 +500,8 @@ class Sandbox:
             extra = {}
             if self.smtp_starttls:
                 self.smtp_ca_file, extra["tls_context"] = _self_signed(self.host)
+            elif self.smtp_ssl:
+                self.smtp_ca_file, extra["ssl_context"] = _self_signed(self.host)
             self._smtp = Controller(_SmtpHandler(self.state), hostname=self.host, port=port,
                                     authenticator=_any_credentials, auth_require_tls=False,
                                     auth_required=False, **extra)

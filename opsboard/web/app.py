@@ -101,9 +101,9 @@ def create_app(test_config: dict | None = None) -> Flask:
                 "nav_links": security.nav_links}
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
-                   queues, reports, tenants, workers)
+                   queues, reports, tenants, webhooks, workers)
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api, deliveries, reports):
+                   apikeys, api, deliveries, reports, webhooks):
         app.register_blueprint(module.bp)
     return app
 

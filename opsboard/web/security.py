@@ -182,6 +182,7 @@ NAV = (
     ("Dead letters", "deadletters.index", "jobs.view", False),
     ("Workers", "workers.index", "workers.view", True),
     ("Deliveries", "deliveries.index", "jobs.view", False),
+    ("Webhooks", "webhooks.index", "webhooks.manage", False),
     ("Alerts", "alerts.index", "alerts.view", False),
     ("Reports", "reports.index", "reports.view", False),
     ("Tickets", "tickets.index", "tickets.view", False),

@@ -167,3 +167,83 @@ def test_a_revoked_subscription_is_never_used(db_url, sandbox, runner, push_sett
     done = runner.run(job["id"])  # queued before the revocation
     assert (done["status"], done["last_error_code"]) == ("dead", "subscription_inactive")
     assert sandbox.records("push") == []
+
+
+def test_implicit_tls_smtp_verifies_the_certificate(db_url, runner):
+    from opsboard.tools.sandbox import Sandbox
+    sb = Sandbox("127.0.0.1", 0, 0, smtp_ssl=True).start()
+    try:
+        providers.use_settings(sandbox_settings(sb, smtp_security="ssl", smtp_user="mailer", smtp_password="s3cret",
+                                                smtp_ca_file=sb.smtp_ca_file))
+        sent = _email(db_url)
+        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+        (rec,) = sb.records("email")
+        assert rec["tls"] and rec["user"] == "mailer"
+        # Not trusting the certificate: refused, nothing sent.
+        providers.use_settings(sandbox_settings(sb, smtp_security="ssl"))
+        other = _email(db_url, to="bo@example.test")
+        done = runner.run(other["job"]["id"])
+        assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
+        assert len(sb.records("email")) == 1
+        # Plain SMTP to an SMTPS port does not get a message through either.
+        providers.use_settings(sandbox_settings(sb, smtp_security="none", smtp_timeout=1.0))
+        third = _email(db_url, to="cy@example.test")
+        assert runner.run(third["job"]["id"])["status"] != "succeeded"
+        assert len(sb.records("email")) == 1
+    finally:
+        providers.use_settings(None)
+        sb.stop()
+
+
+def test_a_private_push_endpoint_is_refused_at_subscription(db_url, sandbox, push_settings):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        keys = {"p256dh": "BExample", "auth": "secret"}
+        for endpoint in ("http://10.1.2.3/push/x", "http://169.254.169.254/latest", "http://[::1]/push/x",
+                         "file:///etc/passwd", "https:///no-host"):
+            with pytest.raises(InvalidRecipient):
+                providers.add_push_subscription(c, t, {"endpoint": endpoint, "keys": keys}, allow=())
+        assert c.execute("SELECT count(*) AS n FROM push_subscriptions").fetchone()["n"] == 0
+
+
+def test_a_push_endpoint_no_longer_allowed_is_refused_at_send_and_deactivated(db_url, sandbox, runner, push_settings):
+    t, sub, job = _push(db_url, sandbox)      # 127.0.0.1 is allow-listed when it is stored
+    providers.use_settings(providers.settings().__class__(**{**providers.settings().__dict__, "webhook_allow": ()}))
+    done = runner.run(job["id"])
+    assert (done["status"], done["last_error_code"]) == ("dead", "push_target_refused")
+    assert sandbox.records("push") == []
+    with connect(db_url) as c:
+        assert c.execute("SELECT state, invalid_reason FROM push_subscriptions").fetchone() == {
+            "state": "invalid", "invalid_reason": "push_target_refused"}
+
+
+def test_push_redirects_are_not_followed(db_url, sandbox, runner, push_settings):
+    import http.server
+    import threading
+
+    t, sub, job = _push(db_url, sandbox)
+    target = sub["endpoint"]
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(307)
+            self.send_header("Location", target)   # would reach the push service if followed
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with connect(db_url) as c:
+            c.execute("UPDATE push_subscriptions SET endpoint = %s WHERE id = %s",
+                      (f"http://127.0.0.1:{srv.server_address[1]}/elsewhere", sub["id"]))
+        done = runner.run(job["id"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert (done["status"], done["last_error_code"]) == ("dead", "push_307")
+    assert sandbox.records("push") == []

@@ -170,3 +170,60 @@ def test_pgdata_defaults_under_instance_dir(tmp_path):
     c = Config.from_env(env(OPSBOARD_INSTANCE_DIR=str(tmp_path)))
     assert c.pgdata == tmp_path / "pgdata"
     assert Config.from_env(env(OPSBOARD_DATA_DIR=str(tmp_path / "pg"))).pgdata == tmp_path / "pg"
+
+
+@pytest.mark.parametrize("name, value, fragment", [
+    ("OPSBOARD_SMTP_PORT", "0", "OPSBOARD_SMTP_PORT=0 must be between 1 and 65535"),
+    ("OPSBOARD_SMTP_PORT", "smtp", "OPSBOARD_SMTP_PORT='smtp' is not a whole number"),
+    ("OPSBOARD_SMTP_SECURITY", "tls", "OPSBOARD_SMTP_SECURITY='tls' must be none, starttls or ssl"),
+    ("OPSBOARD_SMTP_TIMEOUT", "0", "OPSBOARD_SMTP_TIMEOUT=0.0 must be between 0.1 and 300"),
+    ("OPSBOARD_SMTP_FROM", "nobody", "OPSBOARD_SMTP_FROM='nobody' is not an email address"),
+    ("OPSBOARD_SMTP_CA_FILE", "/nonexistent/ca.pem", "OPSBOARD_SMTP_CA_FILE='/nonexistent/ca.pem'"),
+    ("OPSBOARD_SMS_URL", "ftp://gw/sms", "OPSBOARD_SMS_URL='ftp://gw/sms' is not an http(s) URL"),
+    ("OPSBOARD_SMS_TIMEOUT", "soon", "OPSBOARD_SMS_TIMEOUT='soon' is not a number"),
+    ("OPSBOARD_VAPID_PRIVATE_KEY", "not a key", "OPSBOARD_VAPID_PRIVATE_KEY is not a base64url P-256"),
+    ("OPSBOARD_VAPID_SUBJECT", "ops@example.com", "OPSBOARD_VAPID_SUBJECT='ops@example.com' must start with"),
+    ("OPSBOARD_PUSH_TIMEOUT", "-1", "OPSBOARD_PUSH_TIMEOUT=-1.0 must be between"),
+    ("OPSBOARD_WEBHOOK_TIMEOUT", "nan", "OPSBOARD_WEBHOOK_TIMEOUT=nan must be between"),
+    ("OPSBOARD_WEBHOOK_MAX_RESPONSE", "1e6", "OPSBOARD_WEBHOOK_MAX_RESPONSE='1e6' is not a whole number"),
+    ("OPSBOARD_WEBHOOK_ALLOW", "127.0.0.1, intranet", "OPSBOARD_WEBHOOK_ALLOW: 'intranet' is not an address"),
+    ("OPSBOARD_WEBHOOK_DISABLE_AFTER", "0", "OPSBOARD_WEBHOOK_DISABLE_AFTER=0.0 must be between"),
+    ("OPSBOARD_BREAKER_FAILURES", "x", "OPSBOARD_BREAKER_FAILURES='x' is not a whole number"),
+    ("OPSBOARD_BREAKER_FAILURE_RATE", "2", "OPSBOARD_BREAKER_FAILURE_RATE=2.0 must be between 0.01 and 1.0"),
+    ("OPSBOARD_BREAKER_MIN_CALLS", "0", "OPSBOARD_BREAKER_MIN_CALLS=0 must be between"),
+    ("OPSBOARD_BREAKER_WINDOW", "0.5", "OPSBOARD_BREAKER_WINDOW=0.5 must be between"),
+    ("OPSBOARD_BREAKER_COOLDOWN_MAX", "5", "OPSBOARD_BREAKER_COOLDOWN_MAX=5.0 is smaller than"),
+])
+def test_bad_provider_values_name_the_variable(name, value, fragment):
+    with pytest.raises(ConfigError) as info:
+        Config.from_env(env(**{name: value}))
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_provider_settings_are_part_of_the_config():
+    from opsboard.providers import generate_vapid_keys
+    private, _ = generate_vapid_keys()
+    c = Config.from_env(env(OPSBOARD_WEBHOOK_ALLOW="127.0.0.1, 10.0.0.0/8", OPSBOARD_SMTP_PORT="587",
+                            OPSBOARD_SMTP_SECURITY="ssl", OPSBOARD_VAPID_PRIVATE_KEY=private,
+                            OPSBOARD_SMS_URL="https://gw.example/sms/", OPSBOARD_BREAKER_FAILURES="7"))
+    p = c.providers
+    assert p.smtp_port == 587 and p.smtp_security == "ssl" and p.breaker_failures == 7
+    assert p.sms_url == "https://gw.example/sms" and p.vapid_private_key == private
+    assert [str(n) for n in p.webhook_allow] == ["127.0.0.1/32", "10.0.0.0/8"]
+    assert private not in repr(c)  # secrets stay out of reprs (and so out of logs)
+    assert Config.from_env(env()).providers == Config().providers  # defaults
+
+
+@pytest.mark.parametrize("argv", [["opsboard", "migrate"], ["worker"]])
+def test_a_bad_provider_value_stops_the_cli_with_one_line(argv, monkeypatch, capsys):
+    monkeypatch.setenv("OPSBOARD_BREAKER_FAILURE_RATE", "lots")
+    if argv[0] == "opsboard":
+        from opsboard.cli import main
+        code = main(argv[1:])
+    else:
+        from worker.cli import main
+        code = main([])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == "opsboard: OPSBOARD_BREAKER_FAILURE_RATE='lots' is not a number"

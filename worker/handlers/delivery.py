@@ -17,12 +17,17 @@ from __future__ import annotations
 import random
 import uuid
 
-from opsboard import breaker, db, providers, retry, webhooks
+from opsboard import breaker, db, providers, queue, retry, webhooks
 from opsboard.providers import WEBHOOK_SCHEDULE, render
 from worker.providers import push as push_provider
 from worker.providers import sms as sms_provider
 from worker.providers import smtp as smtp_provider
 from worker.providers import webhook as webhook_provider
+
+
+# A started webhook is reconciled by sending again with the same webhook-id: its
+# started row need not wait for the WAL flush (see queue.relax_effect_durability).
+queue.relax_effect_durability("webhooks")
 
 
 def _uuid(value, field: str) -> uuid.UUID:
@@ -222,7 +227,7 @@ def push_send(job):
     with job.connection() as conn:
         if isinstance(outcome, retry.Success):
             db.execute(conn, "push_subscription_success", {"id": sub_id, "tenant_id": job.tenant_id, "now": None})
-        elif isinstance(outcome, retry.Permanent) and outcome.code in ("push_404", "push_410"):
+        elif isinstance(outcome, retry.Permanent) and outcome.code in ("push_404", "push_410", "push_target_refused"):
             db.one(conn, "push_subscription_invalidate", {"id": sub_id, "tenant_id": job.tenant_id,
                                                           "reason": outcome.code})
     return outcome

@@ -3,23 +3,28 @@
 The standard library's ``http.client`` is used directly so that the connection
 goes to the address that was checked (a DNS answer cannot change between the
 check and the connect) while TLS still verifies the host's name.
+
+``reuse=True`` (webhooks) keeps HTTP/1.1 connections alive in a small
+process-wide pool keyed by scheme, host, port *and the checked address*: the
+name is still resolved and checked for every request, and a connection is
+reused only when it goes to the address just checked.  Idle connections the
+far side closed (readable before reuse) or idle over 10 s are dropped, never
+written to; a request is never re-sent within one call.
 """
 from __future__ import annotations
 
 import http.client
-import ipaddress
+import select
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from opsboard import retry
-
-
-class Refused(Exception):
-    """The target is not allowed (private, loopback, link-local... and not allow-listed)."""
+from opsboard import retry, ssrf
+from opsboard.ssrf import Refused  # noqa: F401  (raised by request)
 
 
 @dataclass
@@ -29,28 +34,8 @@ class Response:
     body: bytes
 
 
-def _blocked(ip: ipaddress._BaseAddress) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_reserved
-            or ip.is_unspecified or getattr(ip, "is_site_local", False))
-
-
-def resolve_checked(host: str, port: int, allow=()) -> str:
-    """The first address of ``host`` if every address it resolves to is allowed; else :class:`Refused`."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise OSError(f"dns: {exc}") from None
-    addrs = []
-    for info in infos:
-        ip = ipaddress.ip_address(info[4][0].split("%")[0])
-        if _blocked(ip) and not any(ip in net for net in allow):
-            raise Refused(f"{ip} is a private, loopback or link-local address")
-        addrs.append(str(ip))
-    if not addrs:
-        raise OSError("dns: no address")
-    return addrs[0]
+_blocked = ssrf.blocked
+resolve_checked = ssrf.resolve_checked
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):
@@ -63,8 +48,69 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
+class _Pool:
+    """Idle keep-alive connections, keyed by (scheme, host, port, checked address)."""
+
+    PER_KEY = 4
+    TOTAL = 256
+    IDLE_SECONDS = 10.0
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle: dict[tuple, list[tuple[float, http.client.HTTPConnection]]] = {}
+        self.count = 0
+
+    def take(self, key):
+        now = time.monotonic()
+        while True:
+            with self.lock:
+                conns = self.idle.get(key)
+                if not conns:
+                    return None
+                used, conn = conns.pop()
+                self.count -= 1
+            if now - used <= self.IDLE_SECONDS and conn.sock is not None and not _readable(conn.sock):
+                return conn
+            conn.close()  # idle too long, or the far side closed it (or sent something unasked)
+
+    def give(self, key, conn) -> None:
+        with self.lock:
+            conns = self.idle.setdefault(key, [])
+            if len(conns) < self.PER_KEY and self.count < self.TOTAL:
+                conns.append((time.monotonic(), conn))
+                self.count += 1
+                return
+        conn.close()
+
+    def clear(self) -> None:
+        with self.lock:
+            for conns in self.idle.values():
+                for _, conn in conns:
+                    conn.close()
+            self.idle.clear()
+            self.count = 0
+
+
+_pool = _Pool()
+
+
+def _readable(sock) -> bool:
+    """An idle keep-alive socket is readable only when the far side closed it (or misbehaves)."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def _connect(scheme: str, host: str, ip: str, port: int, timeout: float) -> http.client.HTTPConnection:
+    if scheme == "https":
+        return _PinnedHTTPS(host, ip, port, timeout)
+    return http.client.HTTPConnection(ip, port, timeout=timeout)
+
+
 def request(method: str, url: str, body: bytes | None = None, headers: dict | None = None, *,
-            timeout: float = 10.0, max_body: int = 64 * 1024, guard: bool = False, allow=()) -> Response:
+            timeout: float = 10.0, max_body: int = 64 * 1024, guard: bool = False, allow=(),
+            reuse: bool = False) -> Response:
     """One request, no redirects followed; the response body is read up to ``max_body`` bytes.
 
     Raises :class:`Refused`, ``OSError`` (connect, reset, timeout) or ``http.client.HTTPException``.
@@ -76,13 +122,23 @@ def request(method: str, url: str, body: bytes | None = None, headers: dict | No
     port = parts.port or (443 if parts.scheme == "https" else 80)
     ip = resolve_checked(host, port, allow) if guard else host
     deadline = time.monotonic() + timeout
-    if parts.scheme == "https":
-        conn = _PinnedHTTPS(host, ip, port, timeout)
-    else:
-        conn = http.client.HTTPConnection(ip, port, timeout=timeout)
+    key = (parts.scheme, host, port, ip)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    hdrs = {"Host": parts.netloc, "User-Agent": "opsboard", **(headers or {})}
+    if not reuse:
+        hdrs["Connection"] = "close"
+    conn = _pool.take(key) if reuse else None
+    if conn is not None:
+        conn.timeout = timeout
+        conn.sock.settimeout(timeout)
+    else:
+        conn = _connect(parts.scheme, host, ip, port, timeout)
+    return _exchange(conn, key, method, path, body, hdrs, deadline, max_body, reuse)
+
+
+def _exchange(conn, key, method, path, body, hdrs, deadline, max_body, reuse) -> Response:
+    keep = False
     try:
-        hdrs = {"Host": parts.netloc, "User-Agent": "opsboard", "Connection": "close", **(headers or {})}
         conn.request(method, path, body=body, headers=hdrs)
         resp = conn.getresponse()
         chunks, size = [], 0
@@ -94,9 +150,14 @@ def request(method: str, url: str, body: bytes | None = None, headers: dict | No
                 break
             chunks.append(chunk)
             size += len(chunk)
+        # Reusable only when the whole answer was read and neither side asked to close.
+        keep = reuse and resp.isclosed() and not resp.will_close
         return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, b"".join(chunks))
     finally:
-        conn.close()
+        if keep:
+            _pool.give(key, conn)
+        else:
+            conn.close()
 
 
 def retry_after(headers: dict, now: float | None = None) -> float | None:

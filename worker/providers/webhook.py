@@ -35,7 +35,8 @@ def deliver(settings: ProviderSettings, url: str, secrets, msg_id: str, body: by
                **webhooks.sign(secrets, msg_id, int(timestamp or time.time()), body)}
     try:
         resp = http.request("POST", url, body, headers, timeout=settings.webhook_timeout,
-                            max_body=settings.webhook_max_response, guard=True, allow=settings.webhook_allow)
+                            max_body=settings.webhook_max_response, guard=True, allow=settings.webhook_allow,
+                            reuse=True)
     except Exception as exc:  # every failure becomes an outcome
         return Delivery(http.classify_error(exc))
     return Delivery(http.classify(resp.status, resp.headers), resp.status)

@@ -1,6 +1,6 @@
 """The producer HTTP API under /api/v1: JSON in and out, bearer API keys per tenant.
 
-``POST /events``, ``POST /jobs``, ``GET /jobs/{id}``, ``POST /otp``; the
+``POST /events``, ``POST /jobs``, ``GET /jobs/{id}``, ``POST /otp``, ``/webhooks`` (endpoints); the
 OpenAPI 3.1 document at ``/api/v1/openapi.json`` (:mod:`.openapi`) describes
 every answer these views give.
 """
@@ -24,4 +24,4 @@ def openapi_document():
     return jsonify(document())
 
 
-from . import events, jobs, otp  # noqa: E402,F401  (routes on bp)
+from . import events, jobs, otp, webhooks  # noqa: E402,F401  (routes on bp)

@@ -23,6 +23,93 @@ def _error(description: str, *, retry: bool = False, auth: bool = False) -> dict
     return resp
 
 
+def _json(description: str, schema: str) -> dict:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+_ID = [{"name": "id", "in": "path", "required": True, "schema": _STR}]
+_WEBHOOK_ERRORS = {
+    "400": _error("Malformed request: not a JSON object, a missing, mistyped or unknown field, bad event types, "
+                  "a bad Idempotency-Key (`field` names it)"),
+    "401": _error("No API key, or an unknown or revoked one", auth=True),
+}
+_ACTION_BODY = {"required": False, "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/WebhookActionRequest"}}}}
+_IDEMPOTENT_ACTION = {"name": "Idempotency-Key", "in": "header", "required": False,
+                      "description": "Makes the change safe to repeat: the same key answers with the first "
+                                     "request's result (a secret is not shown again)",
+                      "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
+
+
+def _webhook_action(op: str, summary: str, conflict: str | None, ok: str = "WebhookEndpoint") -> dict:
+    responses = {"200": _json("Done", ok), **_WEBHOOK_ERRORS,
+                 "404": _error("No such endpoint for this tenant (another tenant's is not found either)"),
+                 "409": _error(conflict or "The Idempotency-Key was used for another endpoint")}
+    return {"operationId": op, "summary": summary, "parameters": _ID + [_IDEMPOTENT_ACTION],
+            "requestBody": _ACTION_BODY, "responses": responses}
+
+
+def _webhook_paths() -> dict:
+    return {
+        "/webhooks": {
+            "get": {"operationId": "listWebhookEndpoints", "summary": "The key's tenant's webhook endpoints",
+                    "responses": {"200": _json("The endpoints (never their secrets)", "WebhookEndpointList"),
+                                  "401": _WEBHOOK_ERRORS["401"]}},
+            "post": {"operationId": "createWebhookEndpoint",
+                     "summary": "Register an endpoint; the answer carries its signing secret, shown this once",
+                     "parameters": [_IDEMPOTENT_ACTION],
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/WebhookEndpointRequest"}}}},
+                     "responses": {"201": _json("Registered", "WebhookEndpoint"), **_WEBHOOK_ERRORS,
+                                   "409": _error("The Idempotency-Key was used for another tenant"),
+                                   "422": _error("The URL's host is a private, loopback or link-local address "
+                                                 "(also through DNS), or does not resolve")}}},
+        "/webhooks/{id}": {
+            "get": {"operationId": "getWebhookEndpoint", "summary": "One endpoint of the key's tenant",
+                    "parameters": _ID,
+                    "responses": {"200": _json("The endpoint", "WebhookEndpoint"), "401": _WEBHOOK_ERRORS["401"],
+                                  "404": _error("No such endpoint for this tenant")}},
+            "delete": {**_webhook_action("deleteWebhookEndpoint", "Delete an endpoint; queued deliveries to it "
+                                         "are not sent", None, "WebhookDeleted")},
+        },
+        "/webhooks/{id}/enable": {"post": _webhook_action(
+            "enableWebhookEndpoint", "Enable an endpoint again (its circuit breaker starts closed)",
+            "The endpoint is enabled already, or the Idempotency-Key was used for another endpoint")},
+        "/webhooks/{id}/disable": {"post": _webhook_action(
+            "disableWebhookEndpoint", "Disable an endpoint (nothing is delivered to it until enabled)",
+            "The endpoint is disabled already, or the Idempotency-Key was used for another endpoint")},
+        "/webhooks/{id}/rotate-secret": {"post": _webhook_action(
+            "rotateWebhookSecret", "A new signing secret, shown this once; the previous one keeps signing "
+            "beside it until the next rotation", None)},
+    }
+
+
+_ENDPOINT_PROPS = {
+    "id": {"type": "string", "format": "uuid"}, "tenant_id": {"type": "string", "format": "uuid"},
+    "url": _STR, "event_types": {"type": "array", "items": _STR}, "enabled": {"type": "boolean"},
+    "disabled_reason": _NSTR, "disabled_at": _NTIME, "description": _STR, "created_at": _NTIME,
+    "secret_count": {"type": ["integer", "null"]},
+    "secret": {"type": "string", "pattern": "^whsec_", "description": "only in the answer that made it"},
+}
+_WEBHOOK_SCHEMAS = {
+    "WebhookEndpointRequest": {"type": "object", "required": ["url"], "additionalProperties": False, "properties": {
+        "url": {"type": "string", "minLength": 1, "maxLength": 2000, "examples": ["https://example.com/hooks"]},
+        "event_types": {"type": "array", "items": {"type": "string"}, "maxItems": 50,
+                        "description": "'*' (every event, the default) or names like order.paid"},
+        "description": {"type": "string", "minLength": 1, "maxLength": 200},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"}}},
+    "WebhookActionRequest": {"type": "object", "additionalProperties": False, "properties": {
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"}}},
+    "WebhookEndpoint": {"type": "object", "required": ["id", "url", "event_types", "enabled"],
+                        "properties": _ENDPOINT_PROPS},
+    "WebhookEndpointList": {"type": "object", "required": ["endpoints"], "properties": {
+        "endpoints": {"type": "array", "items": {"$ref": "#/components/schemas/WebhookEndpoint"}}}},
+    "WebhookDeleted": {"type": "object", "required": ["id", "deleted"], "properties": {
+        "id": {"type": "string", "format": "uuid"}, "deleted": {"const": True}}},
+}
+
+
 def _ok(description: str, schema: str) -> dict:
     return {"description": description, "headers": {
         "Idempotent-Replayed": {"description": "true when this is the stored answer to an earlier request "
@@ -119,6 +206,7 @@ def document() -> dict:
                         "schema": {"$ref": "#/components/schemas/Job"}}}},
                     "401": _POST_ERRORS["401"],
                     "404": _error("No such job for this tenant (another tenant's job is not found either)")}}},
+            **_webhook_paths(),
             "/otp": {"post": {
                 "operationId": "requestOtp",
                 "summary": "Send a one-time password by SMS (critical queue; expires after 2 minutes)",
@@ -168,6 +256,7 @@ def document() -> dict:
                                "properties": {
                     "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
                     "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                **_WEBHOOK_SCHEMAS,
                 "Otp": {"type": "object", "required": ["otp_id", "event_id", "expires_at"], "properties": {
                     "otp_id": {"type": "string", "format": "uuid"}, "event_id": {"type": "string", "format": "uuid"},
                     "expires_at": {"type": "string", "format": "date-time"}}},
