@@ -36,7 +36,7 @@ and the first that fails is recorded as the delivery's suppression reason:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
 from .. import jobtypes, outbox
@@ -47,6 +47,8 @@ CHANNELS = ("inbox", "push", "sms", "email")
 SENSITIVITIES = ("normal", "sensitive")
 #: The outbox subscriber name of the fan-out job.
 SUBSCRIBER = "notify"
+#: A critical delivery (OTP) is pointless after this, counted from the event.
+CRITICAL_TTL = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)
