@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
-from .. import jobtypes, outbox
+from .. import jobtypes
 
 #: Every channel a notification can use.  ``inbox`` is the source of truth;
 #: SSE is the live view of the inbox (no separate delivery).
@@ -119,6 +119,7 @@ def declare(event_type: str, *, category: str, channels: Iterable[str], recipien
     pol = Policy(event_type, category, sensitivity, chans, recipients, permission, template or event_type,
                  variables, int(version))
     _policies[event_type] = pol
+    from .. import outbox  # here, not at the top: outbox imports events, which declares policies
     outbox.subscribe(SUBSCRIBER, event_type, "notifications.fanout", version=pol.version,
                      payload=lambda ev: {"event_id": str(ev["id"])})
     return pol
