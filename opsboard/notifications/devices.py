@@ -20,6 +20,14 @@ def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict) -
         raise OpsError(str(exc), "invalid_subscription") from None
 
 
+def register_for_user(conn: psycopg.Connection, user_id, subscription: dict) -> dict:
+    """Register in the user's first active tenant (``no_membership`` when there is none)."""
+    tenants = db.all_rows(conn, "user_tenants", {"user_id": user_id})
+    if not tenants:
+        raise OpsError("you are not an active member of any tenant", "no_membership", status=403)
+    return register(conn, tenants[0]["tenant_id"], user_id, subscription)
+
+
 def unregister(conn: psycopg.Connection, user_id, subscription_id) -> dict:
     row = db.one(conn, "user_push_subscription_revoke", {"id": subscription_id, "user_ref": str(user_id)})
     if row is None:
