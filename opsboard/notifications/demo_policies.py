@@ -9,6 +9,8 @@ and their Persian/English templates (:data:`DEMO_TEMPLATES`, seeded by ``opsboar
 """
 from __future__ import annotations
 
+import uuid
+
 from .. import db
 from . import policy
 
@@ -19,7 +21,11 @@ def _admins(conn, event):
 
 
 def _order_recipients(conn, event):
-    row = db.one(conn, "demo_order_recipient", {"order_id": event["payload"]["order_id"]})
+    try:
+        order_id = uuid.UUID(str(event["payload"].get("order_id")))
+    except ValueError:
+        return []  # not an order of the demo domain (the delivery demo publishes raw events)
+    row = db.one(conn, "demo_order_recipient", {"order_id": order_id})
     if row is not None:
         return [row["user_id"]]
     return [r["user_id"] for r in db.all_rows(conn, "tenant_users_with_role",
@@ -27,6 +33,10 @@ def _order_recipients(conn, event):
 
 
 def _otp_recipients(conn, event):
+    try:
+        uuid.UUID(str(event["payload"].get("otp_id")))
+    except ValueError:
+        return []
     return [r["user_id"] for r in db.all_rows(conn, "demo_otp_recipient", {"otp_id": event["payload"]["otp_id"]})]
 
 

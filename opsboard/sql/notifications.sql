@@ -305,3 +305,7 @@ SELECT p.user_id, r.code FROM demo_otp_requests r
 JOIN notification_profiles p ON p.phone = r.phone
 JOIN memberships m ON m.user_id = p.user_id AND m.tenant_id = r.tenant_id AND m.active
 WHERE r.id = %(otp_id)s::uuid;
+
+-- name: demo_user_by_email
+-- The demo domain's user row of an email in a tenant (the demo's end user).
+SELECT * FROM demo_users WHERE tenant_id = %(tenant_id)s AND email = %(email)s ORDER BY created_at LIMIT 1;
