@@ -71,7 +71,7 @@ CREATE TABLE deliveries (
     template_key       text,
     template_version   integer,
     locale             text,
-    job_id             uuid,
+    job_id             uuid,                                   -- = id when a job was queued
     provider_ref       text,
     error_code         text,
     created_at         timestamptz NOT NULL DEFAULT now(),
@@ -80,7 +80,6 @@ CREATE TABLE deliveries (
     CHECK ((status = 'suppressed') = (suppression_reason IS NOT NULL))
 );
 CREATE INDEX deliveries_event_idx ON deliveries (event_id);
-CREATE INDEX deliveries_notification_idx ON deliveries (notification_id);
 CREATE INDEX deliveries_template_idx ON deliveries (template_key, template_version);
 
 -- user x category x channel; user_id NULL is the tenant's default.

@@ -86,21 +86,16 @@ SELECT id, recipient_id, seq FROM notifications WHERE event_id = %(event_id)s;
 -- One row per recipient x event x channel; a second relay inserts nothing.
 INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
                         suppression_reason, deferred_until, generic, template_key, template_version, locale,
-                        created_at, updated_at)
+                        job_id, created_at, updated_at)
 SELECT r.id, r.tenant_id, r.recipient_id, r.event_id, r.event_type, r.notification_id, r.channel, r.status,
        r.suppression_reason, r.deferred_until, r.generic, r.template_key, r.template_version, r.locale,
-       coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
+       r.job_id, coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id uuid, tenant_id uuid, recipient_id uuid, event_id uuid,
      event_type text, notification_id uuid, channel text, status text, suppression_reason text,
-     deferred_until timestamptz, generic boolean, template_key text, template_version integer, locale text)
+     deferred_until timestamptz, generic boolean, template_key text, template_version integer, locale text,
+     job_id uuid)
 ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
 RETURNING id, recipient_id, channel, status, deferred_until;
-
--- name: delivery_set_jobs
--- Remember each queued delivery's job.
-UPDATE deliveries d SET job_id = j.job_id
-FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[]) AS j(id, job_id)
-WHERE d.id = j.id;
 
 -- name: delivery_load
 -- A delivery with its inbox row and the recipient's contact details, for the deliver job.
@@ -125,7 +120,9 @@ SELECT d.*, u.email AS recipient_email, j.status AS job_status
 FROM deliveries d
 JOIN users u ON u.id = d.recipient_id
 LEFT JOIN jobs j ON j.id = d.job_id
-WHERE (d.event_id = %(event_id)s::uuid OR d.notification_id = %(notification_id)s::uuid)
+WHERE (d.event_id = %(event_id)s::uuid
+       OR (d.recipient_id, d.event_id) = (SELECT recipient_id, event_id FROM notifications
+                                          WHERE id = %(notification_id)s::uuid))
   AND (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s))
 ORDER BY u.email, d.channel
 LIMIT 500;

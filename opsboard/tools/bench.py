@@ -431,6 +431,12 @@ def webhooks(b: Bench) -> None:
     run(b)
 
 
+def fanout(b: Bench) -> None:
+    """One event to 10,000 recipients x 2 channels: inbox rows/s until every delivery job is queued."""
+    from .bench_notifications import fanout as run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -443,6 +449,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "claim_cost": claim_cost,
     "dashboard": dashboard,
     "webhooks": webhooks,
+    "fanout": fanout,
 }
 
 
