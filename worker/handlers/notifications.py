@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import uuid
 
+from markupsafe import Markup
+
 from opsboard import db, providers, retry
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
@@ -68,8 +70,12 @@ def deliver(job):
         key = f"delivery:{d['id']}"
         try:
             if d["channel"] == "email":
+                # email.send sends text/plain today: the rendered (escaped, RTL-wrapped) HTML is kept
+                # for when it sends a multipart/alternative; the text part is its tag-free version.
                 out = providers.send_email(conn, d["tenant_id"], d["email"], "notice",
-                                           {"subject": subject, "text": body}, idempotency_key=key)
+                                           {"subject": Markup(subject).striptags(),
+                                            "text": Markup(body).striptags(), "html": body},
+                                           idempotency_key=key)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
                 out = providers.send_sms(conn, d["tenant_id"], d["phone"] or "", "notice",
