@@ -437,6 +437,12 @@ def fanout(b: Bench) -> None:
     run(b)
 
 
+def sse(b: Bench) -> None:
+    """1,000 SSE streams on one gunicorn gthread process: a new row reaching all (p99), memory per stream."""
+    from .bench_notifications import sse as run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -450,6 +456,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "dashboard": dashboard,
     "webhooks": webhooks,
     "fanout": fanout,
+    "sse": sse,
 }
 
 
