@@ -36,6 +36,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
     }),
     Role.SUPPORT_AGENT: frozenset({"dashboard.view", "tickets.view", "tickets.work"}),
     Role.TEMPLATE_AUTHOR: frozenset({"dashboard.view", "templates.view", "templates.edit"}),
+    Role.MEMBER: frozenset({"inbox.view"}),
 }
 
 ALL_PERMISSIONS = frozenset().union(*ROLE_PERMISSIONS.values())

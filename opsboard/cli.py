@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("createuser", help="create a user with a role in a tenant")
     c.add_argument("--email", required=True)
-    c.add_argument("--role", required=True, choices=["admin", "ops", "support_agent", "template_author"])
+    c.add_argument("--role", required=True, choices=["admin", "ops", "support_agent", "template_author", "member"])
     c.add_argument("--tenant", required=True, help="tenant slug (created if missing)")
     c.add_argument("--tenant-name", help="display name when the tenant is created")
     c.add_argument("--operator", action="store_true", help="create the tenant as an operator tenant (sees all tenants)")
@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
+
+    ut = sub.add_parser("user-token", help="create an end user's bearer token for /api/v1/inbox (printed once)")
+    ut.add_argument("--email", required=True)
+    ut.add_argument("--name", default="cli", help="what the token is for (an app, a device)")
 
     a = sub.add_parser("apikey", help="create, list or revoke a tenant's HTTP API keys")
     asub = a.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -229,6 +233,20 @@ def cmd_sandbox(config: Config, args) -> int:
     return 0
 
 
+def cmd_user_token(config: Config, args) -> int:
+    from . import audit, db
+    from .notifications import inbox
+    with db.connect(_url(config)) as conn:
+        user = db.one(conn, "user_get_by_email", {"email": args.email.strip().lower()})
+        if user is None:
+            raise UsageError(f"no user {args.email!r}")
+        secret, row = inbox.create_token(conn, user["id"], args.name)
+        audit.record(conn, audit.Actor("cli"), "user_token.create", target_type="user", target_id=user["id"],
+                     after={"token_id": str(row["id"]), "prefix": row["prefix"], "name": row["name"]})
+    print(f"token {row['prefix']}… for {user['email']} (shown once):\n{secret}")
+    return 0
+
+
 def cmd_vapid(config: Config, args) -> int:
     from .providers import generate_vapid_keys
     private, public = generate_vapid_keys()
@@ -238,7 +256,7 @@ def cmd_vapid(config: Config, args) -> int:
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
              "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
-             "apikey": cmd_apikey}
+             "apikey": cmd_apikey, "user-token": cmd_user_token}
 
 
 if __name__ == "__main__":

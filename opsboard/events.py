@@ -57,3 +57,8 @@ subscribe("partner_webhook", "order.paid", "outbox_demo.webhook", ordered=True)
 subscribe("receipt_email", "order.paid", "outbox_demo.email")
 
 subscribe("otp_sms", "otp.requested", "outbox_demo.sms", queue="critical", expires_in=timedelta(minutes=2))
+
+# ------------------------------------------------------------ notification policies
+
+# Each declare() also subscribes its event type to notifications.fanout (subscriber "notify").
+from .notifications import demo_policies  # noqa: E402,F401

@@ -53,6 +53,8 @@ class Role(str, enum.Enum):
     OPS = "ops"
     SUPPORT_AGENT = "support_agent"
     TEMPLATE_AUTHOR = "template_author"
+    #: An end user: no dashboard, only their own inbox (migration 0011).
+    MEMBER = "member"
 
 
 #: pg_notify channel that wakes workers; the payload is the queue name.

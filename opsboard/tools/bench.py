@@ -443,6 +443,18 @@ def api(b: Bench) -> None:
     run(b)
 
 
+def fanout(b: Bench) -> None:
+    """One event to 10,000 recipients x 2 channels: inbox rows/s until every delivery job is queued."""
+    from .bench_notifications import fanout as run
+    run(b)
+
+
+def sse(b: Bench) -> None:
+    """1,000 SSE streams on one gunicorn gthread process: a new row reaching all (p99), memory per stream."""
+    from .bench_notifications import sse as run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -457,6 +469,8 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "webhooks": webhooks,
     "relay": relay,
     "api": api,
+    "fanout": fanout,
+    "sse": sse,
 }
 
 

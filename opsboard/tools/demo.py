@@ -57,7 +57,10 @@ USERS = [
     ("support@opsboard.demo", "support_agent", "operator"),
     ("author@opsboard.demo", "template_author", "operator"),
     ("ops@acme.demo", "ops", "acme"),
+    ("user@acme.demo", "member", "acme"),   # an end user: /inbox/ with live notifications
 ]
+#: The demo end user's SMS number (the provider sandbox receives it).
+DEMO_USER_PHONE = "+989121110000"
 
 
 def _credentials(config: Config) -> dict:
@@ -83,6 +86,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
             ids[slug] = auth.ensure_tenant(conn, slug, name, is_operator=operator, weight=weight)["id"]
         for email, role, tenant in USERS:
             auth.create_user(conn, email, creds["users"][email], role, tenant)
+        _seed_notifications(conn, ids, creds)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
         # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).
         from .. import audit, reports
@@ -91,6 +95,36 @@ def seed(url: str, creds: dict) -> dict[str, object]:
                                {"date_from": (today - timedelta(days=7)).isoformat(), "date_to": today.isoformat(),
                                 "time_zone": "Asia/Tehran"}, audit.Actor("demo"), source_key="demo:first-report")
     return ids
+
+
+def _seed_notifications(conn, ids: dict, creds: dict) -> None:
+    """Persian (and English) templates of the demo events; user@acme.demo's profile (fa, phone)."""
+    from .. import db
+    from ..notifications import demo_policies, preferences, templates
+
+    user = db.one(conn, "user_get_by_email", {"email": "user@acme.demo"})
+    preferences.set_profile(conn, user["id"], locale="fa", phone=DEMO_USER_PHONE)
+    live = {}
+    for key, channel, locale, subject, body, variables in demo_policies.DEMO_TEMPLATES:
+        live.setdefault(key, templates.live(conn, key))
+        if (channel, locale) not in live[key]:
+            templates.seed(conn, key, channel, locale, subject, body, variables,
+                           {"plan": "pro", "amount_cents": 125000, "currency": "IRR", "code": "123456", "minutes": 2})
+
+
+def _inbox_tick(conn, tenants: dict, tick: int, rng) -> None:
+    """Every few seconds an order of user@acme.demo is paid (and now and then an OTP): the inbox fills live."""
+    from .. import db, demo_domain
+
+    if tick % 6 != 3:
+        return
+    demo_user = db.one(conn, "demo_user_by_email", {"tenant_id": tenants["acme"], "email": "user@acme.demo"})
+    if demo_user is None:
+        demo_user = demo_domain.sign_up_user(conn, tenants["acme"], "user@acme.demo", plan="pro")["user"]
+    if tick % 30 == 3:
+        demo_domain.request_otp(conn, tenants["acme"], DEMO_USER_PHONE)
+    else:
+        demo_domain.pay_order(conn, tenants["acme"], rng.randint(50, 5000) * 1000, "IRR", user_id=demo_user["id"])
 
 
 def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) -> None:
@@ -134,6 +168,7 @@ def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) ->
                     with conn.transaction():
                         queue.enqueue_many(conn, batch)
                     _domain_events(conn, tenants[rng.choice(customers)], rng)
+                    _inbox_tick(conn, tenants, tick, rng)
                     if deliveries:  # real sends to the provider sandbox
                         from .demo_deliveries import traffic_tick
                         traffic_tick(conn, deliveries[0], tenants, deliveries[1], rng, tick)

@@ -12,4 +12,7 @@ bp = Blueprint("home", __name__)
 def index():
     if current_user.has("jobs.view") and "queues" in current_app.blueprints:
         return redirect(url_for("queues.index"))
+    for permission, endpoint in (("templates.edit", "templates.index"), ("inbox.view", "inbox.index")):
+        if current_user.has(permission) and endpoint.split(".")[0] in current_app.blueprints:
+            return redirect(url_for(endpoint))
     return render_template("home/index.html")

@@ -183,6 +183,8 @@ NAV = (
     ("Workers", "workers.index", "workers.view", True),
     ("Deliveries", "deliveries.index", "jobs.view", False),
     ("Webhooks", "webhooks.index", "webhooks.manage", False),
+    ("Notifications", "notifications.index", "jobs.view", False),
+    ("Inbox", "inbox.index", "inbox.view", False),
     ("Alerts", "alerts.index", "alerts.view", False),
     ("Reports", "reports.index", "reports.view", False),
     ("Tickets", "tickets.index", "tickets.view", False),

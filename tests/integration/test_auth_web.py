@@ -57,7 +57,7 @@ def test_pages_need_a_session(client):
 
 
 def test_login_and_logout(client, db):
-    email = add_user(db, "template_author", tenant="acme", operator=False)
+    email = add_user(db, "support_agent", tenant="acme", operator=False)   # template authors land on /templates/
     r = sign_in(client, email)
     assert r.status_code == 302
     assert r.headers["Location"] == "/"

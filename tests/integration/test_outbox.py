@@ -28,7 +28,8 @@ def test_rolled_back_domain_transaction_leaves_neither_row_nor_event(db_url, mak
         done = demo_domain.sign_up_user(c, tenant["id"], "b@example.test")
         assert c.execute("SELECT count(*) AS n FROM outbox_events").fetchone()["n"] == 1
         assert Relay().run_once(c) == 1
-        assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report"}
+        assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report",
+                                                         "notify"}
 
 
 def test_relay_makes_each_subscribers_job_once(conn, tenant):
@@ -40,7 +41,7 @@ def test_relay_makes_each_subscribers_job_once(conn, tenant):
     jobs = _jobs(conn, event["id"])
     assert {k: (j["type"], j["queue"]) for k, j in jobs.items()} == {
         "welcome_email": ("outbox_demo.email", "default"), "crm_webhook": ("outbox_demo.webhook", "default"),
-        "nightly_report": ("outbox_demo.report_row", "bulk")}
+        "nightly_report": ("outbox_demo.report_row", "bulk"), "notify": ("notifications.fanout", "default")}
     assert jobs["crm_webhook"]["group_key"] == f"user:{done['user']['id']}:crm_webhook"
     assert jobs["welcome_email"]["group_key"] is None
     assert all(j["correlation_id"] == "req-1" and j["tenant_id"] == tenant["id"] for j in jobs.values())

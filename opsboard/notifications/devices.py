@@ -1,0 +1,39 @@
+"""A user's devices: Web Push subscriptions (lifecycle in :mod:`opsboard.providers`).
+
+``push_subscriptions.user_ref`` holds the platform user id.  Register revives
+an existing endpoint; unregister revokes it (never used again); the push
+service's 404/410 marks it invalid (the provider handler does that).
+"""
+from __future__ import annotations
+
+import psycopg
+
+from .. import db, providers
+from ..errors import OpsError
+
+
+def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict) -> dict:
+    """Store a browser's PushSubscription for the user; returns the row."""
+    try:
+        return providers.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id))
+    except providers.InvalidPayload as exc:
+        raise OpsError(str(exc), "invalid_subscription") from None
+
+
+def register_for_user(conn: psycopg.Connection, user_id, subscription: dict) -> dict:
+    """Register in the user's first active tenant (``no_membership`` when there is none)."""
+    tenants = db.all_rows(conn, "user_tenants", {"user_id": user_id})
+    if not tenants:
+        raise OpsError("you are not an active member of any tenant", "no_membership", status=403)
+    return register(conn, tenants[0]["tenant_id"], user_id, subscription)
+
+
+def unregister(conn: psycopg.Connection, user_id, subscription_id) -> dict:
+    row = db.one(conn, "user_push_subscription_revoke", {"id": subscription_id, "user_ref": str(user_id)})
+    if row is None:
+        raise OpsError("no such active device", "not_found")
+    return row
+
+
+def active(conn: psycopg.Connection, tenant_id, user_id) -> list[dict]:
+    return db.all_rows(conn, "user_push_subscriptions", {"tenant_id": tenant_id, "user_ref": str(user_id)})

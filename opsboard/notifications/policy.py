@@ -1,0 +1,193 @@
+"""Notification policy: what an event type notifies, to whom, on which channels.
+
+Declare once per event type (at import time, next to the event's definition)::
+
+    from opsboard.notifications import policy
+
+    policy.declare(
+        "ticket.assigned",
+        category="ticket",                 # a category from CATEGORIES (or define_category)
+        sensitivity="normal",              # or "sensitive": never in push text / SMS unless the
+                                           #   category is approved for SMS
+        channels=("inbox", "push", "email"),
+        recipients=lambda conn, event: [event["payload"]["assignee_id"]],   # platform user ids
+        permission="tickets.view",         # the recipient must hold it in the event's tenant
+        template="ticket.assigned",        # template key (default: the event type)
+        variables=None,                    # callable(conn, event, user_id) -> dict for the template
+                                           #   (default: the event payload)
+    )
+
+``declare`` also subscribes the event type to the ``notifications.fanout``
+job through the outbox (subscriber ``notify``): nothing else to wire.
+
+For each recipient and channel, :func:`check` runs the rules in this order
+and the first that fails is recorded as the delivery's suppression reason:
+
+1. ``permission``   -- the recipient holds the policy's permission in the tenant;
+2. ``membership``   -- the recipient's membership of the tenant is active;
+3. ``preference``   -- the user (or tenant default) allows the category on the
+   channel; a critical category (OTP, security) cannot be turned off;
+4. ``quiet_hours``  -- inside the user's quiet window the channel is deferred to
+   the window's end (not suppressed), unless the category is critical; the
+   inbox itself is never deferred;
+5. ``sensitivity``  -- sensitive content never goes to push or SMS unless the
+   category is approved for SMS (push then carries a generic text only).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable
+
+from .. import jobtypes
+
+#: Every channel a notification can use.  ``inbox`` is the source of truth;
+#: SSE is the live view of the inbox (no separate delivery).
+CHANNELS = ("inbox", "push", "sms", "email")
+SENSITIVITIES = ("normal", "sensitive")
+#: The outbox subscriber name of the fan-out job.
+SUBSCRIBER = "notify"
+#: A critical delivery (OTP) is pointless after this, counted from the event.
+CRITICAL_TTL = timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    #: Cannot be turned off and ignores quiet hours (OTP, security alerts).
+    critical: bool = False
+    #: Sensitive content of this category may go by SMS (OTP, official, financial).
+    sms_approved: bool = False
+    description: str = ""
+
+
+CATEGORIES: dict[str, Category] = {}
+
+
+def define_category(name: str, *, critical: bool = False, sms_approved: bool = False,
+                    description: str = "") -> Category:
+    """Register a notification category; redefining replaces it."""
+    cat = Category(name, critical, sms_approved, description)
+    CATEGORIES[name] = cat
+    return cat
+
+
+define_category("otp", critical=True, sms_approved=True, description="One-time passwords.")
+define_category("security", critical=True, sms_approved=True, description="Sign-ins, password changes.")
+define_category("financial", sms_approved=True, description="Payments, invoices, refunds.")
+define_category("official", sms_approved=True, description="Legal and official notices.")
+define_category("account", description="Sign-ups and account changes.")
+define_category("ticket", description="Support ticket updates.")
+define_category("system", description="Platform notices.")
+
+
+@dataclass(frozen=True)
+class Policy:
+    event_type: str
+    category: str
+    sensitivity: str
+    channels: tuple[str, ...]
+    recipients: Callable[[Any, dict], Iterable]
+    permission: str | None
+    template: str
+    variables: Callable[[Any, dict, Any], dict] | None
+    version: int
+
+
+_policies: dict[str, Policy] = {}
+
+
+def declare(event_type: str, *, category: str, channels: Iterable[str], recipients: Callable[[Any, dict], Iterable],
+            sensitivity: str = "normal", permission: str | None = None, template: str | None = None,
+            variables: Callable[[Any, dict, Any], dict] | None = None, version: int = 1) -> Policy:
+    """Declare the notification policy of ``event_type`` (see the module docstring).
+
+    ``recipients(conn, event)`` gets the stored envelope (``payload`` upcast to
+    ``version``) and returns platform user ids.  Redeclaring replaces.
+    """
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r} (known: {', '.join(sorted(CATEGORIES))})")
+    if sensitivity not in SENSITIVITIES:
+        raise ValueError(f"sensitivity must be one of {SENSITIVITIES}")
+    chans = tuple(dict.fromkeys(channels))
+    if not chans or any(c not in CHANNELS for c in chans):
+        raise ValueError(f"channels must be among {CHANNELS}")
+    if "inbox" not in chans:
+        chans = ("inbox",) + chans  # every trackable notification lands in the inbox
+    if not callable(recipients):
+        raise ValueError("recipients must be callable(conn, event) -> user ids")
+    pol = Policy(event_type, category, sensitivity, chans, recipients, permission, template or event_type,
+                 variables, int(version))
+    _policies[event_type] = pol
+    from .. import outbox  # here, not at the top: outbox imports events, which declares policies
+    outbox.subscribe(SUBSCRIBER, event_type, "notifications.fanout", version=pol.version,
+                     payload=lambda ev: {"event_id": str(ev["id"])})
+    return pol
+
+
+def policy_for(event_type: str) -> Policy | None:
+    return _policies.get(event_type)
+
+
+def policies() -> list[Policy]:
+    return sorted(_policies.values(), key=lambda p: p.event_type)
+
+
+# ---------------------------------------------------------------- the checks
+
+@dataclass(frozen=True)
+class Decision:
+    """``queued`` (send now), ``deferred`` (send at ``available_at``) or ``suppressed`` (``reason``)."""
+
+    status: str
+    reason: str | None = None
+    available_at: datetime | None = None
+    #: Push/SMS must use the generic text (sensitive content, category not SMS-approved).
+    generic: bool = False
+
+
+@dataclass(frozen=True)
+class RecipientFacts:
+    """What the checks need to know about one recipient, loaded in bulk by the fan-out."""
+
+    has_permission: bool
+    membership_active: bool
+    #: channel -> enabled (user's preference, else the tenant default, else True).
+    preferences: dict[str, bool]
+    #: End of the current quiet window when ``now`` is inside it, else None.
+    quiet_until: datetime | None = None
+    #: Whether the recipient can be reached on the channel at all (phone, email, device).
+    reachable: dict[str, bool] | None = None
+
+
+def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
+    """Run the rules in order for one recipient and channel; pure."""
+    cat = CATEGORIES[pol.category]
+    if not facts.has_permission:
+        return Decision("suppressed", "permission")
+    if not facts.membership_active:
+        return Decision("suppressed", "membership")
+    if not cat.critical and not facts.preferences.get(channel, True):
+        return Decision("suppressed", "preference")
+    if facts.reachable is not None and not facts.reachable.get(channel, True):
+        return Decision("suppressed", "unreachable")
+    deferred = channel != "inbox" and facts.quiet_until is not None and not cat.critical
+    generic = False
+    if pol.sensitivity == "sensitive" and not cat.sms_approved:
+        if channel == "sms":
+            return Decision("suppressed", "sensitivity")
+        generic = channel == "push"
+    if deferred:
+        return Decision("deferred", "quiet_hours", facts.quiet_until, generic)
+    return Decision("queued", None, None, generic)
+
+
+jobtypes.define("notifications.fanout", handler="worker.handlers.notifications:fanout",
+                fields={"event_id": jobtypes.Field(str)}, max_attempts=10, timeout=120,
+                description="One event -> inbox rows, deliveries and channel jobs for every recipient.")
+jobtypes.define("notifications.deliver", handler="worker.handlers.notifications:deliver",
+                fields={"delivery_id": jobtypes.Field(str)}, max_attempts=5, timeout=30,
+                description="One delivery (recipient x event x channel): render and hand to the provider job.")
+jobtypes.define("notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
+                fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
+                timeout=10, description="A critical delivery (OTP, security) on the critical queue.")

@@ -1,0 +1,83 @@
+"""Preferences (user x category x channel, with tenant defaults), quiet hours, profiles.
+
+A user's own preference wins over the tenant default; with neither, a channel
+is on.  Critical categories ignore preferences (see :mod:`.policy`).  Quiet
+hours are a window in the user's time zone on chosen ISO days; a window whose
+end is not after its start runs over midnight and belongs to the day it
+starts on.  :func:`quiet_until` is pure.
+"""
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import psycopg
+
+from .. import db
+from ..errors import OpsError
+from .policy import CATEGORIES, CHANNELS
+
+
+def quiet_until(now: datetime, time_zone: str, start: time, end: time, days) -> datetime | None:
+    """The end of the quiet window containing ``now`` (aware, UTC-comparable), or None."""
+    try:
+        tz = ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz = ZoneInfo("UTC")
+    local = now.astimezone(tz)
+    days = set(days or range(1, 8))
+    for start_day in (local.date() - timedelta(days=1), local.date()):
+        begin = datetime.combine(start_day, start, tzinfo=tz)
+        finish_day = start_day + timedelta(days=1) if end <= start else start_day
+        finish = datetime.combine(finish_day, end, tzinfo=tz)
+        if start_day.isoweekday() in days and begin <= local < finish:
+            return finish
+    return None
+
+
+def resolve(defaults: dict[str, bool], own: dict[str, bool]) -> dict[str, bool]:
+    """channel -> enabled: the user's own choice, else the tenant default, else on."""
+    return {c: own.get(c, defaults.get(c, True)) for c in CHANNELS}
+
+
+def set_preference(conn: psycopg.Connection, tenant_id, user_id, category: str, channel: str,
+                   enabled: bool) -> dict:
+    """Set a user's preference (``user_id`` None: the tenant default).
+
+    A critical category's preferences are refused (``critical_category``):
+    they would be ignored anyway, and the settings page must not pretend.
+    """
+    cat = CATEGORIES.get(category)
+    if cat is None:
+        raise OpsError(f"unknown category {category!r}", "invalid_category")
+    if channel not in CHANNELS:
+        raise OpsError(f"unknown channel {channel!r}", "invalid_channel")
+    if cat.critical and not enabled:
+        raise OpsError(f"{category} notifications cannot be turned off", "critical_category")
+    return db.one(conn, "notification_preference_set", {"tenant_id": tenant_id, "user_id": user_id,
+                                                       "category": category, "channel": channel,
+                                                       "enabled": bool(enabled)})
+
+
+def set_quiet_hours(conn: psycopg.Connection, user_id, time_zone: str, start: time, end: time,
+                    days=(1, 2, 3, 4, 5, 6, 7), enabled: bool = True) -> dict:
+    """Set a user's quiet hours."""
+    try:
+        ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise OpsError(f"unknown time zone {time_zone!r}", "invalid_time_zone") from None
+    if start == end:
+        raise OpsError("quiet hours need a start and an end that differ", "invalid_window")
+    return db.one(conn, "quiet_hours_set", {"user_id": user_id, "time_zone": time_zone, "start_time": start,
+                                            "end_time": end, "days": list(days), "enabled": enabled})
+
+
+def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None, phone: str | None = None,
+                time_zone: str | None = None) -> dict:
+    """Set a user's locale, SMS number and time zone."""
+    return db.one(conn, "notification_profile_set", {"user_id": user_id, "locale": locale, "phone": phone,
+                                                     "time_zone": time_zone})
+
+
+def set_tenant_locale(conn: psycopg.Connection, tenant_id, locale: str) -> dict:
+    return db.one(conn, "notification_tenant_locale_set", {"tenant_id": tenant_id, "locale": locale})

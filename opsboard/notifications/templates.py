@@ -1,0 +1,180 @@
+"""Versioned notification templates: drafts, publish, roll back, the live version.
+
+A template is ``key x channel x locale x version``.  A draft (at most one per
+key x channel x locale) is edited in place; :func:`publish` checks it
+(syntax, sandbox safety, every variable used declared, renders with its
+sample) and freezes it -- the database refuses any change to a published row.
+:func:`rollback` publishes a copy of an earlier version as a new version, so
+the history never changes.  The live version is the highest published one.
+Publish and roll back go through :func:`opsboard.audit.operator_action`.
+Every key needs a ``fa`` version of each channel it uses: the locale chain
+ends there (:func:`opsboard.notifications.render.locale_chain`).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .. import audit, db
+from ..errors import OpsError
+from ..schema import new_id
+from . import render
+from .policy import CHANNELS
+
+_VAR_RE = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+def parse_variables(text) -> list[str]:
+    """Declared variables from a list or a comma/space separated string; refuses bad names."""
+    names = text if isinstance(text, (list, tuple)) else re.split(r"[\s,]+", text or "")
+    out = []
+    for n in names:
+        n = n.strip()
+        if not n:
+            continue
+        if not _VAR_RE.match(n):
+            raise OpsError(f"variable name {n!r} must be lowercase letters, digits or '_'", "invalid_variable")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _check_ids(key: str, channel: str, locale: str) -> None:
+    if not re.fullmatch(r"[a-z][a-z0-9_.]{0,99}", key or ""):
+        raise OpsError("template key must be lowercase letters, digits, '.' or '_'", "invalid_key")
+    if channel not in CHANNELS:
+        raise OpsError(f"channel must be one of {', '.join(CHANNELS)}", "invalid_channel")
+    if not re.fullmatch(r"[a-z]{2}", locale or ""):
+        raise OpsError("locale must be two lowercase letters", "invalid_locale")
+
+
+def live(conn: psycopg.Connection, key: str) -> dict[tuple[str, str], dict]:
+    """The live version of each (channel, locale) of ``key``."""
+    return {(r["channel"], r["locale"]): r for r in db.all_rows(conn, "template_live_for_key", {"key": key})}
+
+
+def keys(conn: psycopg.Connection) -> list[dict]:
+    return db.all_rows(conn, "template_keys")
+
+
+def versions(conn: psycopg.Connection, key: str) -> list[dict]:
+    return db.all_rows(conn, "template_versions", {"key": key})
+
+
+def get(conn: psycopg.Connection, template_id) -> dict:
+    row = db.one(conn, "template_get", {"id": template_id})
+    if row is None:
+        raise OpsError("no such template version", "not_found")
+    return row
+
+
+def save_draft(conn: psycopg.Connection, actor: audit.Actor, key: str, channel: str, locale: str, *,
+               subject: str, body: str, variables, sample: dict | None = None) -> dict:
+    """Create the draft of ``key x channel x locale`` (next version number) or update it."""
+    _check_ids(key, channel, locale)
+    declared = parse_variables(variables)
+    if not isinstance(sample, (dict, type(None))):
+        raise OpsError("the sample payload must be a JSON object", "invalid_sample")
+    params = {"subject": subject or "", "body": body or "", "variables": declared, "sample": Jsonb(sample or {})}
+    with conn.transaction():
+        draft = db.one(conn, "template_draft_get", {"key": key, "channel": channel, "locale": locale})
+        if draft is not None:
+            return db.one(conn, "template_draft_update", {"id": draft["id"], **params})
+        version = db.one(conn, "template_next_version", {"key": key, "channel": channel, "locale": locale})["version"]
+        return db.one(conn, "template_insert", {"id": new_id(), "key": key, "channel": channel, "locale": locale,
+                                                "version": version, "status": "draft", "author_label": actor.label,
+                                                "now": None, "rolled_back_from": None, **params})
+
+
+def validate(tpl: dict) -> None:
+    """Refuse (``OpsError`` with the problem's code) what cannot be published."""
+    try:
+        render.check_source(tpl["subject"], tpl["body"], tpl["variables"], tpl["channel"])
+        missing = [v for v in tpl["variables"] if v not in (tpl["sample"] or {})]
+        if missing:
+            raise render.TemplateProblem("missing_variable", "the sample payload lacks declared variable(s): "
+                                         + ", ".join(missing), missing[0])
+        render.render(tpl["channel"], tpl["locale"], tpl["subject"], tpl["body"], tpl["sample"] or {})
+    except render.TemplateProblem as exc:
+        raise OpsError(str(exc), exc.code, status=422) from None
+    if tpl["channel"] != "sms" and tpl["channel"] != "push" and not tpl["subject"].strip():
+        raise OpsError("inbox and email templates need a subject (the title)", "missing_subject", status=422)
+
+
+def publish(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: str | None,
+            request_key: str | None = None) -> dict:
+    """Publish a draft (checked by :func:`validate`); audited and idempotent per request key."""
+    def perform(ctx: audit.ActionContext) -> dict:
+        tpl = db.one(conn, "template_get", {"id": template_id})
+        if tpl is None:
+            raise OpsError("no such template version", "not_found")
+        if tpl["status"] != "draft":
+            raise OpsError("this version is published already", "invalid_status")
+        validate(tpl)
+        row = db.one(conn, "template_publish", {"id": template_id, "now": None})
+        ctx.write(before={"status": "draft"},
+                  after={"key": row["key"], "channel": row["channel"], "locale": row["locale"],
+                         "version": row["version"], "status": "published"})
+        return row
+
+    return audit.operator_action(conn, actor, "template.publish", target_type="template", target_id=template_id,
+                                 reason=reason, request_key=request_key, perform=perform,
+                                 repeat=lambda previous: get(conn, previous["target_id"]))
+
+
+def rollback(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: str | None,
+             request_key: str | None = None) -> dict:
+    """Publish a copy of the published version ``template_id`` as the new live version."""
+    def perform(ctx: audit.ActionContext) -> dict:
+        old = db.one(conn, "template_get", {"id": template_id})
+        if old is None:
+            raise OpsError("no such template version", "not_found")
+        if old["status"] != "published":
+            raise OpsError("only a published version can be rolled back to", "invalid_status")
+        ids = {"key": old["key"], "channel": old["channel"], "locale": old["locale"]}
+        current = live(conn, old["key"]).get((old["channel"], old["locale"]))
+        if current is not None and current["version"] == old["version"]:
+            raise OpsError("this version is live already", "invalid_status")
+        version = db.one(conn, "template_next_version", ids)["version"]
+        row = db.one(conn, "template_insert", {
+            "id": new_id(), **ids, "version": version, "subject": old["subject"], "body": old["body"],
+            "variables": old["variables"], "sample": Jsonb(old["sample"]), "status": "published",
+            "author_label": actor.label, "now": None, "rolled_back_from": old["version"]})
+        ctx.write(before={"live": current["version"] if current else None},
+                  after={**ids, "version": version, "copy_of": old["version"]})
+        return row
+
+    return audit.operator_action(conn, actor, "template.rollback", target_type="template", target_id=template_id,
+                                 reason=reason, request_key=request_key, perform=perform,
+                                 repeat=lambda previous: live(conn, previous["after"]["key"]).get(
+                                     (previous["after"]["channel"], previous["after"]["locale"])) or {})
+
+
+def seed(conn: psycopg.Connection, key: str, channel: str, locale: str, subject: str, body: str, variables,
+         sample: dict | None = None) -> dict:
+    """Publish a version directly (demo data, deployments): checked like :func:`publish`, not audited."""
+    _check_ids(key, channel, locale)
+    declared = parse_variables(variables)
+    tpl = {"key": key, "channel": channel, "locale": locale, "subject": subject, "body": body,
+           "variables": declared, "sample": sample or {v: v for v in declared}}
+    validate(tpl)
+    version = db.one(conn, "template_next_version", {"key": key, "channel": channel, "locale": locale})["version"]
+    return db.one(conn, "template_insert", {"id": new_id(), **tpl, "sample": Jsonb(tpl["sample"]),
+                                            "version": version, "status": "published", "author_label": "seed",
+                                            "now": None, "rolled_back_from": None})
+
+
+def diff(old: dict | None, new: dict) -> list[str]:
+    """A unified diff of subject + body between two versions (``old`` None: all added)."""
+    def lines(t):
+        return ([f"subject: {t['subject']}", f"variables: {', '.join(t['variables'])}"] + t["body"].splitlines()) if t else []
+    return list(difflib.unified_diff(lines(old), lines(new), fromfile=f"v{old['version']}" if old else "(none)",
+                                     tofile=f"v{new['version']}", lineterm=""))
+
+
+def usage(conn: psycopg.Connection, key: str) -> list[dict]:
+    """How many deliveries used each version of ``key``."""
+    return db.all_rows(conn, "template_usage", {"key": key})

@@ -1,0 +1,308 @@
+-- name: notification_recipient_facts
+-- Everything the policy checks need about a batch of recipients in one tenant.
+SELECT u.id AS user_id, u.email, u.is_active,
+       coalesce(array_agg(DISTINCT m.role::text) FILTER (WHERE m.tenant_id = %(tenant_id)s OR t.is_operator), '{}') AS roles,
+       bool_or(m.active AND (m.tenant_id = %(tenant_id)s OR t.is_operator)) IS TRUE AS membership_active,
+       p.locale, p.phone, coalesce(p.time_zone, 'Asia/Tehran') AS time_zone,
+       q.time_zone AS quiet_time_zone, q.start_time AS quiet_start, q.end_time AS quiet_end, q.days AS quiet_days,
+       (SELECT count(*) FROM push_subscriptions s
+         WHERE s.tenant_id = %(tenant_id)s AND s.user_ref = u.id::text AND s.state = 'active') AS devices
+FROM users u
+LEFT JOIN memberships m ON m.user_id = u.id
+LEFT JOIN tenants t ON t.id = m.tenant_id
+LEFT JOIN notification_profiles p ON p.user_id = u.id
+LEFT JOIN quiet_hours q ON q.user_id = u.id AND q.enabled
+WHERE u.id = ANY(%(user_ids)s::uuid[])
+GROUP BY u.id, p.user_id, q.user_id;
+
+-- name: notification_preferences_for
+-- A category's preferences in a tenant: the defaults (user_id NULL) and those of the listed users.
+SELECT user_id, channel, enabled FROM notification_preferences
+WHERE tenant_id = %(tenant_id)s AND category = %(category)s
+  AND (user_id IS NULL OR user_id = ANY(%(user_ids)s::uuid[]));
+
+-- name: notification_preference_set
+-- Set one preference (user_id NULL: the tenant default).
+INSERT INTO notification_preferences (tenant_id, user_id, category, channel, enabled)
+VALUES (%(tenant_id)s, %(user_id)s, %(category)s, %(channel)s, %(enabled)s)
+ON CONFLICT (tenant_id, user_id, category, channel) DO UPDATE SET enabled = excluded.enabled, updated_at = now()
+RETURNING *;
+
+-- name: notification_preference_list
+-- A user's own preferences and the tenant defaults, for the settings view.
+SELECT user_id, category, channel, enabled FROM notification_preferences
+WHERE tenant_id = %(tenant_id)s AND (user_id IS NULL OR user_id = %(user_id)s)
+ORDER BY category, channel, user_id NULLS FIRST;
+
+-- name: quiet_hours_set
+-- Set (or replace) a user's quiet hours.
+INSERT INTO quiet_hours (user_id, time_zone, start_time, end_time, days, enabled)
+VALUES (%(user_id)s, %(time_zone)s, %(start_time)s, %(end_time)s, %(days)s, %(enabled)s)
+ON CONFLICT (user_id) DO UPDATE SET time_zone = excluded.time_zone, start_time = excluded.start_time,
+    end_time = excluded.end_time, days = excluded.days, enabled = excluded.enabled
+RETURNING *;
+
+-- name: notification_profile_set
+-- Set a user's locale, phone and time zone.
+INSERT INTO notification_profiles (user_id, locale, phone, time_zone)
+VALUES (%(user_id)s, %(locale)s, %(phone)s, coalesce(%(time_zone)s, 'Asia/Tehran'))
+ON CONFLICT (user_id) DO UPDATE SET locale = excluded.locale, phone = excluded.phone,
+    time_zone = excluded.time_zone, updated_at = now()
+RETURNING *;
+
+-- name: notification_tenant_locale
+-- The tenant's default locale ('fa' when unset).
+SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')
+       AS locale;
+
+-- name: notification_tenant_locale_set
+-- Set the tenant's default locale.
+INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%(tenant_id)s, %(locale)s)
+ON CONFLICT (tenant_id) DO UPDATE SET default_locale = excluded.default_locale
+RETURNING *;
+
+-- name: notification_insert_lock
+-- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.
+SELECT pg_advisory_xact_lock(7957911069121085795);
+
+-- name: notification_insert_many
+-- Write inbox rows (one per recipient x event); a relayed-twice event inserts nothing.
+INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
+                           template_version, locale, title, body, data, created_at)
+SELECT r.id, r.tenant_id, r.recipient_id, r.event_id, r.event_type, r.category, r.template_key,
+       r.template_version, r.locale, r.title, r.body, r.data, coalesce(%(now)s::timestamptz, now())
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id uuid, tenant_id uuid, recipient_id uuid, event_id uuid,
+     event_type text, category text, template_key text, template_version integer, locale text, title text,
+     body text, data jsonb)
+ORDER BY r.recipient_id
+ON CONFLICT (recipient_id, event_id) DO NOTHING
+RETURNING id, recipient_id, seq;
+
+-- name: notification_ids_for_event
+-- The inbox rows an event already made (for a second relay of the same event).
+SELECT id, recipient_id, seq FROM notifications WHERE event_id = %(event_id)s;
+
+-- name: delivery_insert_many
+-- One row per recipient x event x channel; a second relay inserts nothing.
+INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
+                        suppression_reason, deferred_until, generic, template_key, template_version, locale,
+                        job_id, created_at, updated_at)
+SELECT r.id, r.tenant_id, r.recipient_id, r.event_id, r.event_type, r.notification_id, r.channel, r.status,
+       r.suppression_reason, r.deferred_until, r.generic, r.template_key, r.template_version, r.locale,
+       r.job_id, coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id uuid, tenant_id uuid, recipient_id uuid, event_id uuid,
+     event_type text, notification_id uuid, channel text, status text, suppression_reason text,
+     deferred_until timestamptz, generic boolean, template_key text, template_version integer, locale text,
+     job_id uuid)
+ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
+RETURNING id, recipient_id, channel, status, deferred_until;
+
+-- name: delivery_load
+-- A delivery with its inbox row and the recipient's contact details, for the deliver job.
+SELECT d.*, n.title AS inbox_title, n.body AS inbox_body, n.category, u.email, p.phone, p.locale AS user_locale
+FROM deliveries d
+JOIN users u ON u.id = d.recipient_id
+LEFT JOIN notifications n ON n.id = d.notification_id
+LEFT JOIN notification_profiles p ON p.user_id = d.recipient_id
+WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: delivery_mark
+-- Move a queued delivery on (sent / failed / suppressed), with what was used.
+UPDATE deliveries SET status = %(status)s, suppression_reason = %(reason)s, provider_ref = %(ref)s,
+       error_code = %(error_code)s, template_version = coalesce(%(template_version)s, template_version),
+       locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND status = 'queued'
+RETURNING *;
+
+-- name: delivery_list_for
+-- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
+SELECT d.*, u.email AS recipient_email, j.status AS job_status
+FROM deliveries d
+JOIN users u ON u.id = d.recipient_id
+LEFT JOIN jobs j ON j.id = d.job_id
+WHERE (d.event_id = %(event_id)s::uuid
+       OR (d.recipient_id, d.event_id) = (SELECT recipient_id, event_id FROM notifications
+                                          WHERE id = %(notification_id)s::uuid))
+  AND (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s))
+ORDER BY u.email, d.channel
+LIMIT 500;
+
+-- name: delivery_recent
+-- The latest deliveries (ops view), tenant-scoped, optionally of one template key.
+SELECT d.*, u.email AS recipient_email
+FROM deliveries d JOIN users u ON u.id = d.recipient_id
+WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s))
+  AND (%(template_key)s::text IS NULL OR d.template_key = %(template_key)s)
+ORDER BY d.created_at DESC, d.id DESC
+LIMIT %(limit)s;
+
+-- name: inbox_page
+-- A user's inbox, newest first, before a cursor (keyset: stable under concurrent inserts).
+SELECT id, seq, tenant_id, event_id, event_type, category, title, body, data, locale, created_at,
+       seen_at, read_at, archived_at
+FROM notifications
+WHERE recipient_id = %(user_id)s
+  AND (%(before)s::bigint IS NULL OR seq < %(before)s)
+  AND (%(include_archived)s OR archived_at IS NULL)
+ORDER BY seq DESC
+LIMIT %(limit)s;
+
+-- name: inbox_since
+-- A user's rows after a cursor, oldest first (sync and SSE resume).
+SELECT id, seq, tenant_id, event_id, event_type, category, title, body, data, locale, created_at,
+       seen_at, read_at, archived_at
+FROM notifications
+WHERE recipient_id = %(user_id)s AND seq > %(since)s
+ORDER BY seq
+LIMIT %(limit)s;
+
+-- name: inbox_latest_seq
+-- The newest cursor of a user's inbox (0 when empty).
+SELECT coalesce(max(seq), 0) AS seq FROM notifications WHERE recipient_id = %(user_id)s;
+
+-- name: inbox_unread_count
+-- Unread, unarchived rows of a user.
+SELECT count(*) AS unread FROM notifications
+WHERE recipient_id = %(user_id)s AND read_at IS NULL AND archived_at IS NULL;
+
+-- name: inbox_get
+-- One row of a user's inbox, with its full text.
+SELECT id, seq, tenant_id, event_id, event_type, category, template_key, template_version, title, body, data,
+       locale, created_at, seen_at, read_at, archived_at
+FROM notifications WHERE id = %(id)s AND recipient_id = %(user_id)s;
+
+-- name: inbox_mark
+-- Mark a row seen / read / archived (read implies seen); the first time is kept.
+UPDATE notifications SET
+    seen_at = CASE WHEN %(state)s IN ('seen', 'read') THEN coalesce(seen_at, coalesce(%(now)s::timestamptz, now()))
+                   ELSE seen_at END,
+    read_at = CASE WHEN %(state)s = 'read' THEN coalesce(read_at, coalesce(%(now)s::timestamptz, now()))
+                   ELSE read_at END,
+    archived_at = CASE WHEN %(state)s = 'archived' THEN coalesce(archived_at, coalesce(%(now)s::timestamptz, now()))
+                       ELSE archived_at END
+WHERE id = %(id)s AND recipient_id = %(user_id)s
+RETURNING id, seq, seen_at, read_at, archived_at;
+
+-- name: user_token_insert
+-- Store an end user's bearer token (hash only).
+INSERT INTO user_tokens (id, user_id, name, prefix, token_hash)
+VALUES (%(id)s, %(user_id)s, %(name)s, %(prefix)s, %(token_hash)s)
+RETURNING id, user_id, name, prefix, created_at;
+
+-- name: user_token_verify
+-- The live token's user (an active user with an active membership).
+UPDATE user_tokens t SET last_used_at = now()
+FROM users u
+WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND u.id = t.user_id AND u.is_active
+RETURNING t.id, t.user_id, u.email;
+
+-- name: user_push_subscriptions
+-- A user's active Web Push subscriptions in a tenant.
+SELECT id, endpoint, state, created_at FROM push_subscriptions
+WHERE tenant_id = %(tenant_id)s AND user_ref = %(user_ref)s AND state = 'active'
+ORDER BY created_at;
+
+-- name: user_push_subscription_revoke
+-- The user unregisters a device: revoked, never used again.
+UPDATE push_subscriptions SET state = 'revoked'
+WHERE id = %(id)s AND user_ref = %(user_ref)s AND state = 'active'
+RETURNING id, state;
+
+-- name: user_tenants
+-- The tenants where a user has an active membership (first: the oldest).
+SELECT m.tenant_id, t.slug FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.user_id = %(user_id)s AND m.active
+GROUP BY m.tenant_id, t.slug ORDER BY min(m.created_at), t.slug;
+
+-- name: template_live_for_key
+-- The live (highest published) version of each channel x locale of a key.
+SELECT DISTINCT ON (channel, locale) *
+FROM notification_templates
+WHERE key = %(key)s AND status = 'published'
+ORDER BY channel, locale, version DESC;
+
+-- name: template_keys
+-- Every template key with its channels, locales, live version and whether a draft exists.
+SELECT key, array_agg(DISTINCT channel ORDER BY channel) AS channels,
+       array_agg(DISTINCT locale ORDER BY locale) AS locales,
+       max(version) FILTER (WHERE status = 'published') AS live_version,
+       bool_or(status = 'draft') AS has_draft, max(updated_at) AS updated_at
+FROM notification_templates GROUP BY key ORDER BY key;
+
+-- name: template_versions
+-- Every version of a key (newest first).
+SELECT * FROM notification_templates WHERE key = %(key)s ORDER BY channel, locale, version DESC;
+
+-- name: template_get
+-- One version by id.
+SELECT * FROM notification_templates WHERE id = %(id)s;
+
+-- name: template_get_version
+-- One version by key, channel, locale and number.
+SELECT * FROM notification_templates
+WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND version = %(version)s;
+
+-- name: template_draft_get
+-- The draft of a key x channel x locale, if any.
+SELECT * FROM notification_templates
+WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND status = 'draft';
+
+-- name: template_next_version
+-- The next version number of a key x channel x locale.
+SELECT coalesce(max(version), 0) + 1 AS version FROM notification_templates
+WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s;
+
+-- name: template_insert
+-- A new version (draft or, for seeds and rollbacks, published).
+INSERT INTO notification_templates (id, key, channel, locale, version, subject, body, variables, sample, status,
+                                    author_label, published_at, rolled_back_from)
+VALUES (%(id)s, %(key)s, %(channel)s, %(locale)s, %(version)s, %(subject)s, %(body)s, %(variables)s, %(sample)s,
+        %(status)s, %(author_label)s,
+        CASE WHEN %(status)s = 'published' THEN coalesce(%(now)s::timestamptz, now()) END, %(rolled_back_from)s)
+RETURNING *;
+
+-- name: template_draft_update
+-- Edit a draft in place (a published version refuses: trigger).
+UPDATE notification_templates SET subject = %(subject)s, body = %(body)s, variables = %(variables)s,
+       sample = %(sample)s, updated_at = now()
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: template_publish
+-- Freeze a draft as published.
+UPDATE notification_templates SET status = 'published', published_at = coalesce(%(now)s::timestamptz, now()),
+       updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND status = 'draft'
+RETURNING *;
+
+-- name: template_usage
+-- How many deliveries used each version of a key.
+SELECT channel, locale, template_version, count(*) AS deliveries
+FROM deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
+ORDER BY channel, locale, template_version DESC;
+
+-- name: inbox_notify
+-- Wake SSE streams: one NOTIFY per key (a recipient id, or '*'), delivered at commit.
+SELECT pg_notify(%(channel)s, k) FROM unnest(%(keys)s::text[]) AS k;
+
+-- name: tenant_users_with_role
+-- Users holding an active membership with a role in a tenant (recipients such as "the tenant's admins").
+SELECT DISTINCT m.user_id FROM memberships m JOIN users u ON u.id = m.user_id
+WHERE m.tenant_id = %(tenant_id)s AND m.role::text = ANY(%(roles)s::text[]) AND m.active AND u.is_active
+ORDER BY m.user_id;
+
+-- name: demo_order_recipient
+-- The platform user matching the demo user of an order (by email), if any.
+SELECT u.id AS user_id FROM demo_orders o JOIN demo_users du ON du.id = o.user_id JOIN users u ON u.email = du.email
+WHERE o.id = %(order_id)s::uuid;
+
+-- name: demo_otp_recipient
+-- The platform users of a tenant whose notification phone is the OTP's phone, and the code.
+SELECT p.user_id, r.code FROM demo_otp_requests r
+JOIN notification_profiles p ON p.phone = r.phone
+JOIN memberships m ON m.user_id = p.user_id AND m.tenant_id = r.tenant_id AND m.active
+WHERE r.id = %(otp_id)s::uuid;
+
+-- name: demo_user_by_email
+-- The demo domain's user row of an email in a tenant (the demo's end user).
+SELECT * FROM demo_users WHERE tenant_id = %(tenant_id)s AND email = %(email)s ORDER BY created_at LIMIT 1;

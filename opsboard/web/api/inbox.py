@@ -1,0 +1,144 @@
+"""The end user's inbox API, with the user's own bearer token (``obu_...``, not a tenant API key).
+
+``GET /inbox`` (newest first, ``cursor`` = before; or ``since`` = after, oldest first),
+``GET /inbox/unread``, ``GET /inbox/{id}`` (full text), ``POST /inbox/{id}/{seen|read|archived}``,
+``GET /inbox/stream`` (SSE, see :mod:`opsboard.web.sse`), ``POST /devices`` and
+``DELETE /devices/{id}`` (Web Push subscriptions).
+"""
+from __future__ import annotations
+
+import uuid
+
+from flask import g, jsonify, request
+
+from ...errors import OpsError
+from ...notifications import devices, inbox
+from .. import sse
+from ..context import get_db
+from . import bp
+from .common import Problem, json_object
+
+
+def authenticate_user() -> dict:
+    """The caller's user token (``user_id``, ``email``), or 401."""
+    scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Problem(401, "unauthorized", "Send your token: Authorization: Bearer obu_...",
+                      headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox"'})
+    with get_db().connection() as conn:
+        tok = inbox.verify_token(conn, secret.strip())
+    if tok is None:
+        raise Problem(401, "unauthorized", "The token is unknown or revoked.",
+                      headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox", error="invalid_token"'})
+    g.inbox_user = tok
+    return tok
+
+
+def _int_arg(name: str) -> int | None:
+    raw = request.args.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Problem(400, "invalid_cursor", f"{name} must be an inbox cursor (an integer).", name) from None
+    if value < 0:
+        raise Problem(400, "invalid_cursor", f"{name} must not be negative.", name)
+    return value
+
+
+def _id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise Problem(404, "not_found", "No such notification.") from None
+
+
+def item_json(row: dict, full: bool = True) -> dict:
+    out = {"id": str(row["id"]), "cursor": row["seq"], "event_type": row["event_type"], "category": row["category"],
+           "title": row["title"], "locale": row["locale"], "created_at": row["created_at"].isoformat(),
+           "seen_at": row["seen_at"].isoformat() if row["seen_at"] else None,
+           "read_at": row["read_at"].isoformat() if row["read_at"] else None,
+           "archived_at": row["archived_at"].isoformat() if row["archived_at"] else None}
+    if full:
+        out["body"] = row["body"]
+        out["data"] = row["data"]
+    return out
+
+
+def _core(fn):
+    try:
+        return fn()
+    except OpsError as exc:
+        raise Problem(exc.status, exc.code, str(exc)) from None
+
+
+@bp.route("/inbox")
+def inbox_list():
+    user = authenticate_user()
+    before, since = _int_arg("cursor"), _int_arg("since")
+    limit = _int_arg("limit") or 50
+    if before is not None and since is not None:
+        raise Problem(400, "invalid_cursor", "Use cursor (older) or since (newer), not both.", "since")
+    with get_db().connection() as conn:
+        page = inbox.page(conn, user["user_id"], before=before, since=since, limit=limit,
+                          include_archived=request.args.get("archived") == "1")
+        unread = inbox.unread_count(conn, user["user_id"])
+    return jsonify({"items": [item_json(r) for r in page["items"]], "next_cursor": page["next_cursor"],
+                    "unread": unread})
+
+
+@bp.route("/inbox/unread")
+def inbox_unread():
+    user = authenticate_user()
+    with get_db().connection() as conn:
+        return jsonify({"unread": inbox.unread_count(conn, user["user_id"])})
+
+
+@bp.route("/inbox/stream")
+def inbox_stream():
+    user = authenticate_user()
+    try:
+        return sse.stream_response(user["user_id"])
+    except sse.TooManyStreams:
+        raise Problem(429, "too_many_streams", "Too many open streams for this user; close one.",
+                      headers={"Retry-After": "5"}) from None
+    except ValueError as exc:
+        raise Problem(400, "invalid_cursor", str(exc), "Last-Event-ID") from None
+
+
+@bp.route("/inbox/<notification_id>")
+def inbox_detail(notification_id):
+    user = authenticate_user()
+    with get_db().connection() as conn:
+        row = _core(lambda: inbox.get(conn, user["user_id"], _id(notification_id)))
+    return jsonify(item_json(row))
+
+
+@bp.route("/inbox/<notification_id>/<state>", methods=["POST"])
+def inbox_mark(notification_id, state):
+    user = authenticate_user()
+    if state not in inbox.STATES:
+        raise Problem(404, "not_found", f"Mark as one of {', '.join(inbox.STATES)}.")
+    with get_db().connection() as conn:
+        row = _core(lambda: inbox.mark(conn, user["user_id"], _id(notification_id), state))
+        unread = inbox.unread_count(conn, user["user_id"])
+    return jsonify({"id": str(row["id"]), "seen": row["seen_at"] is not None, "read": row["read_at"] is not None,
+                    "archived": row["archived_at"] is not None, "unread": unread})
+
+
+@bp.route("/devices", methods=["POST"])
+def device_register():
+    user = authenticate_user()
+    body = json_object()
+    with get_db().connection() as conn:
+        row = _core(lambda: devices.register_for_user(conn, user["user_id"], body))
+    return jsonify({"id": str(row["id"]), "state": row["state"]}), 201
+
+
+@bp.route("/devices/<subscription_id>", methods=["DELETE"])
+def device_unregister(subscription_id):
+    user = authenticate_user()
+    with get_db().connection() as conn:
+        row = _core(lambda: devices.unregister(conn, user["user_id"], _id(subscription_id)))
+    return jsonify({"id": str(row["id"]), "state": row["state"]})
