@@ -3,9 +3,13 @@ every subscription (event type -> job type).  This is the one place to read
 what happens when an event is published, and the one place to rewire it.
 
 The subscribers here are the demo domain's (:mod:`opsboard.demo_domain`):
-their job types record their effect in ``demo_effects`` until the provider
-handlers (``webhook.fanout``, ``email.send``, ``sms.send``, ``push.send``)
-replace them -- change ``job_type`` (and ``payload``) below when they land.
+``webhooks`` sends every event to the tenant's subscribed webhook endpoints
+(``webhook.fanout``: one signed delivery per endpoint); email, SMS and push to
+people go through the notification policies (``notify``, declared in
+:mod:`opsboard.notifications.demo_policies`), which check preferences,
+membership, quiet hours and sensitivity first.  The ``outbox_demo.*`` job
+types are the demo application's own consumers (a CRM sync, a partner
+ledger, the nightly report): they record their effect in ``demo_effects``.
 """
 from __future__ import annotations
 
@@ -49,6 +53,15 @@ define("outbox_demo.report_row", handler=_RECORD, queue="bulk", max_attempts=5, 
 
 # ------------------------------------------------------------ subscriptions
 
+def _webhook_fanout(event: dict) -> dict:
+    return {"event_id": str(event["id"])}
+
+
+# Real deliveries: every event to the tenant's webhook endpoints subscribed to its type.
+subscribe("webhooks", "user.signed_up", "webhook.fanout", version=2, payload=_webhook_fanout)
+subscribe("webhooks", "order.paid", "webhook.fanout", payload=_webhook_fanout)
+
+# The demo application's own consumers (recorded in demo_effects).
 subscribe("welcome_email", "user.signed_up", "outbox_demo.email", version=2)
 subscribe("crm_webhook", "user.signed_up", "outbox_demo.webhook", version=2, ordered=True)
 subscribe("nightly_report", "user.signed_up", "outbox_demo.report_row", version=2)

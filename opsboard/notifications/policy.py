@@ -120,7 +120,11 @@ def declare(event_type: str, *, category: str, channels: Iterable[str], recipien
                  variables, int(version))
     _policies[event_type] = pol
     from .. import outbox  # here, not at the top: outbox imports events, which declares policies
+    # A critical category (OTP, security) fans out on the critical queue, whose
+    # reserved slots a backlog of other work can never take.
+    critical = CATEGORIES[category].critical
     outbox.subscribe(SUBSCRIBER, event_type, "notifications.fanout", version=pol.version,
+                     queue="critical" if critical else None,
                      payload=lambda ev: {"event_id": str(ev["id"])})
     return pol
 

@@ -45,7 +45,7 @@ def test_relay_killed_between_batches_yields_every_job_exactly_once(db_url, tmp_
     assert kills_mid_way >= 1
     with connect(db_url) as c:
         assert count(c, "SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL") == 0
-        per_event = len(outbox.subscriptions("order.paid"))  # partner_webhook, receipt_email, notify
+        per_event = len(outbox.subscriptions("order.paid"))  # webhooks, partner_webhook, receipt_email, notify
         assert count(c, "SELECT count(*) AS n FROM jobs") == per_event * n
         # Every event made exactly one job per subscriber, and every job points at a relayed event.
         assert count(c, "SELECT count(*) AS n FROM (SELECT event_id FROM jobs GROUP BY event_id "

@@ -29,7 +29,7 @@ def test_rolled_back_domain_transaction_leaves_neither_row_nor_event(db_url, mak
         assert c.execute("SELECT count(*) AS n FROM outbox_events").fetchone()["n"] == 1
         assert Relay().run_once(c) == 1
         assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report",
-                                                         "notify"}
+                                                         "notify", "webhooks"}
 
 
 def test_relay_makes_each_subscribers_job_once(conn, tenant):
@@ -41,7 +41,9 @@ def test_relay_makes_each_subscribers_job_once(conn, tenant):
     jobs = _jobs(conn, event["id"])
     assert {k: (j["type"], j["queue"]) for k, j in jobs.items()} == {
         "welcome_email": ("outbox_demo.email", "default"), "crm_webhook": ("outbox_demo.webhook", "default"),
-        "nightly_report": ("outbox_demo.report_row", "bulk"), "notify": ("notifications.fanout", "default")}
+        "nightly_report": ("outbox_demo.report_row", "bulk"), "notify": ("notifications.fanout", "default"),
+        "webhooks": ("webhook.fanout", "default")}
+    assert jobs["webhooks"]["payload"] == {"event_id": str(event["id"])}
     assert jobs["crm_webhook"]["group_key"] == f"user:{done['user']['id']}:crm_webhook"
     assert jobs["welcome_email"]["group_key"] is None
     assert all(j["correlation_id"] == "req-1" and j["tenant_id"] == tenant["id"] for j in jobs.values())
@@ -58,6 +60,8 @@ def test_otp_goes_to_critical_and_expires_two_minutes_after_the_event(conn, tena
     assert job["queue"] == "critical" and job["priority"] == 0
     assert job["expires_at"] == t0 + timedelta(minutes=2)
     assert "347" not in str(done["event"]["payload"])
+    # The OTP's notification fan-out runs on the critical queue too (reserved slots).
+    assert _jobs(conn, done["event"]["id"])["notify"]["queue"] == "critical"
 
 
 def test_a_v1_event_reaches_v2_consumers_upcast(conn, tenant):
