@@ -25,6 +25,10 @@ def start(url: str, tenants: dict, creds: dict, host: str = "127.0.0.1") -> tupl
     env = {"OPSBOARD_SMTP_HOST": host, "OPSBOARD_SMTP_PORT": str(sb.smtp_port), "OPSBOARD_SMTP_FROM": "demo@opsboard.demo",
            "OPSBOARD_SMS_URL": f"{sb.url}/sms", "OPSBOARD_SMS_KEY": sb.sms_key, "OPSBOARD_WEBHOOK_ALLOW": host,
            "OPSBOARD_VAPID_PRIVATE_KEY": creds["vapid_private_key"], "OPSBOARD_BREAKER_COOLDOWN": "15"}
+    # This process seeds endpoints and subscriptions pointing at the sandbox on
+    # loopback: it uses the same provider settings (allow-list) as the workers.
+    from ..config import ProviderSettings
+    providers.use_settings(ProviderSettings.from_env(env))
     state = {"subscriptions": {}}
     with connect(url) as conn:
         # Endpoints from an earlier demo run point at an old sandbox port: disable them.
