@@ -493,6 +493,10 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
         "after_id": after_id, "limit": limit, "now": now})
 
 
+def categories(conn, scope: TenantScope) -> list[dict]:
+    return db.all_rows(conn, "ticket_category_list", scope.params)
+
+
 def agents(conn, tenant_id) -> list[dict]:
     return db.all_rows(conn, "ticket_agents_of_tenant", {"tenant_id": tenant_id})
 

@@ -88,16 +88,17 @@ def create_app(test_config: dict | None = None) -> Flask:
                 "blueprints": app.blueprints, "audit_target_url": audit_target_url}
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
-                   queues, reports, tenants, workers)
+                   queues, reports, tenants, tickets, workers)
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api, deliveries, reports):
+                   apikeys, api, deliveries, reports, tickets):
         app.register_blueprint(module.bp)
     return app
 
 
 #: Where an audit record's target can be looked at: target_type -> (endpoint, argument).
 AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id"),
-                 "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id")}
+                 "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id"),
+                 "ticket": ("tickets.detail", "ticket_id")}
 
 
 def audit_target_url(record: dict) -> str | None:

@@ -12,4 +12,6 @@ bp = Blueprint("home", __name__)
 def index():
     if current_user.has("jobs.view") and "queues" in current_app.blueprints:
         return redirect(url_for("queues.index"))
+    if current_user.has("tickets.view") and "tickets" in current_app.blueprints:
+        return redirect(url_for("tickets.index"))  # the support agent's landing page
     return render_template("home/index.html")

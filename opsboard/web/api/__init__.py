@@ -24,4 +24,4 @@ def openapi_document():
     return jsonify(document())
 
 
-from . import events, jobs, otp  # noqa: E402,F401  (routes on bp)
+from . import events, jobs, otp, tickets  # noqa: E402,F401  (routes on bp)
