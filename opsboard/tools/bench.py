@@ -431,6 +431,12 @@ def webhooks(b: Bench) -> None:
     run(b)
 
 
+def tickets(b: Bench) -> None:
+    """Agents' ticket queue and detail: server time at 100,000 tickets by default (--jobs N tickets)."""
+    from .bench_tickets import run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -443,6 +449,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "claim_cost": claim_cost,
     "dashboard": dashboard,
     "webhooks": webhooks,
+    "tickets": tickets,
 }
 
 
