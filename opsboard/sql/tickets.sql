@@ -213,9 +213,11 @@ FROM ticket_user_tokens k JOIN users u ON u.id = k.user_id JOIN tenants tn ON tn
 WHERE k.token_hash = %(token_hash)s AND k.revoked_at IS NULL AND u.is_active;
 
 -- name: ticket_agents_of_tenant
--- Active agents who can work a tenant's tickets (for the assign menu and round-robin), by email.
+-- Active agents who can work a tenant's tickets (theirs, or operator staff): the assign menu, by email.
 SELECT DISTINCT u.id, u.email FROM memberships ms JOIN users u ON u.id = ms.user_id
-WHERE ms.tenant_id = %(tenant_id)s AND ms.active AND u.is_active AND ms.role IN ('admin', 'support_agent')
+JOIN tenants mt ON mt.id = ms.tenant_id
+WHERE (ms.tenant_id = %(tenant_id)s OR mt.is_operator) AND ms.active AND u.is_active
+  AND ms.role IN ('admin', 'support_agent')
 ORDER BY u.email;
 
 -- name: ticket_round_robin_next

@@ -250,3 +250,21 @@ def test_queue_filters_and_keyset(conn, desk):
     assert service.list_queue(conn, make_desk(conn).scope) == []
     with pytest.raises(OpsError):
         service.list_queue(conn, desk.scope, status="bogus")
+
+
+def test_demo_tickets_show_every_badge_in_both_languages(conn):
+    from opsboard import auth
+    from opsboard.tools.demo_tickets import seed_tickets
+
+    slug = uuid.uuid4().hex[:6]
+    ids = {"acme": auth.ensure_tenant(conn, f"acme-{slug}")["id"], "parsian": auth.ensure_tenant(conn, f"fa-{slug}")["id"]}
+    auth.ensure_tenant(conn, f"op-{slug}", is_operator=True)
+    email = f"support-{slug}@opsboard.demo"
+    auth.create_user(conn, email, "correct horse battery", "support_agent", f"op-{slug}")
+    assert seed_tickets(conn, ids, agent_email=email) == 9
+    assert seed_tickets(conn, ids, agent_email=email) == 0  # once
+    scope = auth.TenantScope(all=False, ids=tuple(ids.values()))
+    rows = service.list_queue(conn, scope)
+    assert {r["sla_state"] for r in rows} >= {"on_track", "at_risk", "breached", "paused", "met"}
+    assert any("پیامک" in r["subject"] for r in rows)
+    assert {r["status"] for r in rows} >= {"new", "triaged", "in_progress", "waiting_on_customer", "resolved", "closed"}
