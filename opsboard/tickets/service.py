@@ -534,3 +534,43 @@ def ensure_requester(conn, email: str, display_name: str = "") -> dict:
                                             "display_name": display_name or email.split("@")[0],
                                             "password_hash": hash_password(secrets.token_urlsafe(24))})
     return user
+
+
+# ---------------------------------------------------------------- SLA compliance report
+
+def _sla_report_validate(params: dict) -> dict:
+    from .. import reports
+
+    if params:
+        raise reports.ReportError(f"unknown parameter(s) {', '.join(sorted(params))}", "invalid_parameter")
+    return {}
+
+
+def _sla_report_plan(conn, tenant_id, params: dict, max_rows: int):
+    from .. import reports
+
+    # One slice: the rows are (category x priority) groups, a few dozen per tenant.
+    yield reports.Slice({}, None, 1)
+
+
+def _sla_report_rows(conn, tenant_id, params: dict, lower: dict, upper: dict | None):
+    for r in db.all_rows(conn, "ticket_sla_compliance_rows", {"tenant_id": tenant_id}):
+        breached = r["first_response_breached"] + r["resolution_breached"]
+        met = r["tickets"] - min(r["tickets"], breached)
+        yield (r["category"], r["priority"], r["tickets"], r["first_response_breached"], r["resolution_breached"],
+               f"{100.0 * met / r['tickets']:.1f}" if r["tickets"] else "")
+
+
+def _define_sla_report() -> None:
+    from ..reports import ReportKind, define_kind
+
+    define_kind(ReportKind(
+        name="ticket_sla", title="Ticket SLA compliance",
+        columns=("category", "priority", "tickets", "first_response_breached", "resolution_breached",
+                 "compliance_percent"),
+        params=(), validate=_sla_report_validate, plan=_sla_report_plan, rows=_sla_report_rows,
+        filename=lambda p: "ticket-sla-compliance.csv",
+        description="Tickets per category and priority, how many breached a due time, and the share that did not."))
+
+
+_define_sla_report()

@@ -268,3 +268,15 @@ def test_demo_tickets_show_every_badge_in_both_languages(conn):
     assert {r["sla_state"] for r in rows} >= {"on_track", "at_risk", "breached", "paused", "met"}
     assert any("پیامک" in r["subject"] for r in rows)
     assert {r["status"] for r in rows} >= {"new", "triaged", "in_progress", "waiting_on_customer", "resolved", "closed"}
+
+
+def test_sla_compliance_report_kind(conn, desk):
+    from opsboard import reports
+
+    kind = reports.get_kind("ticket_sla")
+    t = _open(conn, desk, category="billing", priority="high")
+    _open(conn, desk, category="billing", priority="high")
+    service.check_breach(conn, t["id"], "first_response", t["first_response_due_at"], now=t["first_response_due_at"])
+    slices = list(kind.plan(conn, desk.tenant["id"], kind.validate({}), 1000))
+    rows = list(kind.rows(conn, desk.tenant["id"], {}, slices[0].lower, slices[0].upper))
+    assert rows == [("billing", "high", 2, 1, 0, "50.0")]
