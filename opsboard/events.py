@@ -85,3 +85,6 @@ define_event("ticket.sla_breached", 1, aggregate="ticket",
              fields={**_TICKET, "kind": EventField(str, choices=("first_response", "resolution")),
                      "team": EventField(str, max_length=100)},
              description="A ticket passed a due time (the breach job at the due time).")
+
+# Their notification policies (declared when opsboard.notifications is present).
+from .tickets import notify as _ticket_notify  # noqa: E402,F401

@@ -244,3 +244,11 @@ SELECT coalesce(c.slug, '-') AS category, tk.priority::text AS priority, count(*
 FROM tickets tk LEFT JOIN ticket_categories c ON c.id = tk.category_id
 WHERE tk.tenant_id = %(tenant_id)s
 GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- name: ticket_notify_facts
+-- Who a ticket event notifies: its requester and assignee.
+SELECT id, tenant_id, requester_id, assignee_id FROM tickets WHERE id = %(id)s::uuid;
+
+-- name: ticket_message_author
+-- The author of a message (not notified of their own message).
+SELECT author_id, kind FROM ticket_messages WHERE id = %(id)s::uuid;
