@@ -54,7 +54,8 @@ def test_every_get_route_answers_junk_arguments_below_500(app, client, login_as,
     [job] = seed.jobs(db, t, 1)
     seed.kill(db, [job])
     login_as("ops")
-    ids = {"job_id": str(job), "alert_id": str(uuid.uuid4()), "tenant_id": str(t)}
+    ids = {"job_id": str(job), "alert_id": str(uuid.uuid4()), "tenant_id": str(t), "ticket_id": str(uuid.uuid4()),
+           "attachment_id": str(uuid.uuid4()), "run_id": str(uuid.uuid4())}
     paths = []
     for rule in app.url_map.iter_rules():
         if "GET" in rule.methods and rule.endpoint != "static":

@@ -170,3 +170,13 @@ def test_customer_api(client, desk, db_url):
     a = _api(client, desk, "POST", "/api/v1/tickets", json={"subject": "Once", "body": "x"}, headers=k)
     b = _api(client, desk, "POST", "/api/v1/tickets", json={"subject": "Once", "body": "x"}, headers=k)
     assert a.get_json()["id"] == b.get_json()["id"]
+
+
+@pytest.mark.parametrize("name", ["status", "category", "assignee", "sla", "tenant", "q", "after"])
+def test_queue_filters_refuse_junk_with_a_code(client, login_as, desk, name):
+    login_as("support_agent", tenant="acme", operator=False)
+    for value in ("\x00", "x" * 1000, "é' OR 1=1 --", "-1", "javascript:alert(1)", "in_progress"):
+        r = client.get("/tickets/_rows", query_string={name: value}, headers={"Accept": "application/json"})
+        assert r.status_code in (200, 400), (name, value, r.status_code)
+        if r.status_code == 400:
+            assert r.is_json and r.json["error"], (name, value)
