@@ -280,3 +280,17 @@ def test_sla_compliance_report_kind(conn, desk):
     slices = list(kind.plan(conn, desk.tenant["id"], kind.validate({}), 1000))
     rows = list(kind.rows(conn, desk.tenant["id"], {}, slices[0].lower, slices[0].upper))
     assert rows == [("billing", "high", 2, 1, 0, "50.0")]
+
+
+def test_round_robin_among_the_tenants_support_agents(conn, desk):
+    from opsboard import auth
+
+    second = auth.create_user(conn, f"agent2-{uuid.uuid4().hex[:6]}@example.test", "correct horse battery",
+                              "support_agent", desk.tenant["slug"])
+    picks = [service.create_ticket(conn, desk.caller("requester"), tenant_id=desk.tenant["id"], subject="s", body="b",
+                                   round_robin=True)["assignee_id"] for _ in range(4)]
+    assert set(picks) == {desk.agent.id, second["id"]}
+    assert picks[0] != picks[1] and picks[:2] == picks[2:]
+    events = conn.execute("SELECT count(*) AS n FROM outbox_events WHERE type = 'ticket.assigned' AND tenant_id = %s",
+                          (desk.tenant["id"],)).fetchone()["n"]
+    assert events == 4

@@ -180,3 +180,18 @@ def test_queue_filters_refuse_junk_with_a_code(client, login_as, desk, name):
         assert r.status_code in (200, 400), (name, value, r.status_code)
         if r.status_code == 400:
             assert r.is_json and r.json["error"], (name, value)
+
+
+def test_customer_creates_a_ticket_with_attachments(client, desk):
+    r = _api(client, desk, "POST", "/api/v1/tickets",
+             data={"subject": "Screenshot attached", "body": "See the image", "category": "billing",
+                   "files": [(io.BytesIO(PNG), "screen.png")]}, content_type="multipart/form-data")
+    assert r.status_code == 201, r.get_json()
+    body = r.get_json()
+    assert body["status"] == "new" and body["category"] == "billing"
+    assert [(a["filename"], a["content_type"], a["size"]) for a in body["attachments"]] == [("screen.png", "image/png",
+                                                                                              len(PNG))]
+    r = _api(client, desk, "POST", "/api/v1/tickets",
+             data={"subject": "x", "body": "y", "files": [(io.BytesIO(ZIP), "a.png")]}, content_type="multipart/form-data")
+    assert r.status_code == 415
+    assert len(_api(client, desk, "GET", "/api/v1/tickets").get_json()["tickets"]) == 1  # the refused one left nothing
