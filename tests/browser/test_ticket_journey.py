@@ -28,6 +28,9 @@ def test_agent_triages_assigns_notes_replies_and_resolves(app, server, browser, 
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(str(e)))
+    # Script errors and CSP violations (refused requests show as 4xx responses, checked by the forms).
+    page.on("console", lambda m: problems.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
     page.goto(f"{server}/login")
     page.fill("input[name=email]", "agent@example.test")
     page.fill("input[name=password]", PASSWORD)
@@ -49,10 +52,10 @@ def test_agent_triages_assigns_notes_replies_and_resolves(app, server, browser, 
     page.locator("[data-assignee]", has_text="agent@example.test").wait_for()
     page.fill('form[data-action="note"] textarea[name=body]', "Internal: customer is on the legacy plan.")
     submit("note")
-    page.locator('li[data-kind="internal_note"]').wait_for()
+    page.locator('div[data-kind="internal_note"]').wait_for()
     page.fill('form[data-action="reply"] textarea[name=body]', "We are replacing the toner today.")
     submit("reply")
-    page.locator('li[data-kind="reply"]', has_text="replacing the toner").wait_for()
+    page.locator('div[data-kind="reply"]', has_text="replacing the toner").wait_for()
     # resolve without a code: refused inline, in the form
     submit("resolve")
     page.locator('#result-resolve [data-error-code="resolution_required"]').wait_for()
@@ -61,7 +64,7 @@ def test_agent_triages_assigns_notes_replies_and_resolves(app, server, browser, 
     page.fill('form[data-action="resolve"] textarea[name=resolution_summary]', "Toner replaced.")
     submit("resolve")
     page.locator('#ticket[data-status="resolved"]').wait_for()
-    assert "Internal note" in page.locator('li[data-kind="internal_note"]').inner_text()
+    assert "Internal note" in page.locator('div[data-kind="internal_note"]').inner_text()
     shots(page, "resolved")
     assert problems == []
     with connect(app.extensions["test_db_url"]) as c:
