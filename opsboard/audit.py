@@ -170,8 +170,12 @@ def operator_action(conn: psycopg.Connection, actor: Actor, action: str, *, targ
 
 def record(conn: psycopg.Connection, actor: Actor, action: str, *, target_type: str | None = None,
            target_id: Any = None, tenant_id: Any = None, reason: str | None = None,
-           before: Any = None, after: Any = None, request_key: str | None = None) -> dict | None:
+           before: Any = None, after: Any = None, request_key: str | None = None,
+           outcome: str = "done") -> dict | None:
     """Append one audit record and return it.
+
+    ``outcome`` is ``done``, or ``denied`` for an attempt the actor's role
+    does not allow (see :func:`record_denied`).
 
     With ``request_key``, returns ``None`` when an identical (action, request_key)
     was recorded before: the caller should then return the earlier result
@@ -183,8 +187,25 @@ def record(conn: psycopg.Connection, actor: Actor, action: str, *, target_type: 
         "tenant_id": tenant_id, "reason": reason,
         "before": None if before is None else Jsonb(before),
         "after": None if after is None else Jsonb(after),
-        "request_id": actor.request_id, "request_key": request_key,
+        "request_id": actor.request_id, "request_key": request_key, "outcome": outcome,
     })
+
+
+#: At most one denied row per user and action in this many seconds: a script
+#: hammering a forbidden button must not flood the log.
+DENIED_EVERY_SECONDS = 60
+
+
+def record_denied(conn: psycopg.Connection, actor: Actor, action: str, *, target_type: str | None = None,
+                  target_id: Any = None, tenant_id: Any = None, now: datetime | None = None) -> dict | None:
+    """Record a refused attempt at ``action`` (no reason, no payload); ``None``
+    when one was recorded for this user and action within
+    :data:`DENIED_EVERY_SECONDS`."""
+    if actor.id is not None and db.one(conn, "audit_denied_recent", {
+            "actor_id": actor.id, "action": action, "seconds": DENIED_EVERY_SECONDS, "now": now})["recent"]:
+        return None
+    return record(conn, actor, action, target_type=target_type, target_id=target_id, tenant_id=tenant_id,
+                  outcome="denied")
 
 
 def find_by_request_key(conn: psycopg.Connection, action: str, request_key: str) -> dict | None:

@@ -91,12 +91,15 @@ class Principal:
     display_name: str
     memberships: list[Membership] = field(default_factory=list)
     is_active: bool = True
+    #: The browser session this principal was loaded for (see :func:`start_session`).
+    session_id: str | None = None
 
     is_authenticated = True
     is_anonymous = False
 
     def get_id(self) -> str:
-        return str(self.id)
+        """What the session cookie stores: ``<user id>:<session id>``."""
+        return f"{self.id}:{self.session_id}" if self.session_id else str(self.id)
 
     @property
     def label(self) -> str:
@@ -181,8 +184,8 @@ def create_user(conn: psycopg.Connection, email: str, password: str, role: str, 
             user = db.one(conn, "user_insert", {"id": new_id(), "email": email,
                                                 "display_name": display_name or email.split("@")[0],
                                                 "password_hash": hash_password(password)})
-        else:
-            db.execute(conn, "user_set_password", {"id": user["id"], "password_hash": hash_password(password)})
+        elif not check_password_hash(user["password_hash"], password):
+            set_password(conn, user["id"], password)  # a new password ends the old sessions
         db.execute(conn, "membership_upsert", {"user_id": user["id"], "tenant_id": tenant["id"],
                                                "role": role_enum.value})
     return {"id": user["id"], "email": email, "role": role_enum.value, "tenant": tenant_slug}
@@ -210,26 +213,109 @@ def authenticate(conn: psycopg.Connection, email: str, password: str, address: s
                  now: datetime | None = None) -> Principal | None:
     """Check a login; ``None`` when wrong.  Raises :class:`LoginThrottled`.
 
-    Failures are counted per account and per client address in the database,
-    so the limit holds across every web process.  The password is checked even
-    for unknown accounts so that timing does not reveal which emails exist.
+    Attempts are counted per account and per client address in the database,
+    so the limit holds across every web process.  Counting and recording an
+    attempt is one atomic step: under advisory transaction locks of the
+    account and of the address, the attempt is counted and then inserted
+    *before* the (slow) password check, so that simultaneous requests cannot
+    all pass the count; a success deletes its row again.  At most
+    ``max_account`` passwords of one account are checked per window.  The
+    password is checked even for unknown accounts so that timing does not
+    reveal which emails exist.
     """
     email = (email or "").strip().lower()
     params = {"email": email, "address": address, "window": window_seconds, "now": now}
-    counts = db.one(conn, "login_failure_counts", params)
-    if counts["account"] >= max_account or counts["address"] >= max_address:
-        newest = counts["newest"]
-        current = db.now(conn, now)
-        retry = max(1, int(window_seconds - (current - newest).total_seconds())) if newest else window_seconds
-        raise LoginThrottled(retry)
+    with conn.transaction():
+        db.execute(conn, "login_lock_account", params)
+        db.execute(conn, "login_lock_address", params)
+        counts = db.one(conn, "login_failure_counts", params)
+        if counts["account"] >= max_account or counts["address"] >= max_address:
+            newest = counts["newest"]
+            current = db.now(conn, now)
+            retry = max(1, int(window_seconds - (current - newest).total_seconds())) if newest else window_seconds
+            raise LoginThrottled(retry)
+        attempt = db.one(conn, "login_attempt_insert", params)
     user = db.one(conn, "user_get_by_email", {"email": email}) if email else None
     ok = check_password_hash(user["password_hash"] if user else _DUMMY_HASH, password or "")
     if not user or not ok or not user["is_active"]:
-        db.execute(conn, "login_failure_insert", params)
-        return None
-    db.execute(conn, "login_failure_clear_account", {"email": email})
-    db.execute(conn, "user_touch_login", {"id": user["id"]})
+        return None  # the attempt row stays: it is the failure
+    with conn.transaction():
+        db.execute(conn, "login_attempt_delete", {"id": attempt["id"]})
+        db.execute(conn, "login_failure_clear_account", {"email": email})
+        db.execute(conn, "user_touch_login", {"id": user["id"]})
     return load_principal(conn, user["id"])
+
+
+def _session_hash(session_id: str) -> bytes:
+    return hashlib.sha256(session_id.encode()).digest()
+
+
+def start_session(conn: psycopg.Connection, principal: Principal, lifetime_seconds: int,
+                  now: datetime | None = None) -> Principal:
+    """Open a server-side session for ``principal``; returns it carrying the new session id.
+
+    The id travels in the signed cookie (``Principal.get_id``); only its hash
+    is stored.  Expired sessions are forgotten on the way.
+    """
+    session_id = secrets.token_urlsafe(24)
+    with conn.transaction():
+        db.execute(conn, "session_prune", {"now": now})
+        db.execute(conn, "session_insert", {"id_hash": _session_hash(session_id), "user_id": principal.id,
+                                            "lifetime": lifetime_seconds, "now": now})
+    principal.session_id = session_id
+    return principal
+
+
+def end_session(conn: psycopg.Connection, session_id: str | None) -> None:
+    """End one session: a copy of its cookie no longer signs anybody in."""
+    if session_id:
+        db.execute(conn, "session_delete", {"id_hash": _session_hash(session_id)})
+
+
+def end_all_sessions(conn: psycopg.Connection, user_id) -> int:
+    """End every session of a user ("sign out everywhere"); returns how many were live."""
+    return db.execute(conn, "session_delete_for_user", {"user_id": user_id}).rowcount
+
+
+def load_session_principal(conn: psycopg.Connection, stored_id: str, now: datetime | None = None) -> Principal | None:
+    """The principal of a session cookie's ``<user id>:<session id>``, or ``None``
+    when the session was ended, has expired, or the user is inactive."""
+    user_id, _, session_id = (stored_id or "").partition(":")
+    if not session_id:
+        return None  # a cookie from before server-side sessions: sign in again
+    try:
+        uid = uuid.UUID(user_id)
+    except ValueError:
+        return None
+    if not db.one(conn, "session_is_live", {"id_hash": _session_hash(session_id), "user_id": uid, "now": now}):
+        return None
+    principal = load_principal(conn, uid)
+    if principal is not None:
+        principal.session_id = session_id
+    return principal
+
+
+def set_password(conn: psycopg.Connection, user_id, password: str) -> None:
+    """Replace a user's password and end all their sessions."""
+    if len(password) < 8:
+        raise AuthError("password must have at least 8 characters")
+    with conn.transaction():
+        db.execute(conn, "user_set_password", {"id": user_id, "password_hash": hash_password(password)})
+        end_all_sessions(conn, user_id)
+
+
+def set_user_active(conn: psycopg.Connection, user_id, active: bool) -> bool:
+    """Activate or deactivate a user; deactivation ends all their sessions.  False when no such user."""
+    with conn.transaction():
+        row = db.one(conn, "user_set_active", {"id": user_id, "active": active})
+        if row and not active:
+            end_all_sessions(conn, user_id)
+    return row is not None
+
+
+def session_count(conn: psycopg.Connection, user_id) -> int:
+    """How many live sessions the user has."""
+    return db.one(conn, "user_count_sessions", {"user_id": user_id})["n"]
 
 
 def create_api_key(conn: psycopg.Connection, tenant_id, name: str, scopes: list[str], created_by=None) -> tuple[str, dict]:

@@ -26,7 +26,18 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    sub.add_parser("migrate", help="apply pending database migrations")
+    m = sub.add_parser("migrate", help="apply pending database migrations",
+                       description="Apply the pending files of migrations/ in order, each in its own transaction, "
+                                   "recorded with a checksum in schema_migrations; safe to run from several hosts "
+                                   "at once. Connect as the owner role (see --print-roles-sql).",
+                       epilog="environment: DATABASE_URL (the database; unset: the embedded one in "
+                              "OPSBOARD_DATA_DIR, default $OPSBOARD_INSTANCE_DIR/pgdata), OPSBOARD_INSTANCE_DIR "
+                              "(default ./instance).")
+    m.add_argument("--print-roles-sql", action="store_true",
+                   help="print the SQL (for a superuser) creating an owner role for migrations and an application "
+                        "role that cannot change or delete audit records or alter triggers; change nothing")
+    m.add_argument("--owner-role", default="opsboard_owner", help="owner role name (default opsboard_owner)")
+    m.add_argument("--app-role", default="opsboard_app", help="application role name (default opsboard_app)")
 
     c = sub.add_parser("createuser", help="create a user with a role in a tenant")
     c.add_argument("--email", required=True)
@@ -43,9 +54,17 @@ def _parser() -> argparse.ArgumentParser:
     from worker.cli import add_arguments as worker_arguments
     worker_arguments(sub.add_parser("worker", help="run a worker process (same as python -m worker)"))
 
-    d = sub.add_parser("demo", help="embedded database, demo data, web + worker + demo traffic")
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8000)
+    d = sub.add_parser(
+        "demo", help="embedded database, demo data, web + worker + demo traffic",
+        description="Start a live dashboard on this machine: an embedded PostgreSQL (or DATABASE_URL), demo tenants "
+                    "and users (passwords generated once and printed), gunicorn, one worker and demo traffic. "
+                    "Ctrl-C stops everything gracefully (running jobs get their grace period).",
+        epilog="environment: DATABASE_URL (use this database instead of the embedded one), OPSBOARD_INSTANCE_DIR "
+               "(default ./instance: credentials, logs/), OPSBOARD_DATA_DIR (embedded data, default "
+               "$OPSBOARD_INSTANCE_DIR/pgdata), OPSBOARD_JOB_MODULES (extra job types), OPSBOARD_WORKER_QUEUES, "
+               "OPSBOARD_SHUTDOWN_GRACE_SECONDS.")
+    d.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
     a = sub.add_parser("apikey", help="create, list or revoke a tenant's HTTP API keys")
@@ -111,7 +130,14 @@ def _url(config: Config) -> str:
 
 
 def cmd_migrate(config: Config, args) -> int:
-    from .migrate import migrate
+    from .migrate import migrate, roles_sql
+    if getattr(args, "print_roles_sql", False):
+        try:
+            print(roles_sql(args.owner_role, args.app_role), end="")
+        except ValueError as exc:
+            print(f"opsboard migrate: {exc}", file=sys.stderr)
+            return 2
+        return 0
     applied = migrate(_url(config))
     print(f"{len(applied)} migration(s) applied" if applied else "database is up to date")
     return 0

@@ -136,6 +136,9 @@ class Config:
                                                 "application/pdf", "text/plain")
     #: Assign new tickets round-robin among the tenant's active support agents.
     ticket_round_robin: bool = False
+    #: Host names the web app answers to (``Host`` header); others get 400.
+    #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
+    trusted_hosts: tuple[str, ...] = ()
 
     @property
     def pgdata(self) -> Path:
@@ -173,7 +176,7 @@ class Config:
             data_dir=Path(data_dir) if data_dir else None,
             pool_min=pool_min,
             pool_max=pool_max,
-            worker_queues=parse_queue_slots(env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")),
+            worker_queues=_queue_slots(env),
             lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
             poll_interval=_float(env, "OPSBOARD_POLL_INTERVAL", 1.0, 0.01, 60),
@@ -193,6 +196,7 @@ class Config:
                                                  if t.strip())}
                if env.get("OPSBOARD_TICKET_ATTACHMENT_TYPES") else {}),
             ticket_round_robin=env.get("OPSBOARD_TICKET_ROUND_ROBIN", "") in ("1", "true", "yes"),
+            trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
         )
 
     def require_secret(self) -> None:
@@ -206,6 +210,24 @@ class Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Config(**values)
+
+
+def _queue_slots(env) -> dict[str, int]:
+    """OPSBOARD_WORKER_QUEUES, with the variable named in its error."""
+    raw = env.get("OPSBOARD_WORKER_QUEUES", "critical=2,default=8,bulk=2")
+    try:
+        return parse_queue_slots(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"OPSBOARD_WORKER_QUEUES={raw!r}: {exc}") from None
+
+
+def _hosts(raw: str) -> tuple[str, ...]:
+    """``dash.example.com,.example.org`` -> host names (a leading dot: any subdomain too)."""
+    hosts = tuple(h.strip().lower() for h in raw.split(",") if h.strip())
+    for h in hosts:
+        if any(c in h for c in "/ @?#") or h.strip(".") == "":
+            raise ConfigError(f"OPSBOARD_TRUSTED_HOSTS: {h!r} is not a host name (e.g. dash.example.com)")
+    return hosts
 
 
 def _int(env, name: str, default: int, lo: int, hi: int) -> int:

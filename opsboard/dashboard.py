@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import json
-import re
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -21,9 +20,9 @@ import psycopg
 
 from . import audit, db, queue
 from .auth import TenantScope
-from .errors import OpsError
-from .retry import redact
 from .config import WORKER_LIVE_SECONDS
+from .errors import OpsError
+from .redact import _segments, redact, redact_payload  # noqa: F401  (the one redaction)
 from .schema import JobStatus, uuid7_floor
 
 #: Rows per page of the job list.
@@ -137,81 +136,6 @@ def tenant_options(conn: psycopg.Connection, scope: TenantScope) -> list[dict]:
 
 
 # ---------------------------------------------------------------- one job
-
-_SECRET_KEY = re.compile(r"(pass(word|wd)?|pwd|secret|token|api[_-]?key|auth(orization)?|credential|"
-                         r"private[_-]?key|signature|cookie|otp|pin|cvv|card)", re.IGNORECASE)
-_PERSIAN_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
-
-
-#: redact() cuts its result at retry.MAX_DETAIL characters (it is made for
-#: attempt details); a payload value is redacted in segments well below that.
-_SEGMENT = 240
-_DIGITISH = set("0123456789+()-.۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩")
-
-
-def _segments(text: str) -> list[str]:
-    """``text`` in pieces of at most _SEGMENT characters, cut at whitespace that
-    is not inside a run of digits (a phone number is written with spaces)."""
-    out = []
-    while len(text) > _SEGMENT:
-        window = text[:_SEGMENT]
-        cut = 0
-        for i in range(len(window) - 1, 0, -1):
-            between_digits = window[i - 1] in _DIGITISH and text[i + 1:i + 2] in _DIGITISH
-            if window[i].isspace() and not between_digits:
-                cut = i + 1
-                break
-        if cut == 0:
-            cut = next((i + 1 for i in range(len(window) - 1, 0, -1) if window[i].isspace()), _SEGMENT)
-        out.append(text[:cut])
-        text = text[cut:]
-    out.append(text)
-    return out
-
-
-def _redact_text(text: str) -> str:
-    """``text`` unchanged unless it holds something :func:`opsboard.retry.redact` removes.
-
-    redact() also turns Persian digits into ASCII ones; a piece that only
-    differs by that is shown as written.
-    """
-    pieces = []
-    for piece in _segments(text):
-        cleaned = redact(piece)
-        pieces.append(piece if cleaned == piece.translate(_PERSIAN_DIGITS) else cleaned)
-    return "".join(pieces)
-
-
-def redact_payload(value: Any, key: str | None = None) -> Any:
-    """A copy of a payload for display: every key kept, values that look like
-    emails, phone numbers, tokens or secrets (or sit under a secret-sounding
-    key, at any depth) replaced by a marker.  Numbers are checked too (a phone stored as an
-    integer).  The stored payload is never changed.
-    """
-    if key is not None and _SECRET_KEY.search(key):
-        return _redact_all(value)
-    if isinstance(value, dict):
-        return {_redact_text(str(k)): redact_payload(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_payload(v, key) for v in value]
-    if isinstance(value, str):
-        return _redact_text(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        text = str(value)
-        cleaned = _redact_text(text)
-        return value if cleaned == text else cleaned
-    return value
-
-
-def _redact_all(value: Any) -> Any:
-    """Everything under a secret-sounding key: every leaf value replaced (keys
-    kept, so the shape stays readable), however deep it is nested."""
-    if isinstance(value, dict):
-        return {_redact_text(str(k)): _redact_all(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_all(v) for v in value]
-    return None if value is None else "[redacted]"
-
 
 def payload_text(payload: Any) -> str:
     """The redacted payload, pretty-printed (non-ASCII text kept readable)."""
@@ -408,3 +332,18 @@ def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime 
     seconds and the running jobs it holds inside ``scope`` (``running_count``, ``running``)."""
     return db.all_rows(conn, "dashboard_worker_list", {
         **scope.params, "now": now, "stale_seconds": stale_seconds, "jobs_per_worker": jobs_per_worker})
+
+
+def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: int = 60, limit: int = 5,
+                    now: datetime | None = None) -> list[dict]:
+    """The error codes behind the most failed attempts of the last ``minutes``, per type and queue."""
+    since = db.now(conn, now) - timedelta(minutes=minutes)
+    return db.all_rows(conn, "dashboard_top_error_codes", {**scope.params, "since": since, "limit": limit})
+
+
+def replay_outlook(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> dict:
+    """For a bulk replay's confirmation: how many of the matching jobs died of a
+    permanent error (before their last attempt), and the tenant's name."""
+    return db.one(conn, "dashboard_replay_outlook", {
+        **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
+        "error_code": filter.error_code})

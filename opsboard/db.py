@@ -169,20 +169,38 @@ def resolve_url(config) -> str:
     return start_embedded(config.pgdata)
 
 
+#: Seconds a pool keeps retrying one lost connection before it gives up (and
+#: grows again at the next request).  psycopg_pool's own default (300 s, with
+#: delays doubling from 1 s) leaves a pool idle for up to half a minute after
+#: the database is back; capped here, a request never waits more than about a
+#: second for the next attempt.
+RECONNECT_TIMEOUT = 2.0
+
+
+def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: float = 10.0,
+              open: bool = False, **kwargs) -> ConnectionPool:
+    """The one way opsboard builds a connection pool: autocommit connections
+    with dict rows and :data:`SESSION_OPTIONS` (``kwargs`` go to the pool,
+    e.g. ``reconnect_timeout`` or ``configure``)."""
+    kwargs.setdefault("reconnect_timeout", RECONNECT_TIMEOUT)
+    return ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "row_factory": dict_row, "options": SESSION_OPTIONS},
+        open=open,
+        name=name,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
 class Database:
     """A connection pool over one PostgreSQL database."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard"):
         self.url = url
-        self.pool = ConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": dict_row, "options": SESSION_OPTIONS},
-            open=False,
-            name=name,
-            timeout=10,
-        )
+        self.pool = make_pool(url, min_size=min_size, max_size=max_size, name=name, timeout=10)
 
     def open(self, check: bool = True) -> "Database":
         """Open the pool; with ``check``, fail fast and clearly when unreachable."""

@@ -1,7 +1,10 @@
 """Logging: JSON lines in production, readable lines in a terminal.
 
 Context such as ``job_id``, ``tenant_id`` and ``correlation_id`` is passed with
-``extra=`` and appears as fields; payloads and secrets are never logged.
+``extra=`` and appears as fields; payloads and secrets are never logged.  The
+message, every text field and the traceback go through
+:func:`opsboard.redact.redact` (an idempotency key or correlation id may hold
+an email address).
 """
 from __future__ import annotations
 
@@ -10,8 +13,22 @@ import logging
 import sys
 import time
 
-_CONTEXT_FIELDS = ("job_id", "tenant_id", "correlation_id", "worker_id", "request_id", "queue", "job_type",
-                   "service", "count")
+from .redact import redact
+
+_CONTEXT_FIELDS = ("job_id", "tenant_id", "correlation_id", "idempotency_key", "group_key", "worker_id",
+                   "request_id", "queue", "job_type", "service", "count")
+
+
+def _clean(value):
+    """A field as logged: numbers as they are, anything else as redacted text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return redact(str(value), limit=None)
+
+
+def _clean_lines(text: str) -> str:
+    """A traceback, redacted line by line (redact() bounds how much it reads at once)."""
+    return "\n".join(redact(line, limit=None) for line in text.splitlines())
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,24 +37,26 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage(), limit=None),
         }
         for key in _CONTEXT_FIELDS:
             value = getattr(record, key, None)
             if value is not None:
-                doc[key] = str(value) if not isinstance(value, (int, float)) else value
+                doc[key] = _clean(value)
         if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
+            doc["exc"] = _clean_lines(self.formatException(record.exc_info))
         return json.dumps(doc, ensure_ascii=False)
 
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.levelname:<7} {record.name}: {record.getMessage()}"
-        extras = " ".join(f"{k}={getattr(record, k)}" for k in _CONTEXT_FIELDS if getattr(record, k, None) is not None)
+        base = (f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.levelname:<7} {record.name}: "
+                f"{redact(record.getMessage(), limit=None)}")
+        extras = " ".join(f"{k}={_clean(getattr(record, k))}" for k in _CONTEXT_FIELDS
+                          if getattr(record, k, None) is not None)
         text = f"{base} {extras}" if extras else base
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += "\n" + _clean_lines(self.formatException(record.exc_info))
         return text
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 
@@ -266,6 +266,10 @@ class QueueCollector:
                                 labels=["queue", "type"])
         live = GaugeMetricFamily("opsboard_workers", f"Worker processes seen in the last {WORKER_LIVE_SECONDS} s",
                                  labels=["state"])
+        abandoned = GaugeMetricFamily("opsboard_worker_abandoned_threads",
+                                      "Handler threads still running past their timeout", labels=["worker", "queue"])
+        service_errors = CounterMetricFamily("opsboard_service_errors", "Maintenance service failures",
+                                             labels=["service"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
             for qh in queue_health(conn, scope):
@@ -282,9 +286,13 @@ class QueueCollector:
             for w in workers(conn):
                 if float(w["silent_seconds"]) <= WORKER_LIVE_SECONDS:
                     counts[w["state"]] = counts.get(w["state"], 0) + 1
+                    for q, n in (w["abandoned_threads"] or {}).items():
+                        abandoned.add_metric([w["id"], q], n)
             for state, n in counts.items():
                 live.add_metric([state], n)
-        yield from (depth, oldest, completed, p95, live)
+            for r in db.all_rows(conn, "service_error_totals"):
+                service_errors.add_metric([r["service"]], float(r["errors"]))
+        yield from (depth, oldest, completed, p95, live, abandoned, service_errors)
 
 
 def prometheus_text(database) -> bytes:
@@ -294,3 +302,96 @@ def prometheus_text(database) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(database))
     return generate_latest(registry)
+
+
+# ---------------------------------------------------------------- time-series charts
+
+#: Chart ranges: name -> (minutes covered, minutes per bucket).
+CHART_RANGES = {"1h": (60, 1), "24h": (1440, 15)}
+_ORIGIN = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class ChartData:
+    """Per-bucket series for one chart: rates per minute and p95 in ms (``None``: no data)."""
+
+    key: str
+    buckets: list[datetime]
+    processed: list[float]
+    failed: list[float]
+    p95: list[float | None]
+
+
+def _buckets(now: datetime, range_name: str) -> tuple[list[datetime], int, datetime]:
+    minutes, step = CHART_RANGES[range_name]
+    n = minutes // step
+    seconds = step * 60
+    last = _ORIGIN + timedelta(seconds=((now - _ORIGIN).total_seconds() // seconds) * seconds)
+    first = last - timedelta(minutes=step * (n - 1))
+    return [first + timedelta(minutes=step * i) for i in range(n)], step, first
+
+
+def throughput_charts(conn: psycopg.Connection, range_name: str = "1h",
+                      now: datetime | None = None) -> tuple[dict[str, ChartData], dict[tuple[str, str], ChartData]]:
+    """Per queue and per (queue, type): processed and failed attempts per minute
+    and p95 handler time, per bucket, over ``range_name`` (``1h``: 60 one-minute
+    buckets; ``24h``: 96 of 15 minutes).  Platform-wide (job statistics carry
+    no tenant): for operator staff only."""
+    if range_name not in CHART_RANGES:
+        raise ValueError(f"range must be one of {', '.join(CHART_RANGES)}")
+    buckets, step, first = _buckets(db_now(conn, now), range_name)
+    index = {b: i for i, b in enumerate(buckets)}
+    n = len(buckets)
+    params = {"bucket_minutes": step, "origin": _ORIGIN, "since": first}
+
+    def blank(key: str) -> ChartData:
+        return ChartData(key, buckets, [0.0] * n, [0.0] * n, [None] * n)
+
+    queues: dict[str, ChartData] = {}
+    types: dict[tuple[str, str], ChartData] = {}
+    for r in db.all_rows(conn, "metrics_chart_counts", params):
+        i = index.get(r["bucket"])
+        if i is None:
+            continue
+        for chart in (queues.setdefault(r["queue"], blank(r["queue"])),
+                      types.setdefault((r["queue"], r["type"]), blank(f"{r['queue']} · {r['type']}"))):
+            chart.processed[i] += int(r["processed"]) / step
+            chart.failed[i] += int(r["failed"]) / step
+    queue_hists: dict[tuple[str, int], list[int]] = {}
+    for r in db.all_rows(conn, "metrics_chart_hist", params):
+        i = index.get(r["bucket"])
+        if i is None:
+            continue
+        hist = [int(v) for v in r["hist"]]
+        types.setdefault((r["queue"], r["type"]), blank(f"{r['queue']} · {r['type']}")).p95[i] = hist_quantile(hist, 0.95)
+        queue_hists[(r["queue"], i)] = add_hists(queue_hists.get((r["queue"], i)), hist)
+    for (q, i), hist in queue_hists.items():
+        queues.setdefault(q, blank(q)).p95[i] = hist_quantile(hist, 0.95)
+    return queues, types
+
+
+def tenant_chart(conn: psycopg.Connection, tenant_id, range_name: str = "1h",
+                 now: datetime | None = None) -> ChartData:
+    """One tenant's processed and failed attempts per minute and p95 handler time, per bucket."""
+    if range_name not in CHART_RANGES:
+        raise ValueError(f"range must be one of {', '.join(CHART_RANGES)}")
+    buckets, step, first = _buckets(db_now(conn, now), range_name)
+    index = {b: i for i, b in enumerate(buckets)}
+    n = len(buckets)
+    chart = ChartData("tenant", buckets, [0.0] * n, [0.0] * n, [None] * n)
+    for r in db.all_rows(conn, "metrics_tenant_chart", {"bucket_minutes": step, "origin": _ORIGIN, "since": first,
+                                                        "tenant_id": tenant_id}):
+        i = index.get(r["bucket"])
+        if i is None:
+            continue
+        chart.processed[i] = int(r["processed"]) / step
+        chart.failed[i] = int(r["failed"]) / step
+        chart.p95[i] = float(r["p95"]) if r["p95"] is not None else None
+    return chart
+
+
+def tenant_recent_failures(conn: psycopg.Connection, tenant_id, *, hours: int = 24, limit: int = 10,
+                           now: datetime | None = None) -> list[dict]:
+    """A tenant's latest failed attempts (within ``hours``)."""
+    since = db_now(conn, now) - timedelta(hours=hours)
+    return db.all_rows(conn, "metrics_tenant_recent_failures", {"tenant_id": tenant_id, "since": since, "limit": limit})

@@ -136,3 +136,87 @@ def migrate(url: str, directory: Path | None = None, *, log=print) -> list[Migra
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
     finally:
         conn.close()
+
+
+_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def roles_sql(owner: str = "opsboard_owner", app: str = "opsboard_app") -> str:
+    """SQL (for a superuser, once per database) that sets up two roles.
+
+    ``owner`` owns the schema and every object in it and runs ``opsboard
+    migrate``; only it (or a superuser) can alter tables or disable triggers.
+    ``app`` is what the web app and the workers connect as: it reads and
+    writes the tables, but may neither change nor delete audit records (no
+    UPDATE, DELETE or TRUNCATE on ``audit_log``), nor write
+    ``schema_migrations``, nor own, alter or create anything (so no trigger
+    can be disabled through it).  Default privileges give ``app`` the same
+    rights on tables later migrations create.  Idempotent: run it again after
+    each migration that adds an append-only table.
+    """
+    for name in (owner, app):
+        if not _ROLE_NAME.match(name):
+            raise ValueError(f"{name!r} is not a plain role name (lowercase letters, digits, _)")
+    if owner == app:
+        raise ValueError("the owner and the application role must differ")
+    return f"""\
+-- opsboard database roles.  Run as a superuser, connected to the opsboard database:
+--   opsboard migrate --print-roles-sql | psql -v ON_ERROR_STOP=1 "$SUPERUSER_DATABASE_URL"
+-- then give both roles a password (psql: \\password {owner}, \\password {app}),
+-- run `opsboard migrate` with DATABASE_URL as {owner}, and the web app and
+-- workers with DATABASE_URL as {app}.
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{owner}') THEN
+        CREATE ROLE {owner} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{app}') THEN
+        CREATE ROLE {app} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+    END IF;
+    EXECUTE format('GRANT CONNECT, TEMPORARY ON DATABASE %I TO {owner}, {app}', current_database());
+END
+$roles$;
+
+-- The owner owns the schema and everything already in it (tables, sequences
+-- not tied to a column, types, functions).
+ALTER SCHEMA public OWNER TO {owner};
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+DO $owner$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+               AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')
+                               AND c.relkind = 'S')
+    LOOP
+        EXECUTE format('ALTER %s public.%I OWNER TO {owner}',
+                       CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                                      WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END, r.relname);
+    END LOOP;
+    FOR r IN SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+             WHERE n.nspname = 'public' AND t.typtype = 'e'
+    LOOP
+        EXECUTE format('ALTER TYPE public.%I OWNER TO {owner}', r.typname);
+    END LOOP;
+    FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'public'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO {owner}', r.sig);
+    END LOOP;
+END
+$owner$;
+
+-- The application role: data, not structure.  No TRUNCATE, TRIGGER or
+-- REFERENCES anywhere; audit records and the migration history read-only
+-- except for appending audit records.
+GRANT USAGE ON SCHEMA public TO {app};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {app};
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {app};
+REVOKE UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON audit_log FROM {app};
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON schema_migrations FROM {app};
+ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public
+    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app};
+ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public
+    GRANT USAGE, SELECT ON SEQUENCES TO {app};
+"""

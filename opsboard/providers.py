@@ -280,6 +280,12 @@ def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, 
         "p256dh": p256dh, "auth": auth})
 
 
+def revoke_push_subscription(conn: psycopg.Connection, tenant, subscription_id) -> bool:
+    """The owner unsubscribed: the subscription is never used again (queued pushes to it end permanent)."""
+    return db.one(conn, "push_subscription_revoke", {"id": subscription_id,
+                                                     "tenant_id": queue._tenant_id(tenant)}) is not None
+
+
 def send_push(conn: psycopg.Connection, tenant, subscription_id, notification_id: str,
               title: str = "New notification") -> dict:
     """Enqueue one push to one subscription (refused when it is no longer active)."""

@@ -1,4 +1,6 @@
-"""Outcomes, error classification, backoff and redaction: pure functions, no I/O.
+"""Outcomes, error classification and backoff: pure functions, no I/O.
+
+Redaction lives in :mod:`opsboard.redact`; ``redact`` is re-exported here.
 
 A handler returns (or raises) one of the outcomes below; anything else it
 raises is :class:`Unknown` with the exception's class name as code.
@@ -22,6 +24,8 @@ import random
 import re
 from dataclasses import dataclass
 from datetime import datetime
+
+from .redact import MAX_DETAIL, redact  # noqa: F401  (re-exported: the one redaction lives in opsboard.redact)
 
 
 class Outcome(Exception):
@@ -154,61 +158,3 @@ def error_code(raw: str | None) -> str:
     text = _CODE_BAD.sub("_", text).strip("_.:-")
     text = re.sub(r"_+", "_", text)
     return (text or "unknown")[:64].rstrip("_.:-") or "unknown"
-
-
-# Order matters: URLs before emails (user@host in URLs), key=value secrets
-# before the shape-based token rules, phones last (a token's digits are not a phone).
-_URL_QUERY = re.compile(r"(?P<base>\bhttps?://[^\s?#\"'<>]+)[?#][^\s\"'<>]*", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://)[^\s/@\"'<>]+@", re.IGNORECASE)
-# Unicode-aware: a Persian local part or domain is an address too.  Anchored at
-# the start of a run so that a long run without "@" costs linear time.
-_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@[\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
-# A secret after its name: "password=x", "Authorization: Bearer x", "access_token=x",
-# '"client_secret": "x y"'.  The name may carry a prefix (access_, client_, x-).
-_SECRET_NAMES = (r"bearer|basic|token|api[_-]?key|secret|password|passwd|pwd|authorization|"
-                 r"credentials?|private[_-]?key|access[_-]?key|signature|cookie")
-_BEARER = re.compile(
-    r"(?<![A-Za-z0-9])(?P<key>[A-Za-z0-9_-]*?(?:" + _SECRET_NAMES + r"))"
-    r"(?P<sep>[\"']?\s*[:=]\s*|\s+)"
-    r"(?:\"[^\"]*\"|'[^']*'|(?:(?:bearer|basic|token|digest)\s+)?[^\s\"',;&]+)",
-    re.IGNORECASE)
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
-_LONG_TOKEN = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{24,}\b")
-_HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
-# Base64 secrets (an AWS secret key has "/" and "+"): mixed case and a digit, 32+ characters.
-_BASE64 = re.compile(r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*\d)"
-                     r"[A-Za-z0-9+/]{32,}={0,2}")
-# 8 to 15 digits with up to two separators between them ("(0912) 345-6789"),
-# not glued to a Latin letter or digit; a trailing "." ends a sentence, but
-# ".5" would continue a number.
-_PHONE = re.compile(r"(?<![0-9A-Za-z/])(?<!\d[.-])\+?(?:\d[\s().-]{0,2}){7,14}\d(?![0-9A-Za-z/]|[.-]\d)")
-_PERSIAN_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
-
-MAX_DETAIL = 500
-#: Longer input is cut before redaction so that a huge message costs bounded time.
-_MAX_INPUT = 20 * MAX_DETAIL
-
-
-def redact(text: str | None, limit: int | None = MAX_DETAIL) -> str | None:
-    """Remove emails, phone numbers, tokens and URL query strings from ``text``.
-
-    Used on every error code and attempt detail before it is stored or logged.
-    Persian and Arabic digits are normalised first so a phone number written
-    in them is caught too.  The result is cut to ``limit`` characters (``None``:
-    not cut, for views that show a whole value).
-    """
-    if text is None:
-        return None
-    s = str(text)[:_MAX_INPUT].translate(_PERSIAN_DIGITS)
-    s = _URL_USERINFO.sub(lambda m: m.group("scheme") + "[redacted]@", s)
-    s = _URL_QUERY.sub(lambda m: m.group("base") + "?[redacted]", s)
-    s = _EMAIL.sub("[email]", s)
-    s = _BEARER.sub(lambda m: f"{m.group('key')}{m.group('sep')}[redacted]", s)
-    s = _JWT.sub("[token]", s)
-    s = _HEX.sub("[token]", s)
-    s = _LONG_TOKEN.sub("[token]", s)
-    s = _BASE64.sub("[token]", s)
-    s = _PHONE.sub("[phone]", s)
-    if limit is not None and len(s) > limit:
-        s = s[:limit - 1] + "…"
-    return s

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from opsboard.config import Config, ConfigError, parse_queue_slots
+from opsboard.errors import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queues", help="slots per queue, e.g. critical=2,default=8,bulk=2")
     p.add_argument("--id", help="worker id (default host:pid:random)")
     p.add_argument("--no-services", action="store_true", help="never run the leader-only maintenance services")
+    p.add_argument("--exit-without-database", action="store_true",
+                   help="exit at once when the database is unreachable at start (default: wait for it)")
+    p.add_argument("--processes", type=int, default=0,
+                   help="supervise N worker processes, restarting any that dies (default: one, unsupervised)")
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
@@ -29,8 +34,18 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
     from .runner import Worker
 
-    queues = parse_queue_slots(args.queues) if args.queues else None
+    try:
+        queues = parse_queue_slots(args.queues) if args.queues else None
+    except ConfigError as exc:
+        raise ConfigError(f"--queues {args.queues!r}: {exc}") from None
+    if args.processes:
+        if not 1 <= args.processes <= 64:
+            raise UsageError("--processes must be between 1 and 64")
+        from .supervisor import supervise
+        child = (["--queues", args.queues] if args.queues else []) + (["--no-services"] if args.no_services else [])
+        return supervise(config, resolve_url(config), args.processes, child, base_id=args.id)
     w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
+    w.wait_for_database = not args.exit_without_database
     w.install_signals()
     return w.run()
 
@@ -44,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         from opsboard.logs import configure
         configure(config.log_format)
         return run(config, args) or 0
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"opsboard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

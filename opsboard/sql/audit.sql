@@ -1,9 +1,9 @@
 -- name: audit_insert
 -- Append an audit record; with a request_key, a repeated (action, request_key) inserts nothing.
 INSERT INTO audit_log (id, actor_id, actor_label, action, target_type, target_id, tenant_id,
-                       reason, before, after, request_id, request_key)
+                       reason, before, after, request_id, request_key, outcome)
 VALUES (%(id)s, %(actor_id)s, %(actor_label)s, %(action)s, %(target_type)s, %(target_id)s, %(tenant_id)s,
-        %(reason)s, %(before)s, %(after)s, %(request_id)s, %(request_key)s)
+        %(reason)s, %(before)s, %(after)s, %(request_id)s, %(request_key)s, %(outcome)s)
 ON CONFLICT (action, request_key) WHERE request_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -16,11 +16,20 @@ SELECT * FROM audit_log WHERE action = %(action)s AND request_key = %(request_ke
 -- The actor filter is a case-insensitive substring and the action filter an
 -- exact name or a dotted prefix ("job" -> "job.replay"), both matched literally:
 -- a typed % or _ is not a wildcard.
+-- staff_role: the actor's role when they are operator staff (a member of an
+-- operator tenant); a tenant-scoped viewer sees that role, not their address,
+-- and cannot find staff by typing part of an address.
 SELECT id, at, actor_id, actor_label, action, target_type, target_id, tenant_id, reason,
-       before, after, request_id
+       before, after, request_id, outcome, staff.role AS staff_role
 FROM audit_log
+LEFT JOIN LATERAL (
+    SELECT m.role::text AS role FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+    WHERE m.user_id = audit_log.actor_id AND t.is_operator
+    ORDER BY m.role LIMIT 1
+) staff ON true
 WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(actor)s::text IS NULL OR strpos(lower(actor_label), lower(%(actor)s::text)) > 0)
+  AND (%(actor)s::text IS NULL OR (strpos(lower(actor_label), lower(%(actor)s::text)) > 0
+                                   AND (%(scope_all)s OR staff.role IS NULL)))
   AND (%(action)s::text IS NULL OR action = %(action)s OR starts_with(action, %(action)s::text || '.'))
   AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR at < %(until)s)
@@ -45,3 +54,12 @@ WITH RECURSIVE actions AS (
 )
 SELECT action FROM actions WHERE action IS NOT NULL;
 
+
+-- name: audit_denied_recent
+-- Whether this user's attempt at this action was already recorded as denied
+-- within the last %(seconds)s seconds (the rate limit of denied rows).
+SELECT EXISTS (
+    SELECT 1 FROM audit_log
+    WHERE outcome = 'denied' AND actor_id = %(actor_id)s AND action = %(action)s
+      AND at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
+) AS recent;

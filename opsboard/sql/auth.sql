@@ -55,11 +55,6 @@ FROM memberships m JOIN tenants t ON t.id = m.tenant_id
 WHERE m.user_id = %(user_id)s AND m.active
 ORDER BY t.name, m.role;
 
--- name: login_failure_insert
--- Remember a failed login for throttling.
-INSERT INTO login_failures (email, address, at)
-VALUES (%(email)s, %(address)s, coalesce(%(now)s::timestamptz, now()));
-
 -- name: login_failure_counts
 -- Failed logins of one account and of one address inside the window.
 SELECT
@@ -95,3 +90,52 @@ RETURNING id, tenant_id, name, scopes;
 -- One tenant inside a scope.
 SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, created_at FROM tenants
 WHERE id = %(id)s AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]));
+
+-- name: login_lock_account
+-- Serialise throttle checks of one account: the count and the insert of a
+-- login attempt are one atomic step (transaction-scoped, released at commit).
+SELECT pg_advisory_xact_lock(hashtextextended('opsboard.login.account:' || %(email)s, 0));
+
+-- name: login_lock_address
+-- The same for one client address (always taken after the account lock: one order, no deadlock).
+SELECT pg_advisory_xact_lock(hashtextextended('opsboard.login.address:' || %(address)s, 0));
+
+-- name: login_attempt_insert
+-- Reserve a login attempt inside the throttle window; a success deletes it again.
+INSERT INTO login_failures (email, address, at)
+VALUES (%(email)s, %(address)s, coalesce(%(now)s::timestamptz, now()))
+RETURNING id;
+
+-- name: login_attempt_delete
+-- A successful login's reservation is not a failure.
+DELETE FROM login_failures WHERE id = %(id)s;
+
+-- name: session_insert
+-- Remember a new browser session (its id only as a hash).
+INSERT INTO user_sessions (id_hash, user_id, expires_at)
+VALUES (%(id_hash)s, %(user_id)s, coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lifetime)s));
+
+-- name: session_is_live
+-- Whether a session still exists and has not expired.
+SELECT 1 AS live FROM user_sessions
+WHERE id_hash = %(id_hash)s AND user_id = %(user_id)s AND expires_at > coalesce(%(now)s::timestamptz, now());
+
+-- name: session_delete
+-- End one session (sign out).
+DELETE FROM user_sessions WHERE id_hash = %(id_hash)s;
+
+-- name: session_delete_for_user
+-- End every session of a user (sign out everywhere, password change, deactivation).
+DELETE FROM user_sessions WHERE user_id = %(user_id)s;
+
+-- name: session_prune
+-- Forget expired sessions.
+DELETE FROM user_sessions WHERE expires_at <= coalesce(%(now)s::timestamptz, now());
+
+-- name: user_set_active
+-- Activate or deactivate a user.
+UPDATE users SET is_active = %(active)s WHERE id = %(id)s RETURNING id;
+
+-- name: user_count_sessions
+-- How many live sessions a user has (shown on their own page).
+SELECT count(*) AS n FROM user_sessions WHERE user_id = %(user_id)s AND expires_at > now();

@@ -105,6 +105,7 @@ LIMIT 500;
 -- forgets it much later.  Running jobs are few: the lateral reads the
 -- partial jobs_running_idx.
 SELECT w.id, w.hostname, w.pid, w.queues, w.version, w.state, w.is_leader, w.running_jobs AS reported_running,
+       w.abandoned_threads,
        w.started_at, w.last_seen_at,
        w.last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_seconds)s) AS stale,
        greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.last_seen_at))::float8 AS seen_ago,
@@ -133,3 +134,32 @@ ORDER BY id LIMIT 20;
 SELECT id, type, last_error_code, finished_at FROM jobs
 WHERE tenant_id = %(tenant_id)s AND group_key = %(group_key)s AND status = 'dead' AND id < %(id)s
 ORDER BY id DESC LIMIT 20;
+
+-- name: dashboard_top_error_codes
+-- The error codes that failed most attempts since %(since)s, per type and
+-- queue, inside a scope (the attempts' BRIN index on finished_at bounds the scan).
+SELECT a.error_code, j.type, j.queue, count(*) AS failures, count(*) FILTER (WHERE a.outcome = 'dead') AS dead
+FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+WHERE a.finished_at >= %(since)s::timestamptz
+  AND a.outcome IN ('retryable', 'dead', 'lease_expired') AND a.error_code IS NOT NULL
+  AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
+GROUP BY a.error_code, j.type, j.queue
+ORDER BY count(*) DESC, a.error_code, j.type
+LIMIT %(limit)s;
+
+-- name: dashboard_replay_outlook
+-- Of the open dead jobs a bulk replay would take, how many died before using
+-- their attempts (a permanent error: replaying repeats it unless something
+-- changed); and the filter's tenant by name.
+SELECT count(*) FILTER (WHERE attempts < max_attempts) AS permanent,
+       (SELECT name FROM tenants WHERE id = %(tenant_id)s::uuid
+          AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]))) AS tenant_name
+FROM jobs
+WHERE status = 'dead'
+  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
+  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id);

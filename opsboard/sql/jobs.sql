@@ -354,7 +354,8 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), state = 'running';
 -- name: worker_heartbeat
 -- A worker is alive: refresh its row.
 UPDATE workers SET last_seen_at = now(), state = %(state)s, is_leader = %(is_leader)s,
-                   running_jobs = %(running_jobs)s
+                   running_jobs = %(running_jobs)s,
+                   abandoned_threads = coalesce(%(abandoned)s::jsonb, abandoned_threads)
 WHERE id = %(id)s;
 
 -- name: worker_delete

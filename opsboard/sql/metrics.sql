@@ -58,6 +58,45 @@ GROUP BY queue, type;
 
 -- name: metrics_workers_live
 -- Worker processes seen recently, for "no live worker" and the dashboard.
-SELECT id, hostname, pid, queues, state, is_leader, running_jobs, started_at, last_seen_at,
+SELECT id, hostname, pid, queues, state, is_leader, running_jobs, abandoned_threads, started_at, last_seen_at,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - last_seen_at) AS silent_seconds
 FROM workers ORDER BY started_at;
+
+-- name: metrics_chart_counts
+-- Finished attempts and failures per time bucket, queue and type since
+-- %(since)s (buckets of %(bucket_minutes)s minutes aligned on %(origin)s).
+SELECT date_bin(make_interval(mins => %(bucket_minutes)s), minute, %(origin)s::timestamptz) AS bucket, queue, type,
+       sum(succeeded + retried + dead)::bigint AS processed, sum(retried + dead)::bigint AS failed
+FROM job_stats WHERE minute >= %(since)s::timestamptz
+GROUP BY 1, 2, 3;
+
+-- name: metrics_chart_hist
+-- Handler-time histograms per time bucket, queue and type (summed element-wise), for p95 per bucket.
+SELECT bucket, queue, type, array_agg(total ORDER BY i) AS hist
+FROM (SELECT date_bin(make_interval(mins => %(bucket_minutes)s), s.minute, %(origin)s::timestamptz) AS bucket,
+             s.queue, s.type, h.i, sum(h.v)::bigint AS total
+      FROM job_stats s CROSS JOIN LATERAL unnest(s.duration_hist) WITH ORDINALITY AS h(v, i)
+      WHERE s.minute >= %(since)s::timestamptz
+      GROUP BY 1, 2, 3, 4) x
+GROUP BY bucket, queue, type;
+
+-- name: metrics_tenant_chart
+-- One tenant's finished attempts, failures and p95 handler time per time bucket
+-- (from its attempts: job_stats are not per tenant).
+SELECT date_bin(make_interval(mins => %(bucket_minutes)s), a.finished_at, %(origin)s::timestamptz) AS bucket,
+       count(*) FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead')) AS processed,
+       count(*) FILTER (WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')) AS failed,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY a.duration_ms)
+           FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead')) AS p95
+FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+WHERE j.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
+GROUP BY 1;
+
+-- name: metrics_tenant_recent_failures
+-- One tenant's latest failed attempts.
+SELECT a.job_id, a.finished_at, a.outcome, a.error_code, j.type, j.queue
+FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+WHERE j.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
+  AND a.outcome IN ('retryable', 'dead', 'lease_expired')
+ORDER BY a.finished_at DESC
+LIMIT %(limit)s;

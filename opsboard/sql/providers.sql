@@ -181,3 +181,9 @@ FROM webhook_endpoints e
 LEFT JOIN outbox_events ev ON ev.id = %(event_id)s
 LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
 WHERE e.id = %(endpoint_id)s AND e.tenant_id = %(tenant_id)s;
+
+-- name: push_subscription_revoke
+-- Its owner unsubscribed (or signed out): never used again.
+UPDATE push_subscriptions SET state = 'revoked'
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND state = 'active'
+RETURNING id;

@@ -85,7 +85,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
             auth.create_user(conn, email, creds["users"][email], role, tenant)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
         # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).
-        from . import audit, reports
+        from .. import audit, reports
         today = datetime.now(timezone.utc).date()
         reports.request_report(conn, ids["parsian"], "job_activity",
                                {"date_from": (today - timedelta(days=7)).isoformat(), "date_to": today.isoformat(),
@@ -172,11 +172,16 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    # Children in their own session: Ctrl-C in the terminal signals only the
+    # demo, which then sends each child one SIGTERM.  (In the terminal's
+    # process group, the worker would get SIGINT and then SIGTERM, take the
+    # second as "stop now" and skip its grace period.)
     children = [
         subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
                           "--access-logfile", str(logs / "access.log"), "opsboard.web.wsgi:app"], cwd=ROOT, env=env,
-                         stderr=open(logs / "web.log", "ab")),
-        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab")),
+                         stderr=open(logs / "web.log", "ab"), start_new_session=True),
+        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab"),
+                         start_new_session=True),
     ]
     stop = threading.Event()
     previous = signal.getsignal(signal.SIGINT)

@@ -283,7 +283,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._push(path, headers, body, fault)
         if path.startswith("/hooks/"):
             self.state.record("webhook", path, headers=headers, body=body.decode("utf-8", "replace"),
-                              webhook_id=headers.get("webhook-id"))
+                              webhook_id=headers.get("webhook-id"), answered=_answer(fault, 200))
             if not self._fault_after(fault):
                 self._send(200, {"ok": True})
             return
@@ -316,7 +316,10 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError):
             return self._send(400, {"error": "invalid_request"})
         msg_id = "sm_" + uuid.uuid4().hex[:16]
-        self.state.record("sms", path, id=msg_id, client_id=client_id, to=to, text=text)
+        # An SMS answered with an injected error status was refused: recorded (visible), but the
+        # gateway does not have it, so a status query does not find it.
+        self.state.record("sms", path, id=msg_id, client_id=client_id, to=to, text=text,
+                          answered=_answer(fault, 202), refused=bool(fault and fault.kind == "status"))
         if not self._fault_after(fault):
             self._send(202, {"id": msg_id, "client_id": client_id, "status": "queued"})
 
@@ -327,7 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self._fault_before("/sms/status")
         if fault == "done" or self._fault_after(fault):
             return
-        found = [r for r in self.state.select("sms") if r["client_id"] == client_id]
+        found = [r for r in self.state.select("sms") if r["client_id"] == client_id and not r["refused"]]
         self._send(200, {"messages": [{"id": r["id"], "client_id": client_id, "status": "delivered"}
                                       for r in found]})
 
@@ -353,6 +356,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": "decryption_failed"})
         if not self._fault_after(fault):
             self._send(201, headers={"Location": f"{path}/m/{uuid.uuid4().hex[:12]}"})
+
+
+def _answer(fault: Fault | None, ok: int):
+    """The status the sandbox will answer (None: the connection is dropped without an answer)."""
+    if fault is None or fault.kind == "latency":
+        return ok
+    return fault.status if fault.kind == "status" else None
 
 
 class _Server(ThreadingHTTPServer):

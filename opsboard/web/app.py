@@ -9,7 +9,7 @@ from flask_login import LoginManager
 
 from .. import db as dbmod
 from ..config import Config, resource_dir
-from ..auth import load_principal
+from ..auth import load_session_principal
 from . import errors, security
 from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
@@ -41,6 +41,13 @@ def create_app(test_config: dict | None = None) -> Flask:
         REMEMBER_COOKIE_SECURE=config.mode == "production",
         MAX_CONTENT_LENGTH=1 * 1024 * 1024,
     )
+    if config.trusted_hosts:
+        # Flask answers 400 to any other Host header: redirects and external
+        # URLs are built from it, so a forged Host must never reach them.
+        app.config["TRUSTED_HOSTS"] = list(config.trusted_hosts)
+    elif config.mode == "production":
+        log.warning("OPSBOARD_TRUSTED_HOSTS is not set: any Host header is accepted; "
+                    "set it to the dashboard's host name(s)")
     app.config.update(test_config)
     app.extensions["opsboard_config"] = config
 
@@ -58,9 +65,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     login.login_message = "Please sign in to continue."
 
     @login.user_loader
-    def _load_user(user_id: str):
+    def _load_user(stored_id: str):
+        # "<user id>:<session id>": a session ended server-side (sign out,
+        # password change, deactivation) no longer loads, whatever the cookie says.
         with get_db().connection() as conn:
-            return load_principal(conn, user_id)
+            return load_session_principal(conn, stored_id)
 
     @login.unauthorized_handler
     def _unauthorized():
@@ -82,10 +91,14 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.after_request(security.security_headers)
     errors.register(app)
 
+    from ..redact import redact_identifier
+    app.add_template_filter(redact_identifier, "redact_id")
+
     @app.context_processor
     def _globals():
         return {"csrf_token": security.csrf_token, "config_mode": config.mode,
-                "blueprints": app.blueprints, "audit_target_url": audit_target_url}
+                "blueprints": app.blueprints, "audit_target_url": audit_target_url,
+                "nav_links": security.nav_links}
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
                    queues, reports, tenants, tickets, workers)

@@ -44,15 +44,32 @@ def _filters() -> dict:
             "since": since, "until": until, "after": _cursor(request.args.get("after", "").strip())}
 
 
+def _without(value, secret: str):
+    """``value`` (JSON) with every occurrence of ``secret`` in its text replaced."""
+    if isinstance(value, dict):
+        return {k: _without(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without(v, secret) for v in value]
+    if isinstance(value, str):
+        return value.replace(secret, "operator staff")
+    return value
+
+
 def _page():
     filters = _filters()
+    scope = current_scope("audit.view")
     with get_db().connection() as conn:
-        rows = audit.list_records(conn, current_scope("audit.view"), limit=PAGE_SIZE + 1, **filters)
-        actions = audit.actions(conn, current_scope("audit.view"))
+        rows = audit.list_records(conn, scope, limit=PAGE_SIZE + 1, **filters)
+        actions = audit.actions(conn, scope)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     for row in rows:  # shown as "When (UTC)"; the same instant, so the cursor is unchanged
         row["at"] = row["at"].astimezone(timezone.utc)
+        if row.get("staff_role") and not scope.all:
+            # Tenant-scoped viewers see the platform's staff by role, never by address.
+            label = row["actor_label"]
+            row["actor_label"] = f"operator staff ({row['staff_role'].replace('_', ' ')})"
+            row["before"], row["after"] = _without(row["before"], label), _without(row["after"], label)
     next_cursor = f"{rows[-1]['at'].isoformat()}_{rows[-1]['id']}" if more and rows else None
     args = forms.link_args(PAGE_ARGS)
     return {"rows": rows, "next_cursor": next_cursor, "args": args, "actions": actions}

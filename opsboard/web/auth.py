@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from flask import Blueprint, flash, redirect, render_template, request, session, url_for
-from flask_login import current_user, login_user, logout_user
+from flask import Blueprint, current_app, flash, redirect, render_template, request, session, url_for
+from flask_login import current_user, login_required, login_user, logout_user
 
 from .. import audit
-from ..auth import LoginThrottled, authenticate
+from ..auth import LoginThrottled, authenticate, end_all_sessions, end_session, session_count, start_session
 from .context import get_config, get_db, request_id
 from .security import client_address
 
@@ -30,7 +30,9 @@ def _safe_next(target: str | None) -> str:
 
 @bp.route("/login", methods=["GET", "POST"])
 def login():
-    if request.method == "GET":
+    # Only POST signs in: HEAD (added by Flask to every GET route) is a safe
+    # method the CSRF guard lets through, so it must never act on a body.
+    if request.method != "POST":
         if current_user.is_authenticated:
             return redirect(_safe_next(request.args.get("next")))
         return render_template("auth/login.html", email="", next=request.args.get("next", ""))
@@ -56,6 +58,7 @@ def login():
             error, status = "This account has no active role in any tenant.", 403
         else:
             session.clear()  # a fresh session (and CSRF token) on privilege change
+            start_session(conn, principal, int(current_app.permanent_session_lifetime.total_seconds()))
             login_user(principal)
             audit.record(conn, audit.Actor(principal.email, principal.id, request_id()), "auth.login",
                          target_type="user", target_id=principal.id)
@@ -69,7 +72,33 @@ def logout():
         with get_db().connection() as conn:
             audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()), "auth.logout",
                          target_type="user", target_id=current_user.id)
+            end_session(conn, current_user.session_id)  # a copied cookie dies with this one
     logout_user()
     session.clear()
     flash("Signed out.")
+    return redirect(url_for("auth.login"))
+
+
+@bp.route("/account")
+@login_required
+def account():
+    """The user's own page: who they are, their roles, their sessions."""
+    with get_db().connection() as conn:
+        sessions = session_count(conn, current_user.id)
+    return render_template("auth/account.html", sessions=sessions)
+
+
+@bp.route("/account/sign-out-everywhere", methods=["POST"])
+@login_required
+def sign_out_everywhere():
+    """End every session of the current user, on every browser."""
+    with get_db().connection() as conn:
+        with conn.transaction():
+            ended = end_all_sessions(conn, current_user.id)
+            audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()),
+                         "auth.logout_everywhere", target_type="user", target_id=current_user.id,
+                         after={"sessions_ended": ended})
+    logout_user()
+    session.clear()
+    flash(f"Signed out everywhere ({ended} session{'s' if ended != 1 else ''} ended).")
     return redirect(url_for("auth.login"))

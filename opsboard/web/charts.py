@@ -1,5 +1,9 @@
-"""Inline SVG sparklines, rendered on the server (no chart library)."""
+"""Inline SVG charts rendered on the server (no chart library, no script):
+sparklines, and time-series charts with axes, a legend and values on hover."""
 from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
 
 from markupsafe import Markup, escape
 
@@ -18,3 +22,110 @@ def sparkline(values: list[int | float], *, width: int = 120, height: int = 24, 
         f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{label}"><title>{label}</title>'
         f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{points}"/></svg>')
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 x 10^k at or above ``value`` (an axis maximum people can read)."""
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    exp = math.floor(math.log10(value))
+    for m in (1, 2, 2.5, 5, 10):
+        top = m * 10 ** exp
+        if top >= value * 0.999:
+            return float(top)
+    return float(10 ** (exp + 1))
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "no data"
+    if unit == "ms":
+        return f"{v / 1000:.1f} s" if v >= 1000 else f"{v:.0f} ms"
+    return f"{v:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
+def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | None], str]], *, title: str,
+               unit: str, width: int = 560, height: int = 180, bucket_minutes: int = 1,
+               cap: float | None = None) -> Markup:
+    """A time-series chart as inline SVG: y axis with ticks and grid, x axis with
+    UTC times, one line per series, a legend, and the values of every bucket on
+    hover (an SVG ``<title>`` per time column, read by browsers and screen readers).
+
+    ``series`` is ``(name, values, css class)``; colours come from the
+    stylesheet (``.chart .s-<class>``), so the dark theme applies and the CSP
+    needs no inline style.  ``None`` values leave a gap; values above ``cap``
+    are drawn at it.
+    """
+    left, right, top, bottom = 52, 10, 10, 26
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = max(1, len(buckets))
+
+    def clean(v):
+        if v is None:
+            return None
+        if not math.isfinite(v):
+            return cap
+        return min(v, cap) if cap is not None else v
+
+    cleaned = [(name, [clean(v) for v in values], css) for name, values, css in series]
+    peak = max((v for _, values, _ in cleaned for v in values if v is not None), default=0.0)
+    y_max = _nice_ceiling(peak)
+    step_x = plot_w / max(1, n - 1)
+
+    def x(i):
+        return left + i * step_x
+
+    def y(v):
+        return top + plot_h - (v / y_max) * plot_h
+
+    parts = [f'<svg class="chart-svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+             f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>']
+    # Y axis: 0, half and the top, with grid lines.
+    parts.append('<g class="axis" data-axis="y">')
+    for frac in (0, 0.5, 1):
+        v = y_max * frac
+        yy = y(v)
+        parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}"/>')
+        parts.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{escape(_fmt(v, unit))}</text>')
+    parts.append(f'<line class="axis-line" x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}"/></g>')
+    # X axis: about five time labels (UTC).
+    parts.append(f'<g class="axis" data-axis="x"><line class="axis-line" x1="{left}" x2="{width - right}" '
+                 f'y1="{top + plot_h}" y2="{top + plot_h}"/>')
+    every = max(1, (n - 1) // 4)
+    for i in range(0, n, every):
+        label = buckets[i].strftime("%H:%M") if i < len(buckets) else ""
+        parts.append(f'<line class="tick" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}"/>'
+                     f'<text x="{x(i):.1f}" y="{height - 6}" text-anchor="middle">{label}</text>')
+    parts.append("</g>")
+    # The lines (a gap where a value is missing).
+    for name, values, css in cleaned:
+        runs, run = [], []
+        for i, v in enumerate(values):
+            if v is None:
+                if run:
+                    runs.append(run)
+                run = []
+            else:
+                run.append(f"{x(i):.1f},{y(v):.1f}")
+        if run:
+            runs.append(run)
+        for r in runs:
+            if len(r) == 1:
+                cx, cy = r[0].split(",")
+                parts.append(f'<circle class="s-{css}" cx="{cx}" cy="{cy}" r="2"/>')
+            else:
+                parts.append(f'<polyline class="line s-{css}" data-series="{escape(name)}" points="{" ".join(r)}"/>')
+    # Hover: one transparent column per bucket, titled with every value at that time.
+    parts.append('<g class="hover">')
+    for i, b in enumerate(buckets):
+        span = f"{b.strftime('%H:%M')}–{(b + timedelta(minutes=bucket_minutes)).strftime('%H:%M')} UTC"
+        values = "; ".join(f"{name}: {_fmt(vals[i], unit)}" for name, vals, _ in cleaned)
+        x0 = max(left, x(i) - step_x / 2)
+        x1 = min(width - right, x(i) + step_x / 2)
+        parts.append(f'<rect x="{x0:.1f}" y="{top}" width="{max(1.0, x1 - x0):.1f}" height="{plot_h}">'
+                     f'<title>{escape(span)} — {escape(values)}</title></rect>')
+    parts.append("</g></svg>")
+    legend = "".join(f'<li><span class="swatch s-{css}" aria-hidden="true"></span>{escape(name)}</li>'
+                     for name, _, css in cleaned)
+    return Markup(f'<figure class="chart"><figcaption>{escape(title)}</figcaption>{"".join(parts)}'
+                  f'<ul class="legend">{legend}</ul></figure>')

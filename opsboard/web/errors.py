@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from flask import jsonify, render_template, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, SecurityError
 
 from ..errors import OpsError
 
@@ -58,6 +58,13 @@ def register(app) -> None:
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
+        if isinstance(exc, SecurityError):
+            # A Host outside OPSBOARD_TRUSTED_HOSTS: no page (it would build
+            # links from that very host), a plain answer.
+            from flask import make_response
+            response = make_response("400 untrusted_host: this host name is not served here.\n", 400)
+            response.mimetype = "text/plain"
+            return response
         status = exc.code or 500
         return error_response(status, _CODES.get(status, "http_error"), exc.description or "")
 

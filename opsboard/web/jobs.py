@@ -151,7 +151,8 @@ def replay_many_confirm():
     f = _dead_filter(request.args)
     with get_db().connection() as conn:
         n = dashboard.count_dead(conn, current_scope("jobs.replay"), f)
-    return render_template("jobs/_replay_many_confirm.html", f=f, count=n, limit=BULK_LIMIT)
+        outlook = dashboard.replay_outlook(conn, current_scope("jobs.replay"), f)
+    return render_template("jobs/_replay_many_confirm.html", f=f, count=n, limit=BULK_LIMIT, outlook=outlook)
 
 
 @bp.route("/replay-many", methods=["POST"])

@@ -83,7 +83,7 @@ def security_headers(response):
     response.headers.setdefault("Referrer-Policy", "same-origin")
     response.headers.setdefault(
         "Content-Security-Policy",
-        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; "
         "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
     if not request.path.startswith("/static/"):
         # Pages hold tenant data: no copy in shared caches or on disk after sign-out.
@@ -93,8 +93,51 @@ def security_headers(response):
     return response
 
 
+#: Permissions of audited actions -> the action name their audit rows carry.
+#: A refused attempt at one of them is recorded too, with outcome ``denied``.
+AUDITED_ACTIONS = {"jobs.replay": "job.replay", "jobs.resolve": "job.resolve", "jobs.cancel": "job.cancel",
+                   "alerts.ack": "alert.ack", "templates.edit": "template.edit", "tickets.work": "ticket.work",
+                   "users.manage": "user.manage"}
+#: Route arguments that name an action's target.
+_TARGET_ARGS = {"job_id": "job", "alert_id": "alert", "tenant_id": "tenant", "ticket_id": "ticket",
+                "template_id": "template"}
+
+
+def audit_denied(permission: str, tenant_id=None) -> None:
+    """Record a refused state-changing attempt at an audited action (rate-limited, no payload).
+
+    A failure to record never hides the 403: it is logged and the refusal stands.
+    """
+    action = AUDITED_ACTIONS.get(permission)
+    if action is None or request.method in _SAFE_METHODS or not current_user.is_authenticated:
+        return
+    from .. import audit
+    target_type = target_id = None
+    for arg, kind in _TARGET_ARGS.items():
+        if (request.view_args or {}).get(arg) is not None:
+            target_type, target_id = kind, request.view_args[arg]
+            break
+    if tenant_id is None:
+        # A tenant member's attempt belongs in that tenant's log too (operator staff: platform-wide).
+        own = {m.tenant_id for m in current_user.memberships if not m.is_operator}
+        if len(own) == 1 and not any(m.is_operator for m in current_user.memberships):
+            tenant_id = next(iter(own))
+    if target_type is None and request.endpoint:
+        target_type = "endpoint"
+        target_id = request.endpoint
+    try:
+        with current_app.extensions["opsboard_db"].connection() as conn:
+            audit.record_denied(conn, audit.Actor.of(current_user, getattr(g, "request_id", None)), action,
+                                target_type=target_type, target_id=target_id, tenant_id=tenant_id)
+    except Exception:  # noqa: BLE001 - the refusal matters more than its record
+        current_app.logger.exception("could not record a denied %s", action)
+
+
 def requires(permission: str):
-    """View decorator: signed in (else redirect to login) and holding ``permission`` (else 403)."""
+    """View decorator: signed in (else redirect to login) and holding ``permission`` (else 403).
+
+    A refused POST to an audited action is recorded (:func:`audit_denied`).
+    """
 
     def decorator(view):
         @functools.wraps(view)
@@ -102,6 +145,7 @@ def requires(permission: str):
             if not current_user.is_authenticated:
                 return current_app.login_manager.unauthorized()
             if not current_user.has(permission):
+                audit_denied(permission)
                 raise ApiError(403, "forbidden", f"Your role does not allow {permission}.")
             return view(*args, **kwargs)
 
@@ -114,6 +158,7 @@ def requires(permission: str):
 def require_for_tenant(permission: str, tenant_id) -> None:
     """403 unless the current user holds ``permission`` for this tenant's row."""
     if not current_user.is_authenticated or not current_user.can(permission, tenant_id):
+        audit_denied(permission, tenant_id)
         raise ApiError(403, "forbidden", f"Your role does not allow {permission} for this tenant.")
 
 
@@ -126,3 +171,37 @@ def current_scope(permission: str = "dashboard.view") -> TenantScope:
 
 def client_address() -> str:
     return request.remote_addr or "unknown"
+
+
+#: The main navigation: label, endpoint, permission, and whether the page is
+#: for operator staff only (platform-wide, e.g. worker processes).
+NAV = (
+    ("Queues", "queues.index", "jobs.view", False),
+    ("Tenants", "tenants.index", "tenants.view", False),
+    ("Jobs", "jobs.index", "jobs.view", False),
+    ("Dead letters", "deadletters.index", "jobs.view", False),
+    ("Workers", "workers.index", "workers.view", True),
+    ("Deliveries", "deliveries.index", "jobs.view", False),
+    ("Alerts", "alerts.index", "alerts.view", False),
+    ("Reports", "reports.index", "reports.view", False),
+    ("Tickets", "tickets.index", "tickets.view", False),
+    ("Templates", "templates.index", "templates.view", False),
+    ("Audit", "audit.index", "audit.view", False),
+    ("API keys", "apikeys.index", "users.manage", False),
+)
+
+
+def nav_links() -> list[tuple[str, str, str]]:
+    """(label, endpoint, blueprint) of the pages the current user may open:
+    the permission held, operator staff for platform pages, and the page built."""
+    if not current_user.is_authenticated:
+        return []
+    links = []
+    for label, endpoint, permission, staff_only in NAV:
+        blueprint = endpoint.split(".")[0]
+        if blueprint not in current_app.blueprints or not current_user.has(permission):
+            continue
+        if staff_only and not current_user.scope(permission).all:
+            continue
+        links.append((label, endpoint, blueprint))
+    return links

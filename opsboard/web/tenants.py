@@ -37,8 +37,17 @@ def detail(tenant_id: str):
         tid = uuid.UUID(tenant_id)
     except ValueError:
         raise ApiError(404, "not_found", "No such tenant.") from None
+    from .charts import line_chart
+    from .queues import chart_range
+    range_name = chart_range()
     with get_db().connection() as conn:
         found = metrics.tenant_detail(conn, current_scope("tenants.view"), tid)
-    if found is None:
-        raise ApiError(404, "not_found", "No such tenant.")
-    return render_template("tenants/detail.html", **found)
+        if found is None:
+            raise ApiError(404, "not_found", "No such tenant.")
+        # tenant_detail checked the scope: the tenant's own attempts only.
+        chart = metrics.tenant_chart(conn, tid, range_name)
+        failures = metrics.tenant_recent_failures(conn, tid)
+    return render_template("tenants/detail.html", **found, chart=chart, failures=failures, line_chart=line_chart,
+                           range_name=range_name, ranges=list(metrics.CHART_RANGES),
+                           bucket_minutes=metrics.CHART_RANGES[range_name][1],
+                           p95_cap=float(metrics.DURATION_BUCKETS_MS[-1]))

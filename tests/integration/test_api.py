@@ -4,7 +4,8 @@ import uuid
 
 import pytest
 
-from opsboard import apikeys, audit, auth, create_app
+from opsboard import apikeys, audit, auth
+from opsboard.web.app import create_app
 from opsboard.db import Database
 from tests.conftest import connect, make_config
 from worker.services.depth import DepthSampler

@@ -54,8 +54,11 @@ def test_every_get_route_answers_junk_arguments_below_500(app, client, login_as,
     [job] = seed.jobs(db, t, 1)
     seed.kill(db, [job])
     login_as("ops")
-    ids = {"job_id": str(job), "alert_id": str(uuid.uuid4()), "tenant_id": str(t), "ticket_id": str(uuid.uuid4()),
-           "attachment_id": str(uuid.uuid4()), "run_id": str(uuid.uuid4())}
+    from opsboard import reports
+    run = reports.request_report(db, t, "job_activity", {"date_from": "2026-01-01", "date_to": "2026-01-02"},
+                                 audit.Actor("t"))
+    ids = {"job_id": str(job), "alert_id": str(uuid.uuid4()), "tenant_id": str(t), "run_id": str(run["id"]),
+           "ticket_id": str(uuid.uuid4()), "attachment_id": str(uuid.uuid4())}
     paths = []
     for rule in app.url_map.iter_rules():
         if "GET" in rule.methods and rule.endpoint != "static":

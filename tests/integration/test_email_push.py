@@ -156,3 +156,14 @@ def test_starttls_with_credentials_and_certificate_verification(db_url, runner):
     finally:
         providers.use_settings(None)
         sb.stop()
+
+
+def test_a_revoked_subscription_is_never_used(db_url, sandbox, runner, push_settings):
+    t, sub, job = _push(db_url, sandbox)
+    with connect(db_url) as c:
+        assert providers.revoke_push_subscription(c, t, sub["id"])
+        with pytest.raises(InvalidRecipient):
+            providers.send_push(c, t, sub["id"], "ntf-125")
+    done = runner.run(job["id"])  # queued before the revocation
+    assert (done["status"], done["last_error_code"]) == ("dead", "subscription_inactive")
+    assert sandbox.records("push") == []

@@ -233,3 +233,15 @@ def test_a_scheduled_slot_makes_one_run_whoever_runs_it_twice(conn, tenant):
     assert run[0]["params"] == {"date_from": "2026-03-10", "date_to": "2026-03-10", "time_zone": "Asia/Tehran"}
     assert conn.execute("SELECT count(*) AS n FROM jobs WHERE type = 'reports.request' AND tenant_id = %s",
                         (tenant["id"],)).fetchone()["n"] == 1
+
+
+def test_demo_seed_requests_its_report_once(db_url):
+    from opsboard.tools import demo
+
+    creds = {"secret_key": "x" * 32, "users": {email: "demo-password" for email, _, _ in demo.USERS}}
+    demo.seed(db_url, creds)
+    demo.seed(db_url, creds)
+    with connect(db_url) as c:
+        runs = c.execute("SELECT r.kind, r.params, t.slug FROM report_runs r JOIN tenants t ON t.id = r.tenant_id"
+                         ).fetchall()
+    assert len(runs) == 1 and runs[0]["slug"] == "parsian" and runs[0]["params"]["time_zone"] == "Asia/Tehran"

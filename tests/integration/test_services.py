@@ -5,7 +5,7 @@ import pytest
 
 from opsboard import queue
 from opsboard.queue import OutcomeRecord
-from worker.services import LeaderLock
+from worker.leader import LeaderLock
 from worker.services.expiry import Expiry, ExpiryConfig
 from worker.services.pruner import Pruner, PrunerConfig, uuid7_floor
 from worker.services.reaper import Reaper, ReaperConfig

@@ -69,9 +69,14 @@ def test_fault_classes(db_url, sandbox, runner, fault, status, code):
         sent = _sms(db_url)
         sandbox.fault("/sms/messages", **fault)
         done = runner.run(sent["job"]["id"])
+        assert (done["status"], done["last_error_code"]) == (status, code)
+        if status == "retryable" and fault["kind"] == "status":  # refused: the retry sends it, once
+            sandbox.clear_faults()
+            runner.make_due(sent["job"]["id"])
+            assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+            assert [r["refused"] for r in sandbox.records("sms")] == [True, False]
     finally:
         providers.use_settings(None)
-    assert (done["status"], done["last_error_code"]) == (status, code)
     with connect(db_url) as c:  # the number is in no error code or detail
         rows = c.execute("SELECT error_code, detail FROM job_attempts").fetchall()
     assert rows and all("9121234567" not in f"{r['error_code']} {r['detail']}" for r in rows)
@@ -102,3 +107,22 @@ def test_no_blind_resend_when_the_status_query_fails(db_url, sandbox, runner, pr
     runner.make_due(sent["job"]["id"])
     assert runner.run(sent["job"]["id"])["status"] == "succeeded"  # not found: sent now, once
     assert len(sandbox.records("sms")) == 1
+
+
+def test_the_gateway_breaker_opens_and_later_sms_wait_without_spending_attempts(db_url, sandbox, runner):
+    providers.use_settings(sandbox_settings(sandbox, breaker_failures=3))
+    try:
+        jobs = [_sms(db_url)["job"] for _ in range(5)]
+        sandbox.fault("/sms/messages", status=503)
+        for j in jobs[:3]:
+            assert runner.run(j["id"])["status"] == "retryable"
+        for j in jobs[3:]:
+            done = runner.run(j["id"])
+            assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
+    finally:
+        providers.use_settings(None)
+    recs = sandbox.records("sms")
+    assert len(recs) == 3 and all(r["refused"] and r["answered"] == 503 for r in recs)
+    with connect(db_url) as c:
+        assert c.execute("SELECT state FROM circuit_breakers WHERE name = 'provider:sms_gateway'"
+                         ).fetchone()["state"] == "open"

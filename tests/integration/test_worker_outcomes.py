@@ -19,7 +19,7 @@ def test_refused_record_is_isolated(db_url):
         good = [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded", now) for r in rows[:2]]
         # An outcome kind the attempts table refuses (CHECK constraint): the whole statement fails.
         bad = queue.OutcomeRecord(rows[2]["id"], rows[2]["attempts"], "exploded", now)
-        w._write_outcomes([(good[0], "default", "diag.noop", False), (bad, "default", "diag.noop", False),
+        w.completer.write_outcomes([(good[0], "default", "diag.noop", False), (bad, "default", "diag.noop", False),
                            (good[1], "default", "diag.noop", False)])
         with connect(db_url) as c:
             status = {r["id"]: r["status"] for r in c.execute("SELECT id, status FROM jobs")}

@@ -91,3 +91,37 @@ def effect_once(job):
     if job.attempt == 1:
         return retry.Unknown("provider_timeout")  # ambiguous: did it arrive?
     return retry.Success()
+
+
+define("test.slow_query", handler="tests.support.jobs:slow_query", max_attempts=1, timeout=1)
+
+
+def slow_query(job):
+    """Hang in the database (the handler itself ignores its timeout)."""
+    with job.connection() as conn:
+        conn.execute("SELECT pg_sleep(35)")
+
+
+define("test.guarded", handler="tests.support.jobs:guarded", fields={"key": Field(str)}, max_attempts=3,
+       timeout=30, backoff_base=0.01, backoff_cap=0.05)
+
+
+def _mark(job, key):
+    with job.connection() as conn:
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, key, job.worker_id, job.attempt))
+
+
+def guarded(job):
+    """Check, get paused (the test's SIGSTOP lands in the sleep), then begin a guarded effect and 'send'."""
+    from worker.context import LeaseLost
+
+    _mark(job, "ready")
+    if job.attempt == 1 and not job.cancelled.is_set():
+        time.sleep(3)
+    try:
+        job.begin_effect("test_provider")
+    except LeaseLost:
+        _mark(job, "stale" if not job.still_held() else "confused")
+        raise
+    _mark(job, job.payload["key"])

@@ -6,50 +6,7 @@ handled), which tests call directly instead of waiting on timers.
 """
 from __future__ import annotations
 
-import logging
-
-import psycopg
-
 from opsboard.config import Config
-from opsboard.schema import LEADER_LOCK_KEY
-
-log = logging.getLogger("worker.leader")
-
-
-class LeaderLock:
-    """Leadership through a session advisory lock on a dedicated connection.
-
-    The lock lives as long as the connection: a leader that dies (or loses its
-    connection) frees it, and another worker takes over on its next try.
-    """
-
-    def __init__(self, url: str, key: int = LEADER_LOCK_KEY):
-        self.url, self.key, self.conn = url, key, None
-        self.held = False
-
-    def try_hold(self) -> bool:
-        try:
-            if self.conn is None or self.conn.closed:
-                self.held = False
-                self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-            if self.held:
-                self.conn.execute("SELECT 1")  # still connected, so still held
-                return True
-            self.held = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
-            if self.held:
-                log.info("this worker is now the leader")
-            return self.held
-        except psycopg.Error:
-            self.held = False
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
-            return False
-
-    def release(self) -> None:
-        if self.conn is not None and not self.conn.closed:
-            self.conn.close()
-        self.conn, self.held = None, False
 
 
 def default_services(config: Config) -> list:
@@ -66,8 +23,8 @@ def default_services(config: Config) -> list:
     from .expiry import Expiry, ExpiryConfig
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper, ReaperConfig
-    from .scheduler import Scheduler
+    from .scheduler import Scheduler, SchedulerConfig
 
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
             DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
-            Alerts(AlertConfig.from_config(config)), Scheduler()]
+            Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config))]

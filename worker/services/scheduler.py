@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from opsboard import schedules
+from opsboard.config import Config
 
 log = logging.getLogger("worker.scheduler")
 
@@ -21,6 +22,11 @@ log = logging.getLogger("worker.scheduler")
 class SchedulerConfig:
     #: Seconds between checks: a slot fires at most this late.
     interval: float = 15.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> "SchedulerConfig":
+        """The service's settings from ``config`` (none of them is configurable yet: the defaults)."""
+        return cls()
 
 
 class Scheduler:

@@ -1,0 +1,39 @@
+"""Fetcher and listener across processes: a group job finishing in one worker
+wakes the claimer of another worker, through the NOTIFY alone."""
+import signal
+
+from opsboard import auth, queue
+from opsboard.queue import NewJob
+from tests.conftest import connect, wait_for
+
+EFFECTS = "CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, at timestamptz DEFAULT clock_timestamp())"
+# Polling is an hour away: only a notification can make worker b look again.
+SLOW_POLL = {"OPSBOARD_POLL_INTERVAL": "60"}
+
+
+def test_group_job_finishing_in_one_worker_wakes_a_claimer_in_another(db_url, start_worker):
+    with connect(db_url) as c:
+        c.execute(EFFECTS)
+        t = auth.ensure_tenant(c, "acme")["id"]
+        first, second = queue.enqueue_many(c, [
+            NewJob("test.slow", {"key": "g1", "ms": 4000}, t, group_key="order-1"),
+            NewJob("test.slow", {"key": "g2", "ms": 10}, t, group_key="order-1")])
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        a = start_worker(db_url, "--queues", "default=1", "--id", "worker-a", "--no-services", **SLOW_POLL)
+        wait_for(lambda: n("SELECT count(*) AS n FROM test_effects WHERE key = 'g1'"), timeout=30,
+                 message="worker a to start the group's first job")
+        b = start_worker(db_url, "--queues", "default=1", "--id", "worker-b", "--no-services", **SLOW_POLL)
+        # b is up (it registered, listened and found nothing it may run: g2 waits for g1).
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id = 'worker-b'"), timeout=30,
+                 message="worker b to start")
+        assert queue.get_job(c, second)["status"] == "pending"
+        # a stops claiming now, finishes g1 within its grace, then exits.
+        a.send_signal(signal.SIGTERM)
+        wait_for(lambda: queue.get_job(c, second)["status"] == "succeeded", timeout=20,
+                 message="worker b to be woken for the group's next job")
+        assert queue.get_job(c, first)["status"] == "succeeded"
+        [run] = c.execute("SELECT worker FROM test_effects WHERE key = 'g2'").fetchall()
+        assert run["worker"] == "worker-b"
+        assert a.wait(30) == 0
+        b.send_signal(signal.SIGTERM)
+        assert b.wait(30) == 0

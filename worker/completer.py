@@ -1,0 +1,205 @@
+"""The completer: writes outcomes in batches and flushes per-minute statistics.
+
+One statement per batch (``unnest`` arrays, fenced by ``(locked_by,
+attempts)``).  The queue between the slots and the completer is bounded
+(:data:`OUTCOME_QUEUE_MAX`): when the database is slow, slots wait to hand
+over their outcome, so they are not freed and the fetcher claims nothing more,
+instead of memory growing with finished-but-unrecorded jobs.
+"""
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from opsboard import db, queue
+from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
+
+if TYPE_CHECKING:
+    from .runner import Worker
+
+log = logging.getLogger("worker")
+
+#: Outcomes written in one statement at most.
+COMPLETE_BATCH_MAX = 1000
+#: Outcomes waiting for the completer at most; a slot with one more waits.
+OUTCOME_QUEUE_MAX = 1000
+#: Seconds between statistics flushes.
+STATS_FLUSH_SECONDS = 2.0
+
+
+class Stats:
+    """Per-minute counters, flushed to job_stats in one statement."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.rows: dict[tuple, dict] = {}
+
+    def add(self, queue_name: str, type_: str, kind: str, duration_ms: int, at: datetime | None = None) -> None:
+        minute = (at or datetime.now(timezone.utc)).replace(second=0, microsecond=0)
+        with self.lock:
+            row = self.rows.get((minute, queue_name, type_))
+            if row is None:
+                row = self.rows[(minute, queue_name, type_)] = {
+                    "succeeded": 0, "retried": 0, "dead": 0, "snoozed": 0, "duration_ms_sum": 0,
+                    "duration_hist": [0] * (len(DURATION_BUCKETS_MS) + 1)}
+            if kind == "succeeded":
+                row["succeeded"] += 1
+            elif kind == "retryable":
+                row["retried"] += 1
+            elif kind == "dead":
+                row["dead"] += 1
+            elif kind == "snoozed":
+                row["snoozed"] += 1
+            else:
+                return
+            row["duration_ms_sum"] += duration_ms
+            row["duration_hist"][bucket_index(duration_ms)] += 1
+
+    def take(self, worker_id: str) -> list[dict]:
+        with self.lock:
+            rows, self.rows = self.rows, {}
+        return [{"minute": k[0].isoformat(), "worker_id": worker_id, "queue": k[1], "type": k[2], **v}
+                for k, v in rows.items()]
+
+    def put_back(self, rows: list[dict]) -> None:
+        """Keep rows whose flush failed for the next one."""
+        with self.lock:
+            for r in rows:
+                key = (datetime.fromisoformat(r["minute"]), r["queue"], r["type"])
+                mine = self.rows.get(key)
+                if mine is None:
+                    self.rows[key] = {k: v for k, v in r.items() if k not in ("minute", "worker_id", "queue", "type")}
+                    continue
+                for k in ("succeeded", "retried", "dead", "snoozed", "duration_ms_sum"):
+                    mine[k] += r[k]
+                mine["duration_hist"] = [a + b for a, b in zip(mine["duration_hist"], r["duration_hist"])]
+
+
+class Completer:
+    """Records the outcomes the slots hand over, in batches."""
+
+    def __init__(self, worker: "Worker", maxsize: int | None = None):
+        self.worker = worker
+        self.outcomes: queue_mod.Queue = queue_mod.Queue(maxsize=maxsize or OUTCOME_QUEUE_MAX)
+        self.stats = Stats()
+        self.done = threading.Event()
+        #: Outcomes taken from the queue and not yet written (for shutdown's report).
+        self.writing = 0
+
+    def submit(self, item: tuple, *, block: bool = True, timeout: float | None = None) -> bool:
+        """Queue ``(OutcomeRecord, queue, type, frees_others)``; a slot waits while the queue is full.
+
+        With ``block=False`` (shutdown), an outcome that does not fit is left to
+        the lease reaper; returns whether it was queued.
+        """
+        try:
+            self.outcomes.put(item, block=block, timeout=timeout)
+            return True
+        except queue_mod.Full:
+            log.warning("outcome queue full: job %s left to the lease reaper", item[0].job_id)
+            return False
+
+    def run(self) -> None:
+        w = self.worker
+        last_stats = time.monotonic()
+        while True:
+            batch = []
+            try:
+                batch.append(self.outcomes.get(timeout=0.2))
+            except queue_mod.Empty:
+                pass
+            while batch and len(batch) < COMPLETE_BATCH_MAX:
+                try:
+                    batch.append(self.outcomes.get_nowait())
+                except queue_mod.Empty:
+                    break
+            if batch:
+                self.writing = len(batch)
+                self.write_outcomes(batch)
+                self.writing = 0
+            if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (w.stopped.is_set() and not batch):
+                self.flush_stats()
+                last_stats = time.monotonic()
+            if w.stopped.is_set() and not batch and self.outcomes.empty():
+                self.flush_stats()
+                self.done.set()
+                return
+
+    def write_outcomes(self, batch) -> None:
+        """Record a batch; then wake the claimers a finished group or limited job may unblock."""
+        w = self.worker
+        records = [b[0] for b in batch]
+        applied = self.write_records(records)
+        if applied is None and len(records) > 1:
+            # The batch kept failing: write one by one, so that a single bad
+            # record cannot hold back every other job's outcome.
+            applied = set()
+            for rec in records:
+                applied |= self.write_records([rec], tries=2) or set()
+        if applied is None:
+            log.error("gave up recording %d outcome(s); the reaper will recover those jobs", len(records))
+            return
+        wake = set()
+        for rec, queue_name, type_, frees_others in batch:
+            if rec.job_id in applied:
+                self.stats.add(queue_name, type_, rec.kind, rec.duration_ms)
+                if frees_others:
+                    wake.add(queue_name)
+        if wake:
+            # A finished job of a group or of a limited type can let another one
+            # start, which no enqueue would announce: wake every worker's claimer.
+            for name in wake:
+                if name in w.queues:
+                    w.queues[name].wake.set()
+            try:
+                with w.pool.connection() as conn:
+                    db.execute(conn, "job_notify_queues", {"queues": sorted(wake)})
+            except psycopg.Error as exc:
+                log.warning("wake-up notification failed (%s); workers will poll", type(exc).__name__)
+        lost = len(records) - len(applied)
+        if lost:
+            log.warning("%d outcome(s) not applied: lease lost or job reclaimed", lost)
+
+    def write_records(self, records, tries: int = 8) -> set | None:
+        """Write outcomes; ``None`` when refused, or still failing after ``tries`` once stopping."""
+        w = self.worker
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with w.pool.connection() as conn:
+                    return queue.record_outcomes(conn, w.id, records)
+            except psycopg.OperationalError as exc:
+                # The database is away: wait for it while the worker runs (the
+                # bounded queue holds the slots back meanwhile); once stopping,
+                # give up after ``tries`` and leave the jobs to the reaper.
+                w.db_trouble(exc, f"recording {len(records)} outcome(s)")
+                if w.stopping.is_set() and (attempt >= tries or time.monotonic() >= (w.shutdown_deadline or 0) - 1.0):
+                    return None
+                time.sleep(w.retry_delay(attempt))
+            except psycopg.Error as exc:  # the data itself is refused: retrying will not help
+                log.error("recording %d outcomes was refused (%s)", len(records), type(exc).__name__)
+                return None
+        return None
+
+    def flush_stats(self) -> int:
+        """Add this worker's pending per-minute counters to ``job_stats``; returns rows written."""
+        w = self.worker
+        rows = self.stats.take(w.id)
+        if not rows:
+            return 0
+        try:
+            with w.pool.connection() as conn:
+                db.execute(conn, "job_stats_add", {"rows": Jsonb(rows)})
+            return len(rows)
+        except psycopg.Error as exc:
+            log.warning("stats flush failed (%s); kept for the next one", type(exc).__name__)
+            self.stats.put_back(rows)
+            return 0

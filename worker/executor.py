@@ -1,0 +1,211 @@
+"""The executor: slots that run handlers, and the outcome each run produces.
+
+A queue's ``N`` slots only ever run that queue's jobs, so ``critical`` keeps
+its capacity under any backlog.  A slot hands its outcome to the completer
+(:mod:`worker.completer`) through a bounded queue: when the completer falls
+behind, slots wait there and the fetcher stops claiming.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Callable
+
+import psycopg
+
+from opsboard import jobtypes, queue, retry
+from opsboard.backpressure import take_token
+
+from .context import JobContext, LeaseLost
+
+if TYPE_CHECKING:
+    from .fetcher import QueueState
+    from .runner import Worker
+
+log = logging.getLogger("worker")
+
+#: Seconds a job of a type this worker does not know waits before it is offered again.
+UNKNOWN_TYPE_SNOOZE = 60.0
+
+
+@dataclass
+class Running:
+    """A claimed job while a slot runs it."""
+
+    row: dict
+    jt: jobtypes.JobType | None
+    ctx: JobContext | None = None
+    started_mono: float = 0.0
+    started_at: datetime | None = None
+    deadline: float = 0.0
+    done: bool = False
+    #: The keeper or shutdown recorded an outcome for it; the handler's result is dropped.
+    abandoned: bool = False
+    slot: "Slot | None" = None
+    #: The slot this job held was given back (once: by the handler's end or a timeout).
+    freed: bool = False
+
+
+class Slot(threading.Thread):
+    """One handler thread of a queue."""
+
+    def __init__(self, executor: "Executor", qs: "QueueState", n: int):
+        super().__init__(name=f"slot-{qs.name}-{n}", daemon=True)
+        self.executor, self.qs, self.retired = executor, qs, False
+
+    def run(self) -> None:
+        while not self.retired:
+            item = self.qs.work.get()
+            if item is None:
+                return
+            self.executor.run_job(item, self)
+        # Retired by the keeper (its handler ran past the timeout) and now back:
+        # another slot took its place, so this thread ends.
+        with self.qs.lock:
+            self.qs.abandoned -= 1
+
+
+def _resolve(path: str) -> Callable:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+class Executor:
+    """Runs jobs in slots and turns each run into an outcome for the completer."""
+
+    def __init__(self, worker: "Worker"):
+        self.worker = worker
+        self.handlers: dict[str, Callable] = {}
+        #: Types whose finish may let another job start (a concurrency limit):
+        #: their outcomes wake the claimers of every worker (NOTIFY).
+        self.limited_types: frozenset[str] = frozenset()
+
+    def spawn_slot(self, qs: "QueueState") -> Slot:
+        slot = Slot(self, qs, len(qs.threads))
+        qs.threads.append(slot)
+        slot.start()
+        return slot
+
+    def handler(self, path: str) -> Callable:
+        fn = self.handlers.get(path)
+        if fn is None:
+            fn = self.handlers[path] = _resolve(path)
+        return fn
+
+    def free_slot(self, r: Running) -> None:
+        qs = r.slot.qs
+        with qs.lock:
+            if r.freed:
+                return
+            r.freed = True
+            qs.in_flight -= 1
+        qs.slot_freed.set()
+
+    def run_job(self, row: dict, slot: Slot) -> None:
+        w = self.worker
+        try:
+            jt = jobtypes.get(row["type"], row["version"])
+        except jobtypes.UnknownJobType:
+            jt = None
+        r = Running(row, jt, slot=slot)
+        try:
+            r.started_mono = time.monotonic()
+            r.started_at = datetime.now(timezone.utc)
+            if w.stopping.is_set():
+                self.release(r, "shutdown")
+                return
+            if jt is None:
+                # This worker does not know the type (a rolling deploy: the producer
+                # runs newer code, or OPSBOARD_JOB_MODULES differs).  Give the job
+                # back without spending an attempt, for a worker that knows it; it
+                # stays visible as pending with code unknown_job_type meanwhile.
+                log.error("unknown job type %s v%s; snoozing it for %ss", row["type"], row["version"],
+                          UNKNOWN_TYPE_SNOOZE, extra={"job_id": row["id"], "tenant_id": row["tenant_id"]})
+                self.finish(r, retry.Snooze(seconds=UNKNOWN_TYPE_SNOOZE, code="unknown_job_type"))
+                return
+            r.deadline = r.started_mono + jt.policy.timeout
+            r.ctx = JobContext(
+                id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
+                queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
+                max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
+                group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
+                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline)
+            with w.running_lock:
+                w.running[row["id"]] = r
+            try:
+                waiting = self.rate_limited(jt)
+                if waiting is not None:
+                    outcome = waiting
+                else:
+                    outcome = retry.classify(self.handler(jt.handler)(r.ctx))
+            except retry.Outcome as exc:
+                outcome = exc
+            except psycopg.errors.QueryCanceled as exc:
+                # Past the job's timeout, this is our statement_timeout (or the
+                # keeper's cancel): the handler timed out.
+                if time.monotonic() >= r.deadline - 0.05:
+                    outcome = retry.Unknown("timeout", f"handler ran past its {jt.policy.timeout}s timeout")
+                else:
+                    outcome = retry.classify(exc)
+            except LeaseLost:
+                outcome = retry.Unknown("lease_lost", "this attempt no longer held its job")
+            except Exception as exc:
+                outcome = retry.classify(exc)
+            if not r.abandoned:
+                self.finish(r, outcome)
+        finally:
+            self.free_slot(r)
+
+    def rate_limited(self, jt: jobtypes.JobType) -> retry.Snooze | None:
+        """Take the provider's token; without one, snooze until the next (attempt not counted)."""
+        prov = jobtypes.provider(jt.policy.provider)
+        if prov is None or prov.rate_per_second is None:
+            return None
+        with self.worker.handler_pool.connection() as conn:
+            token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1)
+        if token.granted:
+            return None
+        return retry.Snooze(seconds=token.wait_seconds, code="rate_limited")
+
+    def finish(self, r: Running, outcome: retry.Outcome, *, block: bool = True,
+               timeout: float | None = None) -> None:
+        """Decide what the outcome means for the job and queue it for the completer."""
+        w = self.worker
+        row, jt = r.row, r.jt
+        r.done = True
+        with w.running_lock:
+            w.running.pop(row["id"], None)
+        policy = jt.policy if jt else jobtypes.JobPolicy()
+        decision = retry.decide(outcome, row["attempts"], row["max_attempts"], policy.backoff_base,
+                                policy.backoff_cap, now=datetime.now(timezone.utc))
+        duration = int((time.monotonic() - r.started_mono) * 1000) if r.started_mono else 0
+        w.completer.submit((queue.OutcomeRecord(
+            job_id=row["id"], token=row["attempts"], kind=decision.kind,
+            started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
+            code=decision.code, detail=decision.detail,
+            has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"], self.frees_others(row)),
+            block=block, timeout=timeout)
+        if decision.kind != "succeeded":
+            log.info("job %s: %s", decision.kind, decision.code,
+                     extra={"job_id": row["id"], "tenant_id": row["tenant_id"], "job_type": row["type"],
+                            "correlation_id": row.get("correlation_id")})
+
+    def release(self, r: "Running | dict", why: str, *, block: bool = True) -> None:
+        """Give a job back to ``pending`` without counting the attempt."""
+        w = self.worker
+        if isinstance(r, dict):
+            r = Running(r, None)
+        with w.running_lock:
+            w.running.pop(r.row["id"], None)
+        w.completer.submit((queue.OutcomeRecord(
+            job_id=r.row["id"], token=r.row["attempts"], kind="released",
+            started_at=r.started_at or datetime.now(timezone.utc), code=why), r.row["queue"], r.row["type"],
+            self.frees_others(r.row)), block=block)
+
+    def frees_others(self, row: dict) -> bool:
+        """Whether this job's end may let a waiting job start (next in its group, or room under a limit)."""
+        return row.get("group_key") is not None or row["type"] in self.limited_types

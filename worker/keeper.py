@@ -1,0 +1,109 @@
+"""The keeper: handler timeouts, lease heartbeats and this worker's presence row.
+
+Every 0.1 s it abandons handlers past their timeout (recording ``timeout``
+and giving the queue a fresh slot, since a Python thread cannot be killed);
+every ``lease / 3`` seconds (at most 10) it extends the leases of long-running
+jobs in one statement and refreshes the worker's row in ``workers``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from opsboard import db, queue, retry
+
+if TYPE_CHECKING:
+    from .executor import Running
+    from .runner import Worker
+
+log = logging.getLogger("worker")
+
+
+class Keeper:
+    def __init__(self, worker: "Worker"):
+        self.worker = worker
+        self.beat_every = max(0.5, min(worker.lease / 3, 10.0))
+
+    def run(self) -> None:
+        w = self.worker
+        last_beat = 0.0
+        while not w.stopping.wait(0.1):
+            now = time.monotonic()
+            current = w.running_jobs()
+            self.enforce_timeouts(current, now)
+            if now - last_beat >= self.beat_every:
+                last_beat = now
+                try:
+                    self.heartbeat(current)
+                    w.db_ok()
+                except psycopg.Error as exc:
+                    w.db_trouble(exc, "heartbeat")
+
+    def enforce_timeouts(self, current: list["Running"], now: float) -> int:
+        """Record ``timeout`` for handlers past their deadline; returns how many."""
+        w = self.worker
+        n = 0
+        for r in current:
+            if r.done or r.abandoned or not r.deadline or now <= r.deadline:
+                continue
+            n += 1
+            r.abandoned = True
+            cancelled = 0
+            if r.ctx:
+                r.ctx.cancelled.set()
+                cancelled = r.ctx.cancel_queries()  # a query stuck in the server stops now
+            log.warning("job timed out after %ss%s", r.jt.policy.timeout,
+                        f"; cancelled {cancelled} running query" if cancelled else "",
+                        extra={"job_id": r.row["id"], "job_type": r.row["type"]})
+            w.executor.finish(r, retry.Unknown("timeout", f"handler ran past its {r.jt.policy.timeout}s timeout"),
+                              timeout=1.0)
+            if r.slot is None:
+                continue
+            # The hung thread cannot be killed: retire it and give the queue a
+            # fresh slot, up to the queue's cap on abandoned threads.  Beyond
+            # it the slot stays taken until its handler returns.
+            qs = r.slot.qs
+            with qs.lock:
+                replace = qs.abandoned < qs.abandoned_max
+                if replace:
+                    qs.abandoned += 1
+            if replace:
+                r.slot.retired = True
+                w.executor.spawn_slot(qs)
+                w.executor.free_slot(r)
+            else:
+                log.warning("queue %s has %d abandoned handler threads (its cap): the slot stays taken "
+                            "until its handler returns", qs.name, qs.abandoned, extra={"job_id": r.row["id"]})
+        return n
+
+    def heartbeat(self, current: list["Running"]) -> set:
+        """Extend the leases of long-running jobs and refresh this worker's row; returns the ids kept."""
+        w = self.worker
+        held = [(r.row["id"], r.row["attempts"]) for r in current
+                if not r.done and not r.abandoned and r.jt
+                and (r.jt.policy.long_running or r.jt.policy.timeout > w.lease / 2)]
+        kept: set = set()
+        with w.pool.connection() as conn:
+            if held:
+                kept = queue.heartbeat(conn, w.id, held, w.lease)
+                for job_id, _ in held:
+                    if job_id not in kept:
+                        r = w.running.get(job_id)
+                        if r and r.ctx:
+                            r.ctx.cancelled.set()
+                            log.warning("lease lost; the handler was asked to stop", extra={"job_id": job_id})
+            db.execute(conn, "worker_heartbeat", {
+                "id": w.id, "state": "stopping" if w.stopping.is_set() else "running",
+                "is_leader": w.is_leader, "running_jobs": len(current),
+                "abandoned": Jsonb({q.name: q.abandoned for q in w.queues.values()})})
+        return kept
+
+    def set_state(self, state: str, timeout: float = 2.0) -> None:
+        w = self.worker
+        with w.pool.connection(timeout=timeout) as conn:
+            db.execute(conn, "worker_heartbeat", {
+                "id": w.id, "state": state, "is_leader": False, "running_jobs": len(w.running), "abandoned": None})

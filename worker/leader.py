@@ -1,0 +1,142 @@
+"""Leadership and the maintenance services the leader runs.
+
+One worker at a time holds a session advisory lock (:class:`LeaderLock`) and
+runs the services (reaper, expiry, depth, pruner, alerts) on their intervals.
+Services are isolated from each other and from the claim loops: one whose
+``run_once`` raises is logged with its name, counted in
+``service_errors`` (exported as ``opsboard_service_errors_total{service}``),
+backed off and tried again, while everything else goes on.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from opsboard import db
+from opsboard.schema import LEADER_LOCK_KEY
+
+if TYPE_CHECKING:
+    from .runner import Worker
+
+log = logging.getLogger("worker.leader")
+
+#: The longest a failing service waits before its next try.
+SERVICE_BACKOFF_MAX = 300.0
+
+
+class LeaderLock:
+    """Leadership through a session advisory lock on a dedicated connection.
+
+    The lock lives as long as the connection: a leader that dies (or loses its
+    connection) frees it, and another worker takes over on its next try.
+    """
+
+    def __init__(self, url: str, key: int = LEADER_LOCK_KEY):
+        self.url, self.key, self.conn = url, key, None
+        self.held = False
+
+    def try_hold(self) -> bool:
+        try:
+            if self.conn is None or self.conn.closed:
+                self.held = False
+                self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            if self.held:
+                self.conn.execute("SELECT 1")  # still connected, so still held
+                return True
+            self.held = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
+            if self.held:
+                log.info("this worker is now the leader")
+            return self.held
+        except psycopg.Error:
+            self.held = False
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None
+            return False
+
+    def release(self) -> None:
+        if self.conn is not None and not self.conn.closed:
+            self.conn.close()
+        self.conn, self.held = None, False
+
+
+class Leader:
+    """Tries for leadership; while held, runs each due service in isolation."""
+
+    def __init__(self, worker: "Worker", services: list):
+        self.worker = worker
+        self.services = services
+        self.next_run = {s.name: 0.0 for s in services}
+        self.failures = {s.name: 0 for s in services}
+        #: Errors not yet added to the ``service_errors`` table (the database was away).
+        self.unsaved_errors: dict[str, int] = {}
+
+    def run(self) -> None:
+        w = self.worker
+        lock = LeaderLock(w.url)
+        try:
+            while not w.stopping.wait(0.2):
+                w.is_leader = lock.try_hold()
+                if not w.is_leader:
+                    w.stopping.wait(2.0)
+                    continue
+                self.run_due()
+        finally:
+            lock.release()
+            w.is_leader = False
+
+    def run_due(self, now: float | None = None) -> int:
+        """Run every service whose time has come; returns how many ran."""
+        ran = 0
+        for service in self.services:
+            mono = time.monotonic() if now is None else now
+            if self.worker.stopping.is_set():
+                break
+            if mono < self.next_run[service.name]:
+                continue
+            ran += 1
+            ok = self.run_service(service)
+            interval = float(service.interval)
+            if ok:
+                self.failures[service.name] = 0
+                self.next_run[service.name] = time.monotonic() + interval
+            else:
+                self.failures[service.name] += 1
+                delay = min(SERVICE_BACKOFF_MAX, max(interval, 0.1) * 2 ** self.failures[service.name])
+                self.next_run[service.name] = time.monotonic() + delay
+        return ran
+
+    def run_service(self, service) -> bool:
+        """One ``run_once``; any exception is contained here.  Returns whether it succeeded."""
+        w = self.worker
+        try:
+            with w.pool.connection() as conn:
+                n = service.run_once(conn)
+            if n:
+                level = logging.DEBUG if getattr(service, "quiet", False) else logging.INFO
+                log.log(level, "%s handled %d", service.name, n, extra={"service": service.name, "count": n})
+            return True
+        except psycopg.OperationalError as exc:  # the database is away, not the service's fault
+            w.db_trouble(exc, f"service {service.name}")
+            return False
+        except Exception as exc:
+            log.exception("service %s failed (%s); backing off", service.name, type(exc).__name__,
+                          extra={"service": service.name})
+            self.unsaved_errors[service.name] = self.unsaved_errors.get(service.name, 0) + 1
+            self.save_errors()
+            return False
+
+    def save_errors(self) -> None:
+        """Add the counted errors to ``service_errors`` (kept in memory while that fails)."""
+        pending, self.unsaved_errors = self.unsaved_errors, {}
+        try:
+            with self.worker.pool.connection() as conn:
+                db.execute(conn, "service_error_add",
+                           {"services": list(pending), "counts": list(pending.values())})
+        except psycopg.Error as exc:
+            log.warning("could not count service errors (%s)", type(exc).__name__)
+            for name, n in pending.items():
+                self.unsaved_errors[name] = self.unsaved_errors.get(name, 0) + n
