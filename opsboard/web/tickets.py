@@ -6,11 +6,12 @@ from flask import Blueprint, abort, make_response, redirect, render_template, re
 from flask_login import current_user
 
 from .. import storage
+from ..errors import OpsError
 from ..tickets import service, workflow
 from . import forms
 from .context import get_config, get_db, request_id
 from .errors import ApiError
-from .security import current_scope, requires
+from .security import audit_denied, current_scope, requires
 
 bp = Blueprint("tickets", __name__, url_prefix="/tickets")
 bp.context_processor(forms.form_globals)
@@ -128,9 +129,15 @@ def act(ticket_id, action):
     with get_db().connection() as conn:
         ticket = _load(conn, ticket_id)
         caller = service.Caller.of(current_user, ticket["tenant_id"], request_id())
-        service.act(conn, ticket_id, action, caller, scope=current_scope("tickets.work"), fields=fields,
-                    reason=form.get("comment"), request_key=key, uploads=uploads, store=storage.from_config(config),
-                    limits=(config.ticket_attachment_max_bytes, config.ticket_attachment_types))
+        try:
+            service.act(conn, ticket_id, action, caller, scope=current_scope("tickets.work"), fields=fields,
+                        reason=form.get("comment"), request_key=key, uploads=uploads,
+                        store=storage.from_config(config),
+                        limits=(config.ticket_attachment_max_bytes, config.ticket_attachment_types))
+        except OpsError as exc:
+            if exc.status == 403:  # the workflow forbids this role the action: recorded as denied
+                audit_denied("tickets.work", ticket["tenant_id"])
+            raise
         if not request.headers.get("HX-Request"):
             return redirect(url_for("tickets.detail", ticket_id=ticket_id))
         ticket = _load(conn, ticket_id)

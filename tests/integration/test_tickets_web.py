@@ -195,3 +195,15 @@ def test_customer_creates_a_ticket_with_attachments(client, desk):
              data={"subject": "x", "body": "y", "files": [(io.BytesIO(ZIP), "a.png")]}, content_type="multipart/form-data")
     assert r.status_code == 415
     assert len(_api(client, desk, "GET", "/api/v1/tickets").get_json()["tickets"]) == 1  # the refused one left nothing
+
+
+def test_an_action_the_workflow_forbids_is_403_and_audited_as_denied(client, login_as, desk, db_url):
+    t = _new(client, desk)
+    login_as("support_agent", tenant="acme", operator=False)
+    r = _hx(client, f"/tickets/{t['id']}/act/cancel", {})
+    assert r.status_code == 403 and 'data-error-code="forbidden"' in r.get_data(True)
+    with connect(db_url) as c:
+        rows = c.execute("SELECT outcome FROM audit_log WHERE action = 'ticket.work' AND target_id = %s",
+                         (t["id"],)).fetchall()
+        status = c.execute("SELECT status FROM tickets WHERE id = %s", (t["id"],)).fetchone()["status"]
+    assert [r["outcome"] for r in rows] == ["denied"] and status == "new"
