@@ -20,7 +20,6 @@ import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb

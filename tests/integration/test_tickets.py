@@ -6,7 +6,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from opsboard import db
 from opsboard.errors import OpsError
 from opsboard.tickets import service, workflow
 from tests.support.tickets import make_desk
