@@ -239,6 +239,13 @@ class Config:
     storage_dir: Path | None = None
     #: Most source rows one report chunk reads (and holds) at once.
     report_chunk_rows: int = 50_000
+    #: Largest ticket attachment accepted, in bytes.
+    ticket_attachment_max_bytes: int = 2 * 1024 * 1024
+    #: Content types a ticket attachment may have (sniffed from the bytes).
+    ticket_attachment_types: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp",
+                                                "application/pdf", "text/plain")
+    #: Assign new tickets round-robin among the tenant's active support agents.
+    ticket_round_robin: bool = False
     #: Host names the web app answers to (``Host`` header); others get 400.
     #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
     trusted_hosts: tuple[str, ...] = ()
@@ -295,6 +302,12 @@ class Config:
             high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
             storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
             report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
+            ticket_attachment_max_bytes=_int(env, "OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES", 2 * 1024 * 1024, 1,
+                                             100 * 1024 * 1024),
+            **({"ticket_attachment_types": tuple(t.strip() for t in env["OPSBOARD_TICKET_ATTACHMENT_TYPES"].split(",")
+                                                 if t.strip())}
+               if env.get("OPSBOARD_TICKET_ATTACHMENT_TYPES") else {}),
+            ticket_round_robin=env.get("OPSBOARD_TICKET_ROUND_ROBIN", "") in ("1", "true", "yes"),
             trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
             providers=ProviderSettings.from_env(env),
         )

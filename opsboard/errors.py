@@ -27,6 +27,10 @@ STATUS_BY_CODE: dict[str, int] = {
     # the request is well formed but conflicts with the target's current state
     "invalid_status": 409, "already_resolved": 409, "already_acknowledged": 409, "alert_closed": 409,
     "idempotency_conflict": 409, "request_key_reused": 409, "effect_key_conflict": 409,
+    # tickets (opsboard.tickets): the workflow refuses (409 lists the allowed actions), a guard fails,
+    # a role may never take the action, an attachment is refused
+    "invalid_transition": 409, "decision_required": 409, "reopen_window_passed": 409, "not_a_request": 409,
+    "already_assigned": 409, "forbidden": 403, "attachment_too_large": 413, "attachment_type_not_allowed": 415,
 }
 
 

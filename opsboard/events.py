@@ -71,7 +71,37 @@ subscribe("receipt_email", "order.paid", "outbox_demo.email")
 
 subscribe("otp_sms", "otp.requested", "outbox_demo.sms", queue="critical", expires_in=timedelta(minutes=2))
 
+# ------------------------------------------------------------ tickets (opsboard.tickets.service)
+
+_TICKET = {"ticket_id": EventField(str, max_length=64)}
+define_event("ticket.created", 1, aggregate="ticket",
+             fields={**_TICKET, "priority": EventField(str, choices=("low", "normal", "high", "urgent"))},
+             description="A support ticket was opened.")
+define_event("ticket.status_changed", 1, aggregate="ticket",
+             fields={**_TICKET, "action": EventField(str, max_length=40), "from_status": EventField(str, max_length=40),
+                     "to_status": EventField(str, max_length=40)},
+             description="A ticket moved through its workflow (triage, resolve, reopen...).")
+define_event("ticket.assigned", 1, aggregate="ticket",
+             fields={**_TICKET, "assignee_id": EventField(str, max_length=64)},
+             description="A ticket was assigned (assignee_id) or unassigned (empty).")
+define_event("ticket.message_added", 1, aggregate="ticket",
+             fields={**_TICKET, "message_id": EventField(str, max_length=64),
+                     "visibility": EventField(str, choices=("public", "internal"))},
+             description="A reply (public) or an internal note (internal: never for the requester).")
+define_event("ticket.decided", 1, aggregate="ticket",
+             fields={**_TICKET, "decision": EventField(str, choices=("approved", "rejected"))},
+             description="A request-type ticket was approved or rejected.")
+define_event("ticket.priority_changed", 1, aggregate="ticket",
+             fields={**_TICKET, "priority": EventField(str, choices=("low", "normal", "high", "urgent"))},
+             description="A ticket's priority changed; its due times were recomputed.")
+define_event("ticket.sla_breached", 1, aggregate="ticket",
+             fields={**_TICKET, "kind": EventField(str, choices=("first_response", "resolution")),
+                     "team": EventField(str, max_length=100)},
+             description="A ticket passed a due time (the breach job at the due time).")
+
+
 # ------------------------------------------------------------ notification policies
 
 # Each declare() also subscribes its event type to notifications.fanout (subscriber "notify").
 from .notifications import demo_policies  # noqa: E402,F401
+from .tickets import notify as _ticket_notify  # noqa: E402,F401  (the ticket events' policies)

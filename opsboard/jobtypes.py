@@ -270,3 +270,4 @@ define("diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", 
 from . import providers as _delivery_types  # noqa: E402,F401  (registers them; imports this module back)
 # Built-in job types that live with their feature (reports: request, chunk, assemble, scheduled).
 from . import reports as _reports  # noqa: E402,F401
+from .tickets import service as _tickets  # noqa: E402,F401  (tickets.sla_check)

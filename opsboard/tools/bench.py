@@ -455,6 +455,12 @@ def sse(b: Bench) -> None:
     run(b)
 
 
+def tickets(b: Bench) -> None:
+    """Agents' ticket queue and detail: server time at 100,000 tickets by default (--jobs N tickets)."""
+    from .bench_tickets import run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -471,6 +477,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "api": api,
     "fanout": fanout,
     "sse": sse,
+    "tickets": tickets,
 }
 
 

@@ -94,6 +94,8 @@ def seed(url: str, creds: dict) -> dict[str, object]:
         reports.request_report(conn, ids["parsian"], "job_activity",
                                {"date_from": (today - timedelta(days=7)).isoformat(), "date_to": today.isoformat(),
                                 "time_zone": "Asia/Tehran"}, audit.Actor("demo"), source_key="demo:first-report")
+        from .demo_tickets import seed_tickets  # support tickets in English and Persian, every SLA badge
+        seed_tickets(conn, ids)
     return ids
 
 

@@ -101,10 +101,10 @@ def create_app(test_config: dict | None = None) -> Flask:
                 "nav_links": security.nav_links}
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
-                   queues, reports, tenants, webhooks, workers)
+                   queues, reports, tenants, tickets, webhooks, workers)
     from . import inbox_page, notification_templates, notifications_view
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api, deliveries, reports, webhooks, notification_templates, inbox_page,
+                   apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox_page,
                    notifications_view):
         app.register_blueprint(module.bp)
     return app
@@ -112,7 +112,8 @@ def create_app(test_config: dict | None = None) -> Flask:
 
 #: Where an audit record's target can be looked at: target_type -> (endpoint, argument).
 AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id"),
-                 "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id")}
+                 "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id"),
+                 "ticket": ("tickets.detail", "ticket_id")}
 
 
 def audit_target_url(record: dict) -> str | None:

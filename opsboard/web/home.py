@@ -12,6 +12,8 @@ bp = Blueprint("home", __name__)
 def index():
     if current_user.has("jobs.view") and "queues" in current_app.blueprints:
         return redirect(url_for("queues.index"))
+    if current_user.has("tickets.view") and "tickets" in current_app.blueprints:
+        return redirect(url_for("tickets.index"))  # the support agent's landing page
     for permission, endpoint in (("templates.edit", "templates.index"), ("inbox.view", "inbox.index")):
         if current_user.has(permission) and endpoint.split(".")[0] in current_app.blueprints:
             return redirect(url_for(endpoint))

@@ -64,7 +64,8 @@ def reject_nul() -> None:
         if source is None:
             continue
         for key, values in source.lists():
-            if "\x00" in key or any("\x00" in v for v in values):
+            # A multipart part can come without a name (key None): nothing to check there.
+            if "\x00" in (key or "") or any("\x00" in (v or "") for v in values):
                 raise ApiError(400, "invalid_input", "The request holds a NUL character; remove it and try again.")
 
 

@@ -58,7 +58,8 @@ def test_every_get_route_answers_junk_arguments_below_500(app, client, login_as,
     run = reports.request_report(db, t, "job_activity", {"date_from": "2026-01-01", "date_to": "2026-01-02"},
                                  audit.Actor("t"))
     ids = {"job_id": str(job), "alert_id": str(uuid.uuid4()), "tenant_id": str(t), "run_id": str(run["id"]),
-           "endpoint_id": str(uuid.uuid4())}
+           "endpoint_id": str(uuid.uuid4()),
+           "ticket_id": str(uuid.uuid4()), "attachment_id": str(uuid.uuid4())}
     paths = []
     for rule in app.url_map.iter_rules():
         if "GET" in rule.methods and rule.endpoint != "static":

@@ -93,7 +93,7 @@ def test_request_form_creates_one_run_and_its_job(app, client, login_as):
 @pytest.mark.parametrize("fields, code", [
     ({"date_from": "nope", "date_to": "2026-01-01"}, "invalid_date"),
     ({"date_from": "2026-01-01", "date_to": "2026-01-02", "time_zone": "Nowhere/Land"}, "invalid_time_zone"),
-    ({"date_from": "2026-01-01", "date_to": "2026-01-02", "kind": "ticket_sla"}, "unknown_report_kind"),
+    ({"date_from": "2026-01-01", "date_to": "2026-01-02", "kind": "no_such_kind"}, "unknown_report_kind"),
 ])
 def test_bad_requests_answer_400_with_a_code(app, client, login_as, fields, code):
     login_as("ops")

@@ -340,7 +340,6 @@ def test_operator_ops_nav_includes_workers(client, login_as):
 
 
 @pytest.mark.parametrize("role, marker, words", [
-    ("support_agent", 'data-landing="support"', "ticket desk"),
     ("template_author", 'data-landing="templates"', "template editor"),
 ])
 def test_support_agents_and_template_authors_get_a_landing_page(client, login_as, role, marker, words):
@@ -348,6 +347,14 @@ def test_support_agents_and_template_authors_get_a_landing_page(client, login_as
     html = client.get("/").get_data(as_text=True)
     assert marker in html and words in html
     assert _nav(html) == []  # nothing they could open yet: no links that answer 403
+
+
+def test_a_support_agent_lands_on_the_ticket_queue(client, login_as):
+    login_as("support_agent", tenant="acme", operator=False)
+    r = client.get("/")
+    assert r.status_code == 302 and r.headers["Location"].endswith("/tickets/")
+    html = client.get("/tickets/").get_data(as_text=True)
+    assert _nav(html) == ["/tickets/"]  # the one page they may open
 
 
 # ---------------------------------------------------------------- dashboard 4 and 6: names, error codes, warnings

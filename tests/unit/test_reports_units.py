@@ -28,7 +28,7 @@ def test_activity_parameters_are_normalised():
         kind.validate({"date_from": "2026-01-01", "date_to": "2026-01-31", "time_zone": "../../etc/passwd"})
     assert e.value.code == "invalid_time_zone"
     with pytest.raises(reports.ReportError) as e:
-        reports.get_kind("ticket_sla")
+        reports.get_kind("no_such_kind")
     assert e.value.code == "unknown_report_kind"
 
 

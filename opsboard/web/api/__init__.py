@@ -24,4 +24,4 @@ def openapi_document():
     return jsonify(document())
 
 
-from . import events, inbox, jobs, otp, webhooks  # noqa: E402,F401  (routes on bp)
+from . import events, inbox, jobs, otp, tickets, webhooks  # noqa: E402,F401  (routes on bp)

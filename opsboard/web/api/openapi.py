@@ -172,6 +172,56 @@ def _event_request() -> dict:
             "anyOf": branches}
 
 
+_TICKET_ERRORS = {
+    "400": _error("Malformed request: not JSON or multipart, a missing field (`subject_required`, `body_required`), "
+                  "`invalid_priority`, `invalid_category`, a bad Idempotency-Key"),
+    "401": _error("No user token (`obt_...`), or an unknown or revoked one", auth=True),
+    "404": _error("No such ticket among the token user's own"),
+    "409": _error("The workflow refuses the action (`invalid_transition`, with `allowed`), `reopen_window_passed`"),
+    "413": _error("An attachment is larger than OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES"),
+    "415": _error("An attachment's sniffed type is not allowed"),
+}
+_TICKET_ID = {"name": "ticket_id", "in": "path", "required": True, "schema": _STR}
+_OBJ = {"description": "The ticket (messages without internal notes, attachments)",
+        "content": {"application/json": {"schema": {"type": "object"}}}}
+_TICKET_BODY = {"required": True, "content": {
+    "application/json": {"schema": {"type": "object"}},
+    "multipart/form-data": {"schema": {"type": "object", "properties": {
+        "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}
+
+
+def _ticket_paths() -> dict:
+    """The customer ticket API (opsboard.web.api.tickets): user bearer tokens, not API keys."""
+    errors = {k: _TICKET_ERRORS[k] for k in ("401", "404")}
+    return {
+        "/tickets": {
+            "post": {"operationId": "createTicket", "summary": "Open a ticket (JSON, or multipart with files)",
+                     "parameters": [_IDEMPOTENCY], "requestBody": _TICKET_BODY,
+                     "responses": {"201": _OBJ, **{k: v for k, v in _TICKET_ERRORS.items() if k != "404"}}},
+            "get": {"operationId": "listTickets", "summary": "The token user's own tickets, newest first",
+                    "parameters": [{"name": "after", "in": "query", "required": False, "schema": _STR},
+                                   {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}}],
+                    "responses": {"200": {"description": "A page", "content": {"application/json": {
+                        "schema": {"type": "object"}}}}, "400": _TICKET_ERRORS["400"], "401": _TICKET_ERRORS["401"]}}},
+        "/tickets/{ticket_id}": {"get": {
+            "operationId": "getTicket", "summary": "One own ticket, without internal notes",
+            "parameters": [_TICKET_ID], "responses": {"200": _OBJ, **errors}}},
+        "/tickets/{ticket_id}/replies": {"post": {
+            "operationId": "replyTicket", "summary": "Reply (resumes a ticket waiting on the customer)",
+            "parameters": [_TICKET_ID, _IDEMPOTENCY], "requestBody": _TICKET_BODY,
+            "responses": {"201": _OBJ, **_TICKET_ERRORS}}},
+        "/tickets/{ticket_id}/reopen": {"post": {
+            "operationId": "reopenTicket", "summary": "Reopen a resolved ticket within the window",
+            "parameters": [_TICKET_ID, _IDEMPOTENCY],
+            "responses": {"200": _OBJ, **{k: _TICKET_ERRORS[k] for k in ("400", "401", "404", "409")}}}},
+        "/tickets/{ticket_id}/attachments/{attachment_id}": {"get": {
+            "operationId": "getTicketAttachment", "summary": "Download an attachment (Content-Disposition: attachment)",
+            "parameters": [_TICKET_ID, {"name": "attachment_id", "in": "path", "required": True, "schema": _STR}],
+            "responses": {"200": {"description": "The file", "content": {"application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"}}}}, **errors}}},
+    }
+
+
 def document() -> dict:
     return {
         "openapi": "3.1.0",
@@ -214,6 +264,7 @@ def document() -> dict:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/OtpRequest"}}}},
                 "responses": {"202": _ok("Requested", "Otp"), **_POST_ERRORS}}},
+            **_ticket_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

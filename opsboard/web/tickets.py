@@ -1,0 +1,175 @@
+"""Support tickets for agents: the queue (filters, keyset pages, SLA badges), a ticket's
+timeline and its actions as htmx forms (errors inline, in the form that caused them)."""
+from __future__ import annotations
+
+from flask import Blueprint, abort, make_response, redirect, render_template, request, send_file, url_for
+from flask_login import current_user
+
+from .. import storage
+from ..errors import OpsError
+from ..tickets import service, workflow
+from . import forms
+from .context import get_config, get_db, request_id
+from .errors import ApiError
+from .security import audit_denied, current_scope, requires
+
+bp = Blueprint("tickets", __name__, url_prefix="/tickets")
+bp.context_processor(forms.form_globals)
+
+PAGE = 50
+SLA_LABELS = {  # English · Persian, on every badge
+    "on_track": ("On track", "در مسیر", "status-succeeded"),
+    "at_risk": ("At risk", "در خطر", "status-retryable"),
+    "breached": ("Breached", "نقض شده", "status-dead"),
+    "paused": ("Paused", "متوقف", "status-running"),
+    "met": ("Met", "بسته شده", "pill"),
+}
+
+
+@bp.app_template_global()
+def sla_badge_info(state: str):
+    return SLA_LABELS.get(state, (state, "", "pill"))
+
+
+@bp.before_request
+def _upload_limit():
+    # The app caps bodies at 1 MiB; a reply with attachments may carry up to the configured size.
+    request.max_content_length = get_config().ticket_attachment_max_bytes * 4 + 64 * 1024
+
+
+def _filters() -> dict:
+    args = request.args
+    status = forms.arg_text("status", max_len=40)
+    sla_state = forms.arg_text("sla", max_len=20)
+    assignee = forms.arg_text("assignee", max_len=40)
+    return {
+        "status": None if status in (None, "open") else status, "open_only": status == "open",
+        "category": forms.arg_text("category", max_len=63), "sla_state": sla_state,
+        "assignee_id": current_user.id if assignee == "me" else (forms.arg_uuid("assignee")
+                                                                if assignee not in (None, "me", "none") else None),
+        "unassigned": assignee == "none", "tenant_id": forms.arg_uuid("tenant"),
+        "search": forms.arg_text("q", max_len=100), "after_id": forms.arg_uuid("after"),
+    }, {k: args.get(k) for k in service.QUEUE_FILTERS if args.get(k)}
+
+
+def _queue() -> dict:
+    flt, raw = _filters()
+    with get_db().connection() as conn:
+        rows = service.list_queue(conn, current_scope("tickets.view"), limit=PAGE + 1, **flt)
+        categories = service.categories(conn, current_scope("tickets.view"))
+    more = len(rows) > PAGE
+    rows = rows[:PAGE]
+    next_args = forms.link_args(service.QUEUE_FILTERS, drop=("after",))
+    if more:
+        next_args["after"] = str(rows[-1]["id"])
+    return {"rows": rows, "more": more, "next_args": next_args,
+            "first_args": forms.link_args(service.QUEUE_FILTERS, drop=("after",)), "args": raw, "statuses": workflow.STATUSES,
+            "sla_states": service.SLA_STATES, "categories": categories}
+
+
+@bp.route("/")
+@requires("tickets.view")
+def index():
+    return render_template("tickets/index.html", **_queue())
+
+
+@bp.route("/_rows")
+@requires("tickets.view")
+def rows():
+    resp = make_response(render_template("tickets/_rows.html", **_queue()))
+    resp.headers["HX-Push-Url"] = url_for("tickets.index", **forms.link_args(service.QUEUE_FILTERS))
+    return resp
+
+
+def _load(conn, ticket_id) -> dict:
+    ticket = service.get_ticket(conn, current_scope("tickets.view"), ticket_id)
+    if ticket is None:
+        abort(404, "No such ticket, or it is not yours to see.")
+    return ticket
+
+
+def _context(conn, ticket: dict) -> dict:
+    messages, attachments = service.timeline(conn, current_scope("tickets.view"), ticket["id"], current_user.id)
+    by_message: dict = {}
+    for a in attachments:
+        by_message.setdefault(a["message_id"], []).append(a)
+    caller = service.Caller.of(current_user, ticket["tenant_id"])
+    role = caller.role_for(ticket)
+    can_work = current_user.can("tickets.work", ticket["tenant_id"]) and role is not None
+    return {"ticket": ticket, "messages": messages, "attachments": by_message,
+            "actions": workflow.allowed(ticket["status"], role) if can_work else [],
+            "transitions": [workflow.TRANSITIONS[a] for a in (workflow.allowed_transitions(ticket["status"], role)
+                                                              if can_work else [])],
+            "agents": service.agents(conn, ticket["tenant_id"]) if can_work else [],
+            "priorities": workflow.PRIORITIES}
+
+
+@bp.route("/<uuid:ticket_id>")
+@requires("tickets.view")
+def detail(ticket_id):
+    with get_db().connection() as conn:
+        ticket = _load(conn, ticket_id)
+        return render_template("tickets/detail.html", **_context(conn, ticket))
+
+
+@bp.route("/<uuid:ticket_id>/act/<action>", methods=["POST"])
+@requires("tickets.work")
+def act(ticket_id, action):
+    if action not in workflow.ALL:
+        raise ApiError(404, "not_found", "No such ticket action.")
+    key = forms.request_key()
+    form = request.form
+    fields = {k: form.get(k) for k in ("body", "assignee_id", "decision", "reason", "resolution_code",
+                                       "resolution_summary", "priority") if form.get(k) is not None}
+    if action == "decide":
+        fields["reason"] = form.get("decision_reason")
+    uploads = [service.Upload(f.filename or "attachment", f.read()) for f in request.files.getlist("files")
+               if f and f.filename]
+    config = get_config()
+    with get_db().connection() as conn:
+        ticket = _load(conn, ticket_id)
+        caller = service.Caller.of(current_user, ticket["tenant_id"], request_id())
+        try:
+            service.act(conn, ticket_id, action, caller, scope=current_scope("tickets.work"), fields=fields,
+                        reason=form.get("comment"), request_key=key, uploads=uploads,
+                        store=storage.from_config(config),
+                        limits=(config.ticket_attachment_max_bytes, config.ticket_attachment_types))
+        except OpsError as exc:
+            if exc.status == 403:  # the workflow forbids this role the action: recorded as denied
+                audit_denied("tickets.work", ticket["tenant_id"])
+            raise
+        if not request.headers.get("HX-Request"):
+            return redirect(url_for("tickets.detail", ticket_id=ticket_id))
+        ticket = _load(conn, ticket_id)
+        resp = make_response(render_template("tickets/_ticket.html", **_context(conn, ticket)))
+    resp.headers["HX-Retarget"] = "#ticket"
+    resp.headers["HX-Reswap"] = "outerHTML"
+    return resp
+
+
+@bp.route("/<uuid:ticket_id>/attachments/<uuid:attachment_id>")
+@requires("tickets.view")
+def attachment(ticket_id, attachment_id):
+    with get_db().connection() as conn:
+        _load(conn, ticket_id)
+        _, attachments = service.timeline(conn, current_scope("tickets.view"), ticket_id, current_user.id)
+    found = next((a for a in attachments if a["id"] == attachment_id), None)
+    if found is None:
+        abort(404, "No such attachment, or it is not yours to see.")
+    return download(found)
+
+
+def download(att: dict):
+    """An attachment as a download: never rendered inline, never sniffed by the browser."""
+    store = storage.from_config(get_config())
+    try:
+        fh = store.open_read(att["storage_key"])
+    except (storage.StorageError, FileNotFoundError):
+        abort(404, "The attachment's file is missing.")
+    resp = send_file(fh, mimetype=att["content_type"], as_attachment=True, download_name=att["filename"],
+                     max_age=0)
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    resp.headers["Cache-Control"] = "private, no-store"
+    return resp
+
