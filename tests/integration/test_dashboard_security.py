@@ -325,10 +325,13 @@ def test_pages_are_not_stored_and_the_csp_closes_base_and_object(client, login_a
 
 
 def test_home_page_marks_user_text_direction(client, login_as, db):
-    login_as("support_agent", tenant="persian-co", operator=False)   # template authors land on /templates/
+    # Every role now lands on its own page (queues, tickets, templates, inbox);
+    # the tenant's own page shows its Persian name isolated from the LTR page.
+    login_as("ops", tenant="persian-co", operator=False)
     db.execute("UPDATE tenants SET name = 'شرکت نمونه' WHERE slug = 'persian-co'")
-    html = client.get("/").get_data(as_text=True)
-    assert '<span dir="auto">شرکت نمونه</span>' in html
+    tid = db.execute("SELECT id FROM tenants WHERE slug = 'persian-co'").fetchone()["id"]
+    html = client.get(f"/tenants/{tid}").get_data(as_text=True)
+    assert '<h1><bdi>شرکت نمونه</bdi>' in html
 
 
 def test_workers_page_is_for_platform_staff_only(app, client, login_as):
