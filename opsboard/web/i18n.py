@@ -73,9 +73,7 @@ def ago(seconds) -> str:
 def _context() -> dict:
     locale, calendar, time_zone = prefs()
     return {"page_lang": locale, "page_dir": "rtl" if locale in persian.RTL_LOCALES else "ltr",
-            "display_calendar": calendar, "display_time_zone": time_zone,
-            "fmt_ts": fmt_ts, "utc_title": persian.format_utc, "num": num, "digits": digits, "ago_text": ago,
-            "locale_names": LOCALE_NAMES, "status_label": status_label}
+            "display_calendar": calendar, "display_time_zone": time_zone}
 
 
 #: Status words shown on pages (jobs, report runs, tickets); the CSS class keeps the raw value.
@@ -83,8 +81,19 @@ STATUS_LABELS = {
     "pending": _l("pending"), "running": _l("running"), "succeeded": _l("succeeded"),
     "retryable": _l("retryable"), "dead": _l("dead"), "cancelled": _l("cancelled"),
     "queued": _l("queued"), "done": _l("done"), "failed": _l("failed"), "expired": _l("expired"), "ready": _l("ready"),
+    "snoozed": _l("snoozed"), "released": _l("released"), "lease_expired": _l("lease expired"),
     "open": _l("open"), "closed": _l("closed"), "resolved": _l("resolved"), "ignored": _l("ignored"),
 }
+
+
+ROLE_LABELS = {"admin": _l("admin"), "ops": _l("ops"), "support_agent": _l("support agent"),
+               "template_author": _l("template author"), "member": _l("member")}
+
+
+def role_label(value) -> str:
+    raw = str(getattr(value, "value", value))
+    label = ROLE_LABELS.get(raw)
+    return str(label) if label is not None else raw.replace("_", " ")
 
 
 def status_label(value) -> str:
@@ -101,6 +110,9 @@ def init_app(app) -> None:
     app.config.setdefault("BABEL_TRANSLATION_DIRECTORIES", str(resource_dir("translations")))
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
+    # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
+                                 locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label)
     app.register_blueprint(bp)
 
 

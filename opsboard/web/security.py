@@ -7,6 +7,7 @@ import secrets
 import uuid
 
 from flask import current_app, g, request, session
+from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
 from ..auth import TenantScope
@@ -175,19 +176,19 @@ def client_address() -> str:
 
 #: The main navigation: label, endpoint, permission, and whether the page is
 #: for operator staff only (platform-wide, e.g. worker processes).
-NAV = (
-    ("Queues", "queues.index", "jobs.view", False),
-    ("Tenants", "tenants.index", "tenants.view", False),
-    ("Jobs", "jobs.index", "jobs.view", False),
-    ("Dead letters", "deadletters.index", "jobs.view", False),
-    ("Workers", "workers.index", "workers.view", True),
-    ("Deliveries", "deliveries.index", "jobs.view", False),
-    ("Alerts", "alerts.index", "alerts.view", False),
-    ("Reports", "reports.index", "reports.view", False),
-    ("Tickets", "tickets.index", "tickets.view", False),
-    ("Templates", "templates.index", "templates.view", False),
-    ("Audit", "audit.index", "audit.view", False),
-    ("API keys", "apikeys.index", "users.manage", False),
+NAV = (  # labels translated when shown (lazy_gettext)
+    (_l("Queues"), "queues.index", "jobs.view", False),
+    (_l("Tenants"), "tenants.index", "tenants.view", False),
+    (_l("Jobs"), "jobs.index", "jobs.view", False),
+    (_l("Dead letters"), "deadletters.index", "jobs.view", False),
+    (_l("Workers"), "workers.index", "workers.view", True),
+    (_l("Deliveries"), "deliveries.index", "jobs.view", False),
+    (_l("Alerts"), "alerts.index", "alerts.view", False),
+    (_l("Reports"), "reports.index", "reports.view", False),
+    (_l("Tickets"), "tickets.index", "tickets.view", False),
+    (_l("Templates"), "templates.index", "templates.view", False),
+    (_l("Audit"), "audit.index", "audit.view", False),
+    (_l("API keys"), "apikeys.index", "users.manage", False),
 )
 
 
