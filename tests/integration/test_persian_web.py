@@ -106,3 +106,19 @@ def test_job_search_finds_the_same_job_whatever_the_forms(conn, stored, typed):
     assert [r["id"] for r in page.rows] == [job]
     stored_col = conn.execute("SELECT detail_search FROM job_attempts WHERE job_id = %s", (job,)).fetchone()
     assert stored_col["detail_search"] == persian.normalize_search(stored)
+
+
+def test_demo_persian_support_agent_opens_in_fa(app, client):
+    from opsboard.tools import demo
+    from tests.conftest import csrf_from
+
+    url = app.extensions["test_db_url"]
+    creds = {"users": {email: "demo password 1" for email, _, _ in demo.USERS}}
+    demo.seed(url, creds)
+    assert ("support-fa@opsboard.demo", "support_agent", "parsian") in demo.USERS
+    token = csrf_from(client)
+    r = client.post("/login", data={"email": "support-fa@opsboard.demo", "password": "demo password 1",
+                                    "csrf_token": token}, headers={"Accept-Language": "en"})
+    assert r.status_code == 302
+    html = client.get("/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "تیکت‌های پشتیبانی" in html
