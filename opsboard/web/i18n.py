@@ -82,6 +82,7 @@ STATUS_LABELS = {
     "retryable": _l("retryable"), "dead": _l("dead"), "cancelled": _l("cancelled"),
     "queued": _l("queued"), "done": _l("done"), "failed": _l("failed"), "expired": _l("expired"), "ready": _l("ready"),
     "snoozed": _l("snoozed"), "released": _l("released"), "lease_expired": _l("lease expired"),
+    "info": _l("info"), "warning": _l("warning"), "critical": _l("critical"),
     "open": _l("open"), "closed": _l("closed"), "resolved": _l("resolved"), "ignored": _l("ignored"),
 }
 
