@@ -97,6 +97,14 @@ def role_label(value) -> str:
     return str(label) if label is not None else raw.replace("_", " ")
 
 
+BREAKER_LABELS = {"closed": _l("closed"), "open": _l("open"), "half_open": _l("half-open")}
+
+
+def breaker_label(value) -> str:
+    label = BREAKER_LABELS.get(str(value))
+    return str(label) if label is not None else str(value).replace("_", "-")
+
+
 def status_label(value) -> str:
     label = STATUS_LABELS.get(str(getattr(value, "value", value)))
     return str(label) if label is not None else str(value)
@@ -113,7 +121,8 @@ def init_app(app) -> None:
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
     app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
-                                 locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label)
+                                 locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
+                                 breaker_label=breaker_label)
     app.register_blueprint(bp)
 
 
