@@ -82,7 +82,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         from flask_login import login_url
 
         if errors.wants_json() or request.headers.get("HX-Request"):
-            return errors.error_response(401, "unauthorized", "Sign in to continue.",
+            return errors.error_response(401, "unauthorized", str(lazy_gettext("Sign in to continue.")),
                                          {"HX-Redirect": login_url(login.login_view)})
         flash(login.login_message, category=login.login_message_category)
         return redirect(login_url(login.login_view, next_url=request.url))

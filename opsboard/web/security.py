@@ -9,6 +9,7 @@ import uuid
 from flask import current_app, g, request, session
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from flask_babel import gettext as _
 
 from ..auth import TenantScope
 from .errors import ApiError
@@ -42,7 +43,7 @@ def check_csrf() -> None:
     expected = session.get("_csrf")
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
     if not expected or not sent or not same_secret(str(expected), str(sent)):
-        raise ApiError(400, "csrf_invalid", "The form expired or did not come from this site; reload the page and try again.")
+        raise ApiError(400, "csrf_invalid", _("The form expired or did not come from this site; reload the page and try again."))
 
 
 def same_secret(expected: str, sent: str) -> bool:
@@ -66,7 +67,7 @@ def reject_nul() -> None:
             continue
         for key, values in source.lists():
             if "\x00" in key or any("\x00" in v for v in values):
-                raise ApiError(400, "invalid_input", "The request holds a NUL character; remove it and try again.")
+                raise ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
 
 
 def assign_request_id() -> None:
@@ -147,7 +148,7 @@ def requires(permission: str):
                 return current_app.login_manager.unauthorized()
             if not current_user.has(permission):
                 audit_denied(permission)
-                raise ApiError(403, "forbidden", f"Your role does not allow {permission}.")
+                raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s.", permission=permission))
             return view(*args, **kwargs)
 
         wrapped.permission = permission
@@ -160,7 +161,7 @@ def require_for_tenant(permission: str, tenant_id) -> None:
     """403 unless the current user holds ``permission`` for this tenant's row."""
     if not current_user.is_authenticated or not current_user.can(permission, tenant_id):
         audit_denied(permission, tenant_id)
-        raise ApiError(403, "forbidden", f"Your role does not allow {permission} for this tenant.")
+        raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s for this tenant.", permission=permission))
 
 
 def current_scope(permission: str = "dashboard.view") -> TenantScope:

@@ -122,3 +122,13 @@ def test_demo_persian_support_agent_opens_in_fa(app, client):
     assert r.status_code == 302
     html = client.get("/", headers={"Accept-Language": "en"}).get_data(as_text=True)
     assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "تیکت‌های پشتیبانی" in html
+
+
+def test_form_errors_and_error_pages_are_translated(client, login_as):
+    login_as("ops")
+    _switch(client, "fa")
+    missing = client.get("/jobs/01a22a36-0248-74d8-8502-a194df3f0e5e")
+    html = missing.get_data(as_text=True)
+    assert missing.status_code == 404 and "چنین کاری نیست" in html and 'dir="rtl"' in html
+    bad = client.get("/jobs/?queue=nope", headers={"HX-Request": "true"})
+    assert bad.status_code == 400 and "queue باید یکی از" in bad.get_data(as_text=True)
