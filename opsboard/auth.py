@@ -18,6 +18,7 @@ import psycopg
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from . import db
+from .errors import OpsError
 from .schema import Role, new_id
 
 #: What each role may do.  Views and core actions check these names.
@@ -95,6 +96,10 @@ class Principal:
     is_active: bool = True
     #: The browser session this principal was loaded for (see :func:`start_session`).
     session_id: str | None = None
+    #: Dashboard language, calendar and time zone (None = the defaults; migration 0014).
+    locale: str | None = None
+    calendar: str | None = None
+    time_zone: str | None = None
 
     is_authenticated = True
     is_anonymous = False
@@ -205,6 +210,7 @@ def load_principal(conn: psycopg.Connection, user_id) -> Principal | None:
     rows = db.all_rows(conn, "membership_list_for_user", {"user_id": uid})
     return Principal(
         id=user["id"], email=user["email"], display_name=user["display_name"],
+        locale=user.get("locale"), calendar=user.get("calendar"), time_zone=user.get("time_zone"),
         memberships=[Membership(r["tenant_id"], r["tenant_slug"], r["tenant_name"], r["is_operator"], Role(r["role"]))
                      for r in rows],
     )
@@ -295,6 +301,21 @@ def load_session_principal(conn: psycopg.Connection, stored_id: str, now: dateti
     if principal is not None:
         principal.session_id = session_id
     return principal
+
+
+def set_display_prefs(conn: psycopg.Connection, user_id, *, locale: str | None, calendar: str | None,
+                      time_zone: str | None) -> None:
+    """Save a user's dashboard language, calendar and time zone (None = the default)."""
+    from .persian import CALENDARS, LOCALES, valid_timezone
+
+    if locale is not None and locale not in LOCALES:
+        raise OpsError(f"locale must be one of {', '.join(LOCALES)}", "bad_locale")
+    if calendar is not None and calendar not in CALENDARS:
+        raise OpsError(f"calendar must be one of {', '.join(CALENDARS)}", "bad_calendar")
+    if time_zone is not None and not valid_timezone(time_zone):
+        raise OpsError("unknown time zone", "bad_time_zone")
+    db.one(conn, "user_set_display_prefs", {"id": user_id, "locale": locale, "calendar": calendar,
+                                            "time_zone": time_zone})
 
 
 def set_password(conn: psycopg.Connection, user_id, password: str) -> None:

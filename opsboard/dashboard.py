@@ -22,6 +22,7 @@ from . import audit, db, queue
 from .auth import TenantScope
 from .config import WORKER_LIVE_SECONDS
 from .errors import OpsError
+from .persian import normalize_search
 from .redact import _segments, redact, redact_payload  # noqa: F401  (the one redaction)
 from .schema import JobStatus, uuid7_floor
 
@@ -121,7 +122,7 @@ def list_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, *
         "event_id": filter.event_id, "since": filter.since, "until": filter.until,
         "since_id": uuid7_floor(_shifted(filter.since, -CLOCK_SLACK)) if filter.since else None,
         "until_id": uuid7_floor(_shifted(filter.until, CLOCK_SLACK)) if filter.until else None,
-        "pattern": _like_pattern(filter.search) if filter.search else None,
+        "pattern": _like_pattern(normalize_search(filter.search)) if filter.search else None,
         "before": filter.before, "limit": limit + 1,
     }
     rows = _rows(conn, "dashboard_job_list", params)

@@ -26,7 +26,13 @@ SELECT id, email, display_name, password_hash, is_active FROM users WHERE email 
 
 -- name: user_get
 -- A user without the password hash.
-SELECT id, email, display_name, is_active FROM users WHERE id = %(id)s;
+SELECT id, email, display_name, is_active, locale, calendar, time_zone FROM users WHERE id = %(id)s;
+
+-- name: user_set_display_prefs
+-- A user's dashboard language, calendar and time zone (NULL = the defaults).
+UPDATE users SET locale = %(locale)s, calendar = %(calendar)s, time_zone = %(time_zone)s
+WHERE id = %(id)s
+RETURNING id;
 
 -- name: user_set_password
 -- Replace a user's password hash.

@@ -7,7 +7,8 @@
 -- creation, so created_at bounds become id bounds with a slack for clock skew
 -- between hosts), jobs_tenant_idx, jobs_status_idx, jobs_dead_idx,
 -- jobs_correlation_idx.  The search first gathers the matching ids from the
--- two trigram indexes (where pg_trgm exists), then fetches those rows by
+-- two trigram indexes (where pg_trgm exists; attempt details through the
+-- normalised detail_search column of 0014, the term normalised the same way), then fetches those rows by
 -- primary key: "= ANY(ARRAY(...))" keeps the planner from walking the whole
 -- table backwards testing each row against the matches, which an IN (...)
 -- invites (it guesses that half the rows match).
@@ -30,7 +31,7 @@ WHERE (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
   AND (%(pattern)s::text IS NULL OR j.id = ANY(ARRAY(
           SELECT e.id FROM jobs e WHERE e.last_error_code ILIKE %(pattern)s
           UNION
-          SELECT a.job_id FROM job_attempts a WHERE a.detail ILIKE %(pattern)s)))
+          SELECT a.job_id FROM job_attempts a WHERE a.detail_search ILIKE %(pattern)s)))
   AND (%(before)s::uuid IS NULL OR j.id < %(before)s)
 ORDER BY j.id DESC
 LIMIT %(limit)s;

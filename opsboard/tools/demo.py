@@ -58,7 +58,10 @@ USERS = [
     ("author@opsboard.demo", "template_author", "operator"),
     ("ops@acme.demo", "ops", "acme"),
     ("user@acme.demo", "member", "acme"),   # an end user: /inbox/ with live notifications
+    ("support-fa@opsboard.demo", "support_agent", "parsian"),
 ]
+#: Users whose dashboard opens in Persian (Jalali calendar, Tehran time): issue 14.
+PERSIAN_USERS = {"support-fa@opsboard.demo"}
 #: The demo end user's SMS number (the provider sandbox receives it).
 DEMO_USER_PHONE = "+989121110000"
 
@@ -66,7 +69,12 @@ DEMO_USER_PHONE = "+989121110000"
 def _credentials(config: Config) -> dict:
     path = config.instance_dir / "demo-credentials.json"
     if path.exists():
-        return json.loads(path.read_text())
+        creds = json.loads(path.read_text())
+        missing = [email for email, _, _ in USERS if email not in creds["users"]]
+        if missing:  # a user added to the demo since this instance was made
+            creds["users"].update({email: secrets.token_urlsafe(9) for email in missing})
+            path.write_text(json.dumps(creds, indent=2))
+        return creds
     creds = {"secret_key": secrets.token_hex(32),
              "users": {email: secrets.token_urlsafe(9) for email, _, _ in USERS}}
     config.instance_dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +93,9 @@ def seed(url: str, creds: dict) -> dict[str, object]:
         for slug, name, operator, weight in TENANTS:
             ids[slug] = auth.ensure_tenant(conn, slug, name, is_operator=operator, weight=weight)["id"]
         for email, role, tenant in USERS:
-            auth.create_user(conn, email, creds["users"][email], role, tenant)
+            user = auth.create_user(conn, email, creds["users"][email], role, tenant)
+            if email in PERSIAN_USERS:
+                auth.set_display_prefs(conn, user["id"], locale="fa", calendar="jalali", time_zone="Asia/Tehran")
         _seed_notifications(conn, ids, creds)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
         # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).

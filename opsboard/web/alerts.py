@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, render_template
 from flask_login import current_user
+from flask_babel import gettext as _
 
 from .. import alerts
 from . import forms
@@ -38,7 +39,7 @@ def detail(alert_id):
     with get_db().connection() as conn:
         found = alerts.alert_detail(conn, current_scope("alerts.view"), alert_id)
     if found is None:
-        abort(404, "No such alert, or it is not yours to see.")
+        abort(404, _("No such alert, or it is not yours to see."))
     return render_template("alerts/detail.html", **found)
 
 
@@ -49,11 +50,11 @@ def ack(alert_id):
     with get_db().connection() as conn:
         alert = alerts.get_alert(conn, current_scope("alerts.view"), alert_id)
         if alert is None:
-            abort(404, "No such alert, or it is not yours to see.")
+            abort(404, _("No such alert, or it is not yours to see."))
         if alert["tenant_id"] is not None:
             require_for_tenant("alerts.ack", alert["tenant_id"])
         elif not current_scope("alerts.ack").all:  # platform alerts: operator staff only
-            raise ApiError(403, "forbidden", "Only operator staff can acknowledge platform alerts.")
+            raise ApiError(403, "forbidden", _("Only operator staff can acknowledge platform alerts."))
         row = alerts.acknowledge(conn, alert_id, forms.actor(), reason, key, scope=current_scope("alerts.ack"))
     return forms.render_result("alerts/_ack_result.html", alert=row, reason=reason)
 

@@ -5,6 +5,7 @@ import uuid
 
 from flask import Blueprint, render_template, request
 from flask_login import current_user
+from flask_babel import gettext as _
 
 from .. import apikeys, audit
 from .context import get_db, request_id
@@ -36,7 +37,7 @@ def create():
     try:
         tenant_id = uuid.UUID(request.form.get("tenant_id", ""))
     except ValueError:
-        raise ApiError(400, "invalid_tenant", "Choose a tenant.") from None
+        raise ApiError(400, "invalid_tenant", _("Choose a tenant.")) from None
     require_for_tenant(PERMISSION, tenant_id)
     try:
         with get_db().connection() as conn:
@@ -56,6 +57,6 @@ def revoke(key_id: str):
             apikeys.revoke(conn, key_id, audit.Actor.of(current_user, request_id()), current_scope(PERMISSION),
                            reason=(request.form.get("reason") or "").strip() or None)
     except apikeys.ApiKeyError as exc:
-        raise ApiError(404, exc.code, "No such API key.") from None
+        raise ApiError(404, exc.code, _("No such API key.")) from None
     template = "apikeys/_list.html" if request.headers.get("HX-Request") else "apikeys/index.html"
     return render_template(template, **_page())

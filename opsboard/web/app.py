@@ -62,7 +62,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     login = LoginManager(app)
     login.login_view = "auth.login"
     login.session_protection = "strong"
-    login.login_message = "Please sign in to continue."
+    from flask_babel import lazy_gettext
+
+    login.login_message = lazy_gettext("Please sign in to continue.")
 
     @login.user_loader
     def _load_user(stored_id: str):
@@ -80,7 +82,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         from flask_login import login_url
 
         if errors.wants_json() or request.headers.get("HX-Request"):
-            return errors.error_response(401, "unauthorized", "Sign in to continue.",
+            return errors.error_response(401, "unauthorized", str(lazy_gettext("Sign in to continue.")),
                                          {"HX-Redirect": login_url(login.login_view)})
         flash(login.login_message, category=login.login_message_category)
         return redirect(login_url(login.login_view, next_url=request.url))
@@ -90,6 +92,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.before_request(security.check_csrf)
     app.after_request(security.security_headers)
     errors.register(app)
+    from . import i18n
+    i18n.init_app(app)
 
     from ..redact import redact_identifier
     app.add_template_filter(redact_identifier, "redact_id")

@@ -5,6 +5,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from flask import Blueprint, render_template, request
+from flask_babel import gettext as _
 
 from .. import audit
 from . import forms
@@ -30,7 +31,7 @@ def _cursor(raw: str) -> tuple[datetime, uuid.UUID] | None:
         moment = datetime.fromisoformat(at)
         return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)), uuid.UUID(rid)
     except ValueError:
-        raise ApiError(400, "invalid_cursor", "after must be a cursor from a previous page") from None
+        raise ApiError(400, "invalid_cursor", _("after must be a cursor from a previous page")) from None
 
 
 def _filters() -> dict:

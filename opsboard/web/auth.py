@@ -4,11 +4,14 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from flask import Blueprint, current_app, flash, redirect, render_template, request, session, url_for
+from flask_babel import gettext as _
+from flask_babel import ngettext
 from flask_login import current_user, login_required, login_user, logout_user
 
 from .. import audit
 from ..auth import LoginThrottled, authenticate, end_all_sessions, end_session, session_count, start_session
 from .context import get_config, get_db, request_id
+from .i18n import digits
 from .security import client_address
 
 bp = Blueprint("auth", __name__)
@@ -49,13 +52,15 @@ def login():
                                      window_seconds=cfg.login_window_seconds)
         except LoginThrottled as exc:
             minutes = max(1, round(exc.retry_after / 60))
-            error = f"Too many failed sign-ins. Try again in about {minutes} minute{'s' if minutes != 1 else ''}."
+            error = ngettext("Too many failed sign-ins. Try again in about %(n)s minute.",
+                             "Too many failed sign-ins. Try again in about %(n)s minutes.", minutes,
+                             n=digits(minutes))
             response = render_template("auth/login.html", email=email, error=error, next=request.form.get("next", ""))
             return response, 429, {"Retry-After": str(exc.retry_after)}
         if principal is None:
-            error, status = "Wrong email or password.", 401
+            error, status = _("Wrong email or password."), 401
         elif not principal.memberships:
-            error, status = "This account has no active role in any tenant.", 403
+            error, status = _("This account has no active role in any tenant."), 403
         else:
             session.clear()  # a fresh session (and CSRF token) on privilege change
             start_session(conn, principal, int(current_app.permanent_session_lifetime.total_seconds()))
@@ -75,7 +80,7 @@ def logout():
             end_session(conn, current_user.session_id)  # a copied cookie dies with this one
     logout_user()
     session.clear()
-    flash("Signed out.")
+    flash(_("Signed out."))
     return redirect(url_for("auth.login"))
 
 
@@ -100,5 +105,6 @@ def sign_out_everywhere():
                          after={"sessions_ended": ended})
     logout_user()
     session.clear()
-    flash(f"Signed out everywhere ({ended} session{'s' if ended != 1 else ''} ended).")
+    flash(ngettext("Signed out everywhere (%(n)s session ended).", "Signed out everywhere (%(n)s sessions ended).",
+                   ended, n=digits(ended)))
     return redirect(url_for("auth.login"))

@@ -3,6 +3,7 @@ the matching jobs and a "replay all" that asks for confirmation first."""
 from __future__ import annotations
 
 from flask import Blueprint, make_response, render_template, request, url_for
+from flask_babel import gettext as _
 
 from .. import dashboard
 from ..config import QUEUE_NAMES
@@ -21,7 +22,7 @@ PAGE_ARGS = ("queue", "tenant_id", "show")
 def _context() -> dict:
     queue_name = (request.args.get("queue") or "").strip() or None
     if queue_name is not None and queue_name not in QUEUE_NAMES:
-        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+        raise ApiError(400, "invalid_filter", _("queue must be one of %(names)s", names=", ".join(QUEUE_NAMES)))
     tenant_id = forms.arg_uuid("tenant_id")
     include_handled = request.args.get("show") == "all"
     scope = current_scope("jobs.view")

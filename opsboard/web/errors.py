@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from flask import jsonify, render_template, request
+from flask_babel import gettext as _
 from werkzeug.exceptions import HTTPException, SecurityError
 
 from ..errors import OpsError
@@ -73,4 +74,4 @@ def register(app) -> None:
         from flask import g
         log.exception("unhandled error on %s %s", request.method, request.path,
                       extra={"request_id": getattr(g, "request_id", None)})
-        return error_response(500, "internal_error", "Something went wrong; the error was logged.")
+        return error_response(500, "internal_error", _("Something went wrong; the error was logged."))

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 
 from flask import render_template, request
 from flask_login import current_user
+from flask_babel import gettext as _
 from markupsafe import Markup
 
 from ..audit import Actor
@@ -49,9 +50,9 @@ def reason() -> str:
     # A reason of only invisible characters (zero-width spaces, direction
     # marks) is no reason; Persian text keeps its ZWNJ between letters.
     if not any(unicodedata.category(c)[0] not in "CZ" for c in text):
-        raise ApiError(400, "reason_required", "Give a reason: it is kept in the audit log.")
+        raise ApiError(400, "reason_required", _("Give a reason: it is kept in the audit log."))
     if len(text) > MAX_REASON:
-        raise ApiError(400, "reason_too_long", f"Keep the reason under {MAX_REASON} characters.")
+        raise ApiError(400, "reason_too_long", _("Keep the reason under %(n)s characters.", n=MAX_REASON))
     return text
 
 
@@ -59,7 +60,7 @@ def request_key() -> str:
     """The form's request key, namespaced by the user."""
     raw = (request.form.get("request_key") or "").strip()
     if not _KEY_RE.match(raw):
-        raise ApiError(400, "request_key_required", "The form is missing its request key; reload the page.")
+        raise ApiError(400, "request_key_required", _("The form is missing its request key; reload the page."))
     return f"{current_user.id}:{raw}"
 
 
@@ -71,7 +72,7 @@ def arg_text(name: str, source=None, max_len: int = 200) -> str | None:
     """A free-text argument, trimmed; ``None`` when empty; 400 when longer than ``max_len``."""
     value = ((source or request.args).get(name) or "").strip()
     if len(value) > max_len:
-        raise ApiError(400, "invalid_filter", f"{name} is too long (at most {max_len} characters)")
+        raise ApiError(400, "invalid_filter", _("%(name)s is too long (at most %(n)s characters)", name=name, n=max_len))
     return value or None
 
 
@@ -94,7 +95,7 @@ def arg_uuid(name: str, source=None) -> uuid.UUID | None:
     try:
         return uuid.UUID(raw)
     except ValueError:
-        raise ApiError(400, "invalid_filter", f"{name} must be an id") from None
+        raise ApiError(400, "invalid_filter", _("%(name)s must be an id", name=name)) from None
 
 
 def arg_time(name: str, source=None) -> datetime | None:
@@ -105,10 +106,10 @@ def arg_time(name: str, source=None) -> datetime | None:
     try:
         value = datetime.fromisoformat(raw)
     except ValueError:
-        raise ApiError(400, "invalid_date", f"{name} must be a date like 2026-11-29 or 2026-11-29T14:30") from None
+        raise ApiError(400, "invalid_date", _("%(name)s must be a date like 2026-11-29 or 2026-11-29T14:30", name=name)) from None
     value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if not MIN_TIME <= value < MAX_TIME:
-        raise ApiError(400, "invalid_date", f"{name} must be between 1970 and 9998")
+        raise ApiError(400, "invalid_date", _("%(name)s must be between 1970 and 9998", name=name))
     return value
 
 

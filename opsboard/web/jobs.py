@@ -8,6 +8,7 @@ answer with a partial that htmx swaps in next to the form.
 from __future__ import annotations
 
 from flask import Blueprint, abort, make_response, render_template, request, url_for
+from flask_babel import gettext as _
 
 from .. import dashboard, jobtypes, queue
 from ..config import QUEUE_NAMES
@@ -33,7 +34,7 @@ LIST_ARGS = ("queue", "type", "tenant_id", "status", "error_code", "correlation_
 def _filter() -> dashboard.JobFilter:
     queue_name = forms.arg_text("queue")
     if queue_name is not None and queue_name not in QUEUE_NAMES:
-        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+        raise ApiError(400, "invalid_filter", _("queue must be one of %(names)s", names=", ".join(QUEUE_NAMES)))
     f = dashboard.JobFilter(
         queue=queue_name, type=forms.arg_text("type"), tenant_id=forms.arg_uuid("tenant_id"),
         status=forms.arg_text("status"),
@@ -75,7 +76,7 @@ def detail(job_id):
     with get_db().connection() as conn:
         d = dashboard.job_detail(conn, current_scope("jobs.view"), job_id)
     if d is None:
-        abort(404, "No such job, or it belongs to a tenant you cannot see.")
+        abort(404, _("No such job, or it belongs to a tenant you cannot see."))
     return render_template("jobs/detail.html", d=d, job=d.job)
 
 
@@ -85,7 +86,7 @@ def payload(job_id):
     with get_db().connection() as conn:
         found = dashboard.job_payload(conn, current_scope("jobs.view"), job_id)
     if found is None:
-        abort(404, "No such job, or it belongs to a tenant you cannot see.")
+        abort(404, _("No such job, or it belongs to a tenant you cannot see."))
     job, text = found
     return render_template("jobs/payload.html", job=job, text=text)
 
@@ -94,7 +95,7 @@ def _job_for_action(conn, job_id, permission: str) -> dict:
     """The job, visible to the user (else 404) and actionable for its tenant (else 403)."""
     job = queue.get_job(conn, job_id, current_scope("jobs.view"))
     if job is None:
-        raise ApiError(404, "not_found", "No such job, or it belongs to a tenant you cannot see.")
+        raise ApiError(404, "not_found", _("No such job, or it belongs to a tenant you cannot see."))
     require_for_tenant(permission, job["tenant_id"])
     return job
 
@@ -138,7 +139,7 @@ def cancel(job_id):
 def _dead_filter(source) -> queue.DeadFilter:
     queue_name = forms.arg_text("queue", source)
     if queue_name is not None and queue_name not in QUEUE_NAMES:
-        raise ApiError(400, "invalid_filter", f"queue must be one of {', '.join(QUEUE_NAMES)}")
+        raise ApiError(400, "invalid_filter", _("queue must be one of %(names)s", names=", ".join(QUEUE_NAMES)))
     return queue.DeadFilter(type=forms.arg_text("type", source), queue=queue_name,
                             tenant_id=forms.arg_uuid("tenant_id", source),
                             error_code=forms.arg_text("error_code", source), open_only=True)

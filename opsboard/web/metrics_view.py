@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 from flask_login import current_user
+from flask_babel import gettext as _
 
 from .. import metrics
 from .context import get_config, get_db
@@ -26,6 +27,6 @@ def exposition():
         pass
     else:
         raise ApiError(401 if not current_user.is_authenticated else 403, "metrics_forbidden",
-                       "Send the metrics bearer token, or sign in as operator staff.")
+                       _("Send the metrics bearer token, or sign in as operator staff."))
     from prometheus_client import CONTENT_TYPE_LATEST
     return Response(metrics.prometheus_text(get_db()), content_type=CONTENT_TYPE_LATEST)

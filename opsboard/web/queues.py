@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, render_template, request
+from flask_babel import gettext as _
 
 from .. import dashboard, metrics
 from .context import get_db
@@ -35,7 +36,7 @@ def chart_range() -> str:
     """The ``range`` argument of a chart view: ``1h`` (default) or ``24h``."""
     name = (request.args.get("range") or "1h").strip()
     if name not in metrics.CHART_RANGES:
-        raise ApiError(400, "invalid_range", f"range must be one of {', '.join(metrics.CHART_RANGES)}")
+        raise ApiError(400, "invalid_range", _("range must be one of %(names)s", names=", ".join(metrics.CHART_RANGES)))
     return name
 
 

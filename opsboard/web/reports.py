@@ -3,6 +3,7 @@ ready CSV (tenant-checked), see a failed run's dead job, and the schedules."""
 from __future__ import annotations
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 
 from .. import dashboard, reports, schedules, storage
 from . import forms
@@ -41,7 +42,7 @@ def runs():
 def request_report():
     tenant_id = forms.arg_uuid("tenant_id", request.form)
     if tenant_id is None:
-        raise ApiError(400, "tenant_required", "Choose the tenant the report is about.")
+        raise ApiError(400, "tenant_required", _("Choose the tenant the report is about."))
     require_for_tenant("reports.request", tenant_id)
     kind_name = forms.arg_text("kind", request.form, 100) or ""
     try:
@@ -61,7 +62,7 @@ def request_report():
 def _run_or_404(conn, run_id) -> dict:
     run = reports.get_run(conn, run_id, current_scope("reports.view"))
     if run is None:
-        abort(404, "No such report, or it is not yours to see.")
+        abort(404, _("No such report, or it is not yours to see."))
     return run
 
 
@@ -82,12 +83,12 @@ def download(run_id):
     with get_db().connection() as conn:
         run = _run_or_404(conn, run_id)
     if run["status"] != "ready":
-        raise ApiError(409, "report_not_ready", f"The report is {run['status']}; download it once it is ready.")
+        raise ApiError(409, "report_not_ready", _("The report is %(status)s; download it once it is ready.", status=run["status"]))
     store = storage.from_config(get_config())
     try:
         f = store.open_read(run["storage_key"])
     except storage.StorageError:
-        raise ApiError(410, "report_gone", "The report's file is no longer stored; request it again.") from None
+        raise ApiError(410, "report_gone", _("The report's file is no longer stored; request it again.")) from None
 
     def stream():
         with f:

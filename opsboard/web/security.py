@@ -7,7 +7,9 @@ import secrets
 import uuid
 
 from flask import current_app, g, request, session
+from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from flask_babel import gettext as _
 
 from ..auth import TenantScope
 from .errors import ApiError
@@ -41,7 +43,7 @@ def check_csrf() -> None:
     expected = session.get("_csrf")
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
     if not expected or not sent or not same_secret(str(expected), str(sent)):
-        raise ApiError(400, "csrf_invalid", "The form expired or did not come from this site; reload the page and try again.")
+        raise ApiError(400, "csrf_invalid", _("The form expired or did not come from this site; reload the page and try again."))
 
 
 def same_secret(expected: str, sent: str) -> bool:
@@ -66,7 +68,7 @@ def reject_nul() -> None:
         for key, values in source.lists():
             # A multipart part can come without a name (key None): nothing to check there.
             if "\x00" in (key or "") or any("\x00" in (v or "") for v in values):
-                raise ApiError(400, "invalid_input", "The request holds a NUL character; remove it and try again.")
+                raise ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
 
 
 def assign_request_id() -> None:
@@ -147,7 +149,7 @@ def requires(permission: str):
                 return current_app.login_manager.unauthorized()
             if not current_user.has(permission):
                 audit_denied(permission)
-                raise ApiError(403, "forbidden", f"Your role does not allow {permission}.")
+                raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s.", permission=permission))
             return view(*args, **kwargs)
 
         wrapped.permission = permission
@@ -160,7 +162,7 @@ def require_for_tenant(permission: str, tenant_id) -> None:
     """403 unless the current user holds ``permission`` for this tenant's row."""
     if not current_user.is_authenticated or not current_user.can(permission, tenant_id):
         audit_denied(permission, tenant_id)
-        raise ApiError(403, "forbidden", f"Your role does not allow {permission} for this tenant.")
+        raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s for this tenant.", permission=permission))
 
 
 def current_scope(permission: str = "dashboard.view") -> TenantScope:
@@ -176,22 +178,22 @@ def client_address() -> str:
 
 #: The main navigation: label, endpoint, permission, and whether the page is
 #: for operator staff only (platform-wide, e.g. worker processes).
-NAV = (
-    ("Queues", "queues.index", "jobs.view", False),
-    ("Tenants", "tenants.index", "tenants.view", False),
-    ("Jobs", "jobs.index", "jobs.view", False),
-    ("Dead letters", "deadletters.index", "jobs.view", False),
-    ("Workers", "workers.index", "workers.view", True),
-    ("Deliveries", "deliveries.index", "jobs.view", False),
-    ("Webhooks", "webhooks.index", "webhooks.manage", False),
-    ("Notifications", "notifications.index", "jobs.view", False),
-    ("Inbox", "inbox.index", "inbox.view", False),
-    ("Alerts", "alerts.index", "alerts.view", False),
-    ("Reports", "reports.index", "reports.view", False),
-    ("Tickets", "tickets.index", "tickets.view", False),
-    ("Templates", "templates.index", "templates.view", False),
-    ("Audit", "audit.index", "audit.view", False),
-    ("API keys", "apikeys.index", "users.manage", False),
+NAV = (  # labels translated when shown (lazy_gettext)
+    (_l("Queues"), "queues.index", "jobs.view", False),
+    (_l("Tenants"), "tenants.index", "tenants.view", False),
+    (_l("Jobs"), "jobs.index", "jobs.view", False),
+    (_l("Dead letters"), "deadletters.index", "jobs.view", False),
+    (_l("Workers"), "workers.index", "workers.view", True),
+    (_l("Deliveries"), "deliveries.index", "jobs.view", False),
+    (_l("Webhooks"), "webhooks.index", "webhooks.manage", False),
+    (_l("Notifications"), "notifications.index", "jobs.view", False),
+    (_l("Inbox"), "inbox.index", "inbox.view", False),
+    (_l("Alerts"), "alerts.index", "alerts.view", False),
+    (_l("Reports"), "reports.index", "reports.view", False),
+    (_l("Tickets"), "tickets.index", "tickets.view", False),
+    (_l("Templates"), "templates.index", "templates.view", False),
+    (_l("Audit"), "audit.index", "audit.view", False),
+    (_l("API keys"), "apikeys.index", "users.manage", False),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import uuid
 
 from flask import Blueprint, render_template
+from flask_babel import gettext as _
 
 from .. import metrics
 from .context import get_db
@@ -36,14 +37,14 @@ def detail(tenant_id: str):
     try:
         tid = uuid.UUID(tenant_id)
     except ValueError:
-        raise ApiError(404, "not_found", "No such tenant.") from None
+        raise ApiError(404, "not_found", _("No such tenant.")) from None
     from .charts import line_chart
     from .queues import chart_range
     range_name = chart_range()
     with get_db().connection() as conn:
         found = metrics.tenant_detail(conn, current_scope("tenants.view"), tid)
         if found is None:
-            raise ApiError(404, "not_found", "No such tenant.")
+            raise ApiError(404, "not_found", _("No such tenant."))
         # tenant_detail checked the scope: the tenant's own attempts only.
         chart = metrics.tenant_chart(conn, tid, range_name)
         failures = metrics.tenant_recent_failures(conn, tid)

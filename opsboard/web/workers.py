@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, render_template
+from flask_babel import gettext as _
 
 from .. import dashboard
 from .context import get_db
@@ -15,7 +16,7 @@ def _context() -> dict:
     scope = current_scope("workers.view")
     if not scope.all:
         # Worker processes are the platform's (hosts, pids, versions), not a tenant's.
-        raise ApiError(403, "platform_staff_only", "The workers page is for the platform's own staff.")
+        raise ApiError(403, "platform_staff_only", _("The workers page is for the platform's own staff."))
     with get_db().connection() as conn:
         workers = dashboard.list_workers(conn, scope)
     return {"workers": workers, "stale_seconds": dashboard.WORKER_STALE_SECONDS,

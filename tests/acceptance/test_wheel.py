@@ -76,8 +76,9 @@ def test_migrate_then_serve_login_and_static_files(installed, databases, tmp_pat
     proc = subprocess.Popen([bin_dir / "gunicorn", "-b", f"127.0.0.1:{port}", "-w", "1", "opsboard.web.wsgi:app"],
                             cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def get(path: str):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+    def get(path: str, headers: dict | None = None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+        with urllib.request.urlopen(request, timeout=5) as r:
             return r.status, r.read()
 
     def ready():
@@ -95,6 +96,11 @@ def test_migrate_then_serve_login_and_static_files(installed, databases, tmp_pat
         assert status == 200 and b'name="password"' in body
         status, body = get("/static/css/opsboard.css")
         assert status == 200 and body == (CHECKOUT / "static" / "css" / "opsboard.css").read_bytes()
+        # The compiled fa catalog and the vendored font travel in the wheel (issue 14).
+        status, body = get("/login", {"Accept-Language": "fa"})
+        assert status == 200 and '<html lang="fa" dir="rtl"'.encode() in body and "گذرواژه".encode() in body
+        status, body = get("/static/vendor/vazirmatn/Vazirmatn-wght.woff2")
+        assert status == 200 and body[:4] == b"wOF2"
     finally:
         proc.terminate()
         proc.wait(10)

@@ -39,7 +39,7 @@ def test_groups_with_counts_and_newest_failure(client, login_as, seeded):
     assert r.status_code == 200
     html = r.get_data(as_text=True)
     assert _groups(html) == {("test.permanent", "http_410"): 42, ("test.raise", "smtp_timeout"): 3}
-    assert "<strong>42 ×</strong>" in html and "<code>http_410</code> on <code>test.permanent</code>" in html
+    assert "<strong>42 ×</strong>" in html and '<code dir="ltr">http_410</code> on <code dir="ltr">test.permanent</code>' in html
     assert 'data-total-open="45"' in html
     # Newest failure first: smtp_timeout (1 min ago) above http_410 (5 min ago).
     assert html.index('data-error-code="smtp_timeout"') < html.index('data-error-code="http_410"')

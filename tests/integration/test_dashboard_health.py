@@ -74,7 +74,7 @@ def test_pages_and_partials_render(app, client, login_as):
     assert 'hx-get="/queues/_health"' in html and 'hx-trigger="every 3s"' in html
     assert 'data-type="diag.noop"' in html and "<svg" in html
     # The targets shown are the ones the rows are coloured by (config.QUEUE_AGE_TARGETS).
-    assert "target (critical 30 s, default 5 min, bulk 30 min)" in html
+    assert "target\n(<bdi>critical</bdi> 30 s, <bdi>default</bdi> 5 min, <bdi>bulk</bdi> 30 min)" in html
     part = client.get("/queues/_health")
     assert part.status_code == 200 and b"<html" not in part.data and b"diag.noop" in part.data
     assert client.get("/").headers["Location"].endswith("/queues/")

@@ -207,8 +207,8 @@ def test_payload_is_redacted_and_cut_at_4kb(client, login_as, app):
     for key in ("email", "contact", "phone", "mobile", "api_token", "note", "hook", "password", "ids"):
         assert f"&#34;{key}&#34;" in html, key
     assert "سلام، سفارش شما ثبت شد ۱۲" in html  # Persian text and digits kept
-    assert '<pre dir="auto" class="payload">' in html
-    pre = re.search(r'<pre dir="auto" class="payload">(.*?)</pre>', html, re.S).group(1)
+    assert '<pre dir="ltr" class="payload">' in html  # JSON reads left to right, in fa pages too (issue 14)
+    pre = re.search(r'<pre dir="ltr" class="payload">(.*?)</pre>', html, re.S).group(1)
     assert len(pre.encode()) < 4096 + 600  # 4 KB of JSON (escaped for HTML) and the ellipsis
     assert f'href="/jobs/{job}/payload"' in html
     full = client.get(f"/jobs/{job}/payload").get_data(as_text=True)

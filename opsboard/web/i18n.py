@@ -1,0 +1,176 @@
+"""Languages, calendars and time zones of the dashboard (flask-babel).
+
+The locale is the signed-in user's saved choice (``users.locale``), else the
+choice made on the sign-in page (kept in the session), else the best match of
+the browser's ``Accept-Language``, else English.  The calendar and time zone
+are the user's too, defaulting from the locale (fa: Jalali, Asia/Tehran; en:
+Gregorian, UTC).  The formatting itself is :mod:`opsboard.persian` (no Flask).
+
+Templates get ``page_lang``/``page_dir`` (``<html lang dir>``) and the
+helpers ``fmt_ts`` (a timestamp in the user's calendar and zone), ``utc_title``
+(its exact UTC time, the hover title), ``num`` (a count in the locale's
+digits) and ``ago`` (a translated duration).
+"""
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from flask import Blueprint, flash, g, redirect, request, session, url_for
+from flask_babel import Babel, get_locale
+from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
+from flask_login import current_user
+
+from .. import audit, persian
+from ..auth import set_display_prefs
+from ..config import resource_dir
+from ..errors import OpsError
+from .context import get_db, request_id
+
+bp = Blueprint("i18n", __name__)
+
+
+def select_locale() -> str:
+    saved = getattr(current_user, "locale", None) if current_user and current_user.is_authenticated else None
+    if saved in persian.LOCALES:
+        return saved
+    chosen = session.get("locale")
+    if chosen in persian.LOCALES:
+        return chosen
+    return request.accept_languages.best_match(persian.LOCALES) or "en"
+
+
+def prefs() -> tuple[str, str, str]:
+    """(locale, calendar, time zone) of this request."""
+    cached = getattr(g, "_display_prefs", None)
+    if cached is not None:
+        return cached
+    locale = str(get_locale() or "en")
+    user = current_user if current_user and current_user.is_authenticated else None
+    calendar = getattr(user, "calendar", None) or ("jalali" if locale == "fa" else "gregorian")
+    time_zone = getattr(user, "time_zone", None) or persian.DEFAULT_TIMEZONE.get(locale, "UTC")
+    g._display_prefs = (locale, calendar, time_zone)
+    return g._display_prefs
+
+
+def fmt_ts(value, seconds: bool = True) -> str:
+    locale, calendar, time_zone = prefs()
+    return persian.format_timestamp(value, locale=locale, calendar=calendar, timezone=time_zone, seconds=seconds)
+
+
+def num(value) -> str:
+    return persian.format_count(value, prefs()[0])
+
+
+def digits(value) -> str:
+    return persian.digits_for(value, prefs()[0])
+
+
+def ago(seconds) -> str:
+    return persian.format_ago(seconds, prefs()[0])
+
+
+def _context() -> dict:
+    locale, calendar, time_zone = prefs()
+    return {"page_lang": locale, "page_dir": "rtl" if locale in persian.RTL_LOCALES else "ltr",
+            "display_calendar": calendar, "display_time_zone": time_zone}
+
+
+#: Status words shown on pages (jobs, report runs, tickets); the CSS class keeps the raw value.
+STATUS_LABELS = {
+    "pending": _l("pending"), "running": _l("running"), "succeeded": _l("succeeded"),
+    "retryable": _l("retryable"), "dead": _l("dead"), "cancelled": _l("cancelled"),
+    "queued": _l("queued"), "done": _l("done"), "failed": _l("failed"), "expired": _l("expired"), "ready": _l("ready"),
+    "snoozed": _l("snoozed"), "released": _l("released"), "lease_expired": _l("lease expired"),
+    "info": _l("info"), "warning": _l("warning"), "critical": _l("critical"),
+    "open": _l("open"), "closed": _l("closed"), "resolved": _l("resolved"), "ignored": _l("ignored"),
+}
+
+
+ROLE_LABELS = {"admin": _l("admin"), "ops": _l("ops"), "support_agent": _l("support agent"),
+               "template_author": _l("template author"), "member": _l("member")}
+
+
+def role_label(value) -> str:
+    raw = str(getattr(value, "value", value))
+    label = ROLE_LABELS.get(raw)
+    return str(label) if label is not None else raw.replace("_", " ")
+
+
+BREAKER_LABELS = {"closed": _l("closed"), "open": _l("open"), "half_open": _l("half-open")}
+
+
+def breaker_label(value) -> str:
+    label = BREAKER_LABELS.get(str(value))
+    return str(label) if label is not None else str(value).replace("_", "-")
+
+
+def status_label(value) -> str:
+    label = STATUS_LABELS.get(str(getattr(value, "value", value)))
+    return str(label) if label is not None else str(value)
+
+
+#: Each language named in itself (the switch shows these, never translated).
+LOCALE_NAMES = {"en": "English", "fa": "فارسی"}
+
+
+def init_app(app) -> None:
+    app.config.setdefault("BABEL_DEFAULT_LOCALE", "en")
+    app.config.setdefault("BABEL_TRANSLATION_DIRECTORIES", str(resource_dir("translations")))
+    Babel(app, locale_selector=select_locale)
+    app.context_processor(_context)
+    # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
+                                 locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
+                                 breaker_label=breaker_label)
+    app.register_blueprint(bp)
+
+
+def _back() -> str:
+    target = request.form.get("next") or ""
+    parts = urlparse(target)
+    if target.startswith("/") and not target.startswith("//") and not parts.netloc and "\\" not in target:
+        return target
+    return url_for("home.index")
+
+
+@bp.route("/locale", methods=["POST"])
+def switch_locale():
+    """The header's language switch: saved on the user (audited), or in the session before sign-in."""
+    locale = request.form.get("locale", "")
+    if locale not in persian.LOCALES:
+        from .errors import error_response
+        return error_response(400, "bad_locale", _("Unknown language."))
+    session["locale"] = locale
+    if current_user.is_authenticated:
+        with get_db().connection() as conn, conn.transaction():
+            set_display_prefs(conn, current_user.id, locale=locale, calendar=current_user.calendar,
+                              time_zone=current_user.time_zone)
+            audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()), "user.display_prefs",
+                         target_type="user", target_id=current_user.id, after={"locale": locale})
+    return redirect(_back())
+
+
+@bp.route("/account/display", methods=["POST"])
+def save_display():
+    """Language, calendar and time zone from the account page."""
+    if not current_user.is_authenticated:
+        return redirect(url_for("auth.login"))
+    locale = request.form.get("locale") or None
+    calendar = request.form.get("calendar") or None
+    time_zone = (request.form.get("time_zone") or "").strip() or None
+    try:
+        with get_db().connection() as conn, conn.transaction():
+            set_display_prefs(conn, current_user.id, locale=locale, calendar=calendar, time_zone=time_zone)
+            audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()), "user.display_prefs",
+                         target_type="user", target_id=current_user.id,
+                         after={"locale": locale, "calendar": calendar, "time_zone": time_zone})
+    except OpsError as exc:
+        messages = {"bad_locale": _("Unknown language."), "bad_calendar": _("Unknown calendar."),
+                    "bad_time_zone": _("Unknown time zone.")}
+        flash(messages.get(exc.code, _("The settings were not saved.")))
+        return redirect(url_for("auth.account")), 303
+    if locale:
+        session["locale"] = locale
+    flash(_("Display settings saved."))
+    return redirect(url_for("auth.account")), 303

@@ -1,0 +1,90 @@
+"""The same journey in fa and en in a real browser (issue 14): sign in, queue health, a job, the language
+switch in the header.  fa pages are right-to-left in Vazirmatn with Persian digits and Jalali dates, ids
+stay left-to-right, the CSP holds (no console errors).  Screenshots of both languages go to test-output/."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from opsboard import auth
+from tests.browser.test_ops_journey import PASSWORD, browser, server, shots  # noqa: F401  (fixtures)
+from tests.conftest import connect
+from tests.support import dashboard as seed
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def persian_world(app):
+    with connect(app.extensions["test_db_url"]) as c:
+        auth.ensure_tenant(c, "operator", is_operator=True)
+        user = auth.create_user(c, "support-fa@example.test", PASSWORD, "ops", "operator")
+        auth.set_display_prefs(c, user["id"], locale="fa", calendar="jalali", time_zone="Asia/Tehran")
+        acme = seed.tenant(c, "parsian")
+        now = seed.db_now(c)
+        dead = seed.jobs(c, acme, 12, "test.permanent", {"note": "ارسال پیامک"})
+        seed.kill(c, dead, "http_410", at=now - timedelta(minutes=3), detail="پيامك به مشتري نرسيد")
+        seed.jobs(c, acme, 3)
+        from worker.services.depth import DepthSampler
+        DepthSampler().run_once(c)
+    return {"dead": dead}
+
+
+def test_same_journey_in_fa_and_en(app, server, browser, persian_world, shots):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("response", lambda r: problems.append(f"{r.status} {r.url}")
+            if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+
+    page.goto(f"{server}/login")
+    assert page.get_attribute("html", "dir") == "ltr"          # the browser asks for English
+    page.fill("input[name=email]", "support-fa@example.test")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login" not in url)
+
+    # fa: saved on the user, whatever the browser asks for.
+    page.goto(f"{server}/queues/")
+    assert page.get_attribute("html", "lang") == "fa" and page.get_attribute("html", "dir") == "rtl"
+    assert page.evaluate("getComputedStyle(document.body).direction") == "rtl"
+    # The vendored font (no CDN) loads and is used.
+    assert page.evaluate("document.fonts.load('14px Vazirmatn', 'سلام').then(f => f.length)") >= 1
+    assert "Vazirmatn" in page.evaluate("getComputedStyle(document.body).fontFamily")
+    assert page.locator("h1").inner_text() == "سلامت صف‌ها"
+    assert page.locator('[data-queue="default"] .value').inner_text() == "۳"
+    # The table mirrors: its first column sits at the right edge.
+    first = page.locator("#health-table th").first.bounding_box()
+    last = page.locator("#health-table th").last.bounding_box()
+    assert first["x"] > last["x"]
+    shots(page, "queue-health-fa")
+
+    page.goto(f"{server}/jobs/{persian_world['dead'][0]}")
+    code = page.locator("h1 code")
+    assert code.inner_text() == str(persian_world["dead"][0])
+    assert code.evaluate("e => getComputedStyle(e).direction") == "ltr"
+    created = page.locator("dl.fields time").first
+    assert created.inner_text().startswith("۱۴") and created.get_attribute("title").endswith(" UTC")
+    assert page.locator("pre.payload").evaluate("e => getComputedStyle(e).direction") == "ltr"
+    shots(page, "job-fa")
+
+    # Search: Persian letters typed, the attempt detail was stored with Arabic yeh and kaf.
+    page.goto(f"{server}/jobs/?q=" + "پیامک به مشتری")
+    assert page.locator("table.data").get_attribute("data-rows") == "12"
+
+    # The header's switch (a POST with the CSRF token) turns the same pages English.
+    page.click("button[data-locale-switch]")
+    page.wait_for_load_state()
+    page.goto(f"{server}/queues/")
+    assert page.get_attribute("html", "dir") == "ltr" and page.locator("h1").inner_text() == "Queue health"
+    assert page.locator('[data-queue="default"] .value').inner_text() == "3"
+    shots(page, "queue-health-en")
+    page.goto(f"{server}/jobs/{persian_world['dead'][0]}")
+    assert page.locator("dl.fields time").first.inner_text().startswith("14")   # Jalali kept, Latin digits
+    shots(page, "job-en")
+    assert problems == []
+    context.close()

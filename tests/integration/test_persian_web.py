@@ -1,0 +1,134 @@
+"""Issue 14 in the dashboard: fa pages right-to-left with Persian digits and Jalali dates, ids left-to-right,
+the language switch (POST + CSRF, saved on the user), display settings, and Persian-aware job search."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from opsboard import dashboard, db, persian
+from opsboard.auth import TenantScope
+from tests.conftest import connect
+from tests.support import dashboard as seed
+
+
+def _switch(client, locale, next_="/queues/"):
+    return client.post("/locale", data={"locale": locale, "csrf_token": client.csrf, "next": next_})
+
+
+def test_default_language_comes_from_accept_language(client):
+    fa = client.get("/login", headers={"Accept-Language": "fa-IR,fa;q=0.9,en;q=0.5"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl"' in fa and "ورود" in fa
+    en = client.get("/login", headers={"Accept-Language": "en-GB,en;q=0.8"}).get_data(as_text=True)
+    assert '<html lang="en" dir="ltr"' in en and "Sign in" in en
+
+
+def test_switch_needs_csrf_and_is_saved_on_the_user(client, login_as, app):
+    email = login_as("ops")
+    refused = client.post("/locale", data={"locale": "fa"})
+    assert refused.status_code in (400, 403)
+    assert _switch(client, "xx").status_code == 400
+    r = _switch(client, "fa", "/jobs/")
+    assert r.status_code == 302 and r.headers["Location"].endswith("/jobs/")
+    with connect(app.extensions["test_db_url"]) as c:
+        assert c.execute("SELECT locale FROM users WHERE email = %s", (email,)).fetchone()["locale"] == "fa"
+        audited = c.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'user.display_prefs'").fetchone()
+        assert audited["n"] == 1
+    # The saved choice beats the browser's language.
+    html = client.get("/jobs/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl"' in html and "کارها" in html
+    assert _switch(client, "en").status_code == 302
+    assert '<html lang="en" dir="ltr"' in client.get("/jobs/").get_data(as_text=True)
+
+
+def test_fa_page_is_rtl_with_persian_digits_jalali_dates_and_ltr_ids(client, login_as, app):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        ids = seed.jobs(c, t, 12, "test.permanent")
+        seed.set_created(c, ids[0], seed.utc(2026, 3, 20, 20, 30, 5))   # 1405/01/01 00:00:05 in Tehran
+        seed.kill(c, ids, "http_410")
+    login_as("ops")
+    _switch(client, "fa")
+    dead = client.get("/dead/").get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl"' in dead
+    assert "<strong>۱۲ ×</strong>" in dead and '<td class="num">۱۲</td>' in dead    # counts in Persian digits
+    assert '<code dir="ltr">http_410</code>' in dead                              # codes stay Latin, LTR
+    html = client.get(f"/jobs/{ids[0]}").get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl"' in html
+    assert f'<code class="break" dir="ltr">{ids[0]}</code>' in html          # the id: Latin digits, LTR
+    assert 'title="2026-03-20 20:30:05.000 UTC"' in html                      # exact UTC on hover
+    assert ">۱۴۰۵/۰۱/۰۱ ۰۰:۰۰:۰۵</time>" in html                                # Jalali, Tehran, Persian digits
+    listing = client.get("/jobs/").get_data(as_text=True)
+    assert f'title="{ids[0]}"' in listing and "<code>…" in listing and "۱۴۰۵/۰۱/۰۱" in listing
+    # English, Gregorian, UTC for the same page after switching back.
+    _switch(client, "en")
+    html = client.get(f"/jobs/{ids[0]}").get_data(as_text=True)
+    assert '<html lang="en" dir="ltr"' in html and ">2026-03-20 20:30:05</time>" in html
+
+
+def test_display_settings_calendar_and_zone(client, login_as, app):
+    email = login_as("ops")
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        [job] = seed.jobs(c, t, 1)
+        seed.set_created(c, job, seed.utc(2026, 3, 20, 20, 30, 5))
+    bad = client.post("/account/display", data={"csrf_token": client.csrf, "time_zone": "Mars/Olympus"},
+                      headers={"Accept-Language": "fa"})
+    assert bad.status_code == 303
+    assert "منطقهٔ زمانی ناشناخته است." in client.get("/account", headers={"Accept-Language": "fa"}).get_data(as_text=True)
+    ok = client.post("/account/display", data={"csrf_token": client.csrf, "locale": "en", "calendar": "jalali",
+                                               "time_zone": "Asia/Tehran"})
+    assert ok.status_code == 303
+    html = client.get(f"/jobs/{job}").get_data(as_text=True)
+    assert ">1405/01/01 00:00:05</time>" in html        # Jalali in English: Latin digits
+    with connect(app.extensions["test_db_url"]) as c:
+        row = c.execute("SELECT locale, calendar, time_zone FROM users WHERE email = %s", (email,)).fetchone()
+    assert row == {"locale": "en", "calendar": "jalali", "time_zone": "Asia/Tehran"}
+
+
+def test_sql_normaliser_matches_the_python_one(conn):
+    for typed, normal in persian.NORMALIZATION_TABLE:
+        got = conn.execute("SELECT opsboard_search_normalize(%s) AS n", (typed,)).fetchone()["n"]
+        assert got == normal == persian.normalize_search(typed), typed
+
+
+@pytest.mark.parametrize("stored, typed", [
+    ("مشتري كد ۱۲۳۴ را نگرفت", "مشتری کد 1234"),           # Arabic yeh/kaf + Persian digits stored; typed Persian/Latin
+    ("پيامك به مي‌خواهم نرسيد", "میخواهم"),                  # ZWNJ stored, typed without
+    ("سفارش ٤٥٦ ناموفق", "سفارش ۴۵۶"),                        # Arabic-Indic stored, Persian typed
+    ("كِتَابٌ رسید", "کتاب"),                                   # diacritics stored
+])
+def test_job_search_finds_the_same_job_whatever_the_forms(conn, stored, typed):
+    t = seed.tenant(conn)
+    [job] = seed.jobs(conn, t, 1, "test.raise")
+    seed.fail(conn, [job], "sms_failed", detail=stored)
+    page = dashboard.list_jobs(conn, TenantScope(all=True), dashboard.JobFilter(search=typed))
+    assert [r["id"] for r in page.rows] == [job]
+    stored_col = conn.execute("SELECT detail_search FROM job_attempts WHERE job_id = %s", (job,)).fetchone()
+    assert stored_col["detail_search"] == persian.normalize_search(stored)
+
+
+def test_demo_persian_support_agent_opens_in_fa(app, client):
+    from opsboard.tools import demo
+    from tests.conftest import csrf_from
+
+    url = app.extensions["test_db_url"]
+    creds = {"users": {email: "demo password 1" for email, _, _ in demo.USERS}}
+    demo.seed(url, creds)
+    assert ("support-fa@opsboard.demo", "support_agent", "parsian") in demo.USERS
+    token = csrf_from(client)
+    r = client.post("/login", data={"email": "support-fa@opsboard.demo", "password": "demo password 1",
+                                    "csrf_token": token}, headers={"Accept-Language": "en"})
+    assert r.status_code == 302
+    html = client.get("/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "تیکت‌های پشتیبانی" in html
+
+
+def test_form_errors_and_error_pages_are_translated(client, login_as):
+    login_as("ops")
+    _switch(client, "fa")
+    missing = client.get("/jobs/01a22a36-0248-74d8-8502-a194df3f0e5e")
+    html = missing.get_data(as_text=True)
+    assert missing.status_code == 404 and "چنین کاری نیست" in html and 'dir="rtl"' in html
+    bad = client.get("/jobs/?queue=nope", headers={"HX-Request": "true"})
+    assert bad.status_code == 400 and "queue باید یکی از" in bad.get_data(as_text=True)

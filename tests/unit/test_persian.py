@@ -1,0 +1,94 @@
+"""Persian text, digits, calendars (opsboard.persian), the catalog and the stylesheet (issue 14)."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from babel.messages.mofile import read_mo
+from babel.messages.pofile import read_po
+
+from opsboard import persian
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("typed, normal", persian.NORMALIZATION_TABLE)
+def test_normalisation_table(typed, normal):
+    assert persian.normalize_search(typed) == normal
+
+
+def test_variants_of_one_word_normalise_alike():
+    variants = ["می‌خواهم", "میخواهم", "ميخواهم", "مي\u200cخواهم", "میـخواهم"]
+    assert {persian.normalize_search(v) for v in variants} == {"میخواهم"}
+    assert persian.normalize_search("سفارش ۴۲") == persian.normalize_search("سفارش ٤٢") == "سفارش 42"
+    assert persian.normalize_search(None) is None
+
+
+def test_digits_both_ways():
+    assert persian.fa_digits("job 12, 3٤") == "job ۱۲, ۳۴"
+    assert persian.latin_digits("۱۲٣") == "123"
+    assert persian.format_count(12345, "fa") == "۱۲٬۳۴۵" and persian.format_count(12345, "en") == "12,345"
+
+
+def test_timestamp_in_zone_and_calendar():
+    t = dt.datetime(2026, 3, 20, 20, 30, 5, tzinfo=dt.timezone.utc)   # 00:00:05 on 1 Farvardin 1405 in Tehran
+    assert persian.format_timestamp(t, locale="fa", calendar="jalali", timezone="Asia/Tehran") == "۱۴۰۵/۰۱/۰۱ ۰۰:۰۰:۰۵"
+    assert persian.format_timestamp(t, locale="en", calendar="gregorian", timezone="UTC") == "2026-03-20 20:30:05"
+    assert persian.format_timestamp(t, locale="en", calendar="jalali", timezone="Asia/Tehran") == "1405/01/01 00:00:05"
+    # no zone: the locale's default (Tehran for fa)
+    assert persian.format_timestamp(t, locale="fa", calendar="gregorian", timezone=None) == "۲۰۲۶-۰۳-۲۱ ۰۰:۰۰:۰۵"
+    assert persian.format_utc(t) == "2026-03-20 20:30:05.000 UTC"
+
+
+def test_durations_are_translated():
+    assert persian.format_ago(180, "en") == "3 min. ago"
+    assert persian.format_ago(180, "fa") == "۳ دقیقه پیش"
+    assert persian.format_ago(None, "fa") == "—"
+
+
+def _catalog_ids():
+    po = read_po((ROOT / "translations/fa/LC_MESSAGES/messages.po").open("rb"), locale="fa")
+    return po
+
+
+def test_every_message_id_is_translated_to_fa(tmp_path):
+    """Extract every wrapped string of the templates and the web package; each must be in the fa catalog,
+    translated, and the compiled .mo must match the .po."""
+    pot = tmp_path / "messages.pot"
+    subprocess.run([sys.executable, "-m", "babel.messages.frontend", "extract", "-F", "babel.cfg", "-k", "_l",
+                    "-k", "lazy_gettext", "-o", str(pot), "templates", "opsboard/web"],
+                   cwd=ROOT, check=True, capture_output=True)
+    extracted = {m.id for m in read_po(pot.open("rb")) if m.id}
+    assert len(extracted) > 200
+    po = _catalog_ids()
+    translated = {m.id for m in po if m.id and all(s for s in ([m.string] if isinstance(m.string, str) else m.string))}
+    missing = sorted(map(str, extracted - translated))
+    assert not missing, f"untranslated fa message ids: {missing[:20]}"
+    mo = read_mo((ROOT / "translations/fa/LC_MESSAGES/messages.mo").open("rb"))
+    assert {m.id if isinstance(m.id, str) else tuple(m.id) for m in mo if m.id} >= extracted, "messages.mo is stale: run pybabel compile -d translations"
+
+
+def test_placeholders_match_in_translations():
+    for m in _catalog_ids():
+        if not m.id:
+            continue
+        ids = [m.id] if isinstance(m.id, str) else list(m.id)
+        strings = [m.string] if isinstance(m.string, str) else list(m.string)
+        want = set(re.findall(r"%\((\w+)\)s", ids[-1]))
+        for s in strings:
+            assert set(re.findall(r"%\((\w+)\)s", s)) == want, (m.id, s)
+
+
+def test_stylesheet_uses_logical_properties_only():
+    css = (ROOT / "static/css/opsboard.css").read_text()
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    physical = re.findall(r"(?<![\w-])(margin-left|margin-right|padding-left|padding-right|left|right|float"
+                          r"|border-left|border-right)\s*:|text-align:\s*(?:left|right)", css)
+    assert not physical, physical
+    assert "Vazirmatn" in css and "//" not in re.sub(r"url\(\"\.\./", "", css).split("@font-face")[1].split("}")[0]
+    assert (ROOT / "static/vendor/vazirmatn/OFL.txt").is_file()
+    assert (ROOT / "static/vendor/vazirmatn/Vazirmatn-wght.woff2").stat().st_size > 50_000
