@@ -103,3 +103,17 @@ INSERT INTO demo_effects (subscriber, event_id, job_id, tenant_id, aggregate, de
 VALUES (%(subscriber)s, %(event_id)s, %(job_id)s, %(tenant_id)s, %(aggregate)s, %(detail)s)
 ON CONFLICT (subscriber, event_id) DO NOTHING
 RETURNING seq;
+
+-- name: outbox_backlog
+-- Events of the tenants in a scope waiting for a relay, the age of the oldest
+-- (the relay's lag), and events parked as unroutable in the last 24 hours
+-- (relayed without jobs; see outbox.relay_events).
+SELECT (SELECT count(*) FROM outbox_events
+        WHERE relayed_at IS NULL AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[])))::bigint AS waiting,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
+           SELECT min(occurred_at) FROM outbox_events
+           WHERE relayed_at IS NULL AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))))::float8
+           AS oldest_seconds,
+       (SELECT count(*) FROM audit_log
+        WHERE action = 'outbox.park' AND at > coalesce(%(now)s::timestamptz, now()) - interval '24 hours'
+          AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[])))::bigint AS parked_24h;
