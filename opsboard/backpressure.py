@@ -49,6 +49,8 @@ class Admission:
     code: str = "accepted"
     retry_after: int = 0
     message: str = ""
+    #: The database clock admission used (the transaction's ``now()``), when decided in one statement.
+    at: datetime | None = None
 
     @property
     def accepted(self) -> bool:
@@ -81,7 +83,7 @@ def admission(conn: psycopg.Connection, tenant_id, queue: str, *,
             return Admission(429, "tenant_rate_limited", max(1, math.ceil(max(0.0, float(row["wait_seconds"])))),
                              f"this tenant may enqueue {float(row['rate']):g} jobs per second "
                              f"(burst {int(row['burst'])}); slow down")
-        return Admission(200)
+        return Admission(200, at=row["now"])
     if mark is not None:
         depth = {r["queue"]: r["waiting"] for r in db.all_rows(conn, "queue_depth_ready_by_queue")}
         waiting = int(depth.get(queue, 0))

@@ -265,13 +265,18 @@ def _aggregate(aggregate) -> tuple[str, str]:
 
 
 def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
-            payload: dict, correlation_id: str | None = None, now: datetime | None = None) -> dict:
+            payload: dict, correlation_id: str | None = None, now: datetime | None = None,
+            fetch: bool = True) -> dict:
     """Append an event in the caller's transaction and return the stored envelope.
 
     Call it on the connection (and inside the transaction) that writes the
     domain change: both commit or neither does.  Raises :class:`EventRefused`
-    before writing anything.
+    before writing anything.  With ``fetch=False`` (and ``now`` given) the
+    envelope is built from the values sent instead of read back, so that in
+    pipeline mode the insert travels with the COMMIT (the HTTP API).
     """
+    if not fetch and now is None:
+        raise ValueError("publish(fetch=False) needs now")
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
     if kind != et.aggregate:
@@ -280,10 +285,13 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
     validate_payload(et, payload)
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
-    return db.one(conn, "outbox_event_insert", {
-        "id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
-        "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
-        "payload": Jsonb(payload)})
+    params = {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
+              "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
+              "payload": Jsonb(payload)}
+    if fetch:
+        return db.one(conn, "outbox_event_insert", params)
+    db.execute(conn, "outbox_event_insert", params)
+    return {**params, "payload": payload, "occurred_at": now, "relayed_at": None}
 
 
 def upcast(type: str, version: int, payload: dict, to_version: int) -> dict:

@@ -52,7 +52,8 @@ SELECT enqueue_rate, enqueue_burst FROM tenants WHERE id = %(tenant_id)s;
 -- Admission in one statement: the queue's sampled depth against its mark (NULL:
 -- no mark), the tenant's own rate and burst (or the defaults), and, only when
 -- the queue has room, one token from the tenant's bucket (as rate_limit_take).
--- granted is NULL when the queue is full (no token taken).
+-- granted is NULL when the queue is full (no token taken); now is the clock
+-- used (the transaction's, unless injected).
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 depth AS (
     SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
@@ -76,5 +77,5 @@ depth AS (
     RETURNING last_granted AS granted,
               CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds
 )
-SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds
+SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now
 FROM depth CROSS JOIN lim LEFT JOIN take ON true;

@@ -135,6 +135,7 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
             verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
             if not verdict.accepted:
                 raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+            g.admitted_at = verdict.at  # the transaction's clock: views may write it instead of reading it back
             if idem is not None:
                 # Waits for a concurrent request holding the same key to finish.
                 if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": idem,

@@ -1,6 +1,8 @@
 """POST /api/v1/events: publish an outbox event for the caller's tenant."""
 from __future__ import annotations
 
+from flask import g
+
 from ... import outbox
 from . import bp
 from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
@@ -40,8 +42,11 @@ def publish_event():
 
     def work(conn):
         try:
+            # occurred_at = the transaction's clock, as the insert would read it: nothing to read back,
+            # so in pipeline mode the insert travels with the COMMIT.
+            at = g.get("admitted_at")
             event = outbox.publish(conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"],
-                                   payload=payload, correlation_id=corr)
+                                   payload=payload, correlation_id=corr, now=at, fetch=at is not None)
         except outbox.EventRefused as exc:
             raise Problem(422, exc.code, str(exc), exc.field) from None
         return 202, _envelope(event)
