@@ -277,6 +277,16 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
     """
     if not fetch and now is None:
         raise ValueError("publish(fetch=False) needs now")
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    if fetch:
+        return db.one(conn, "outbox_event_insert", params)
+    db.execute(conn, "outbox_event_insert", params)
+    return {**params, "payload": payload, "occurred_at": now, "relayed_at": None}
+
+
+def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
+                  now: datetime | None) -> dict:
+    """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
     if kind != et.aggregate:
@@ -285,13 +295,29 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
     validate_payload(et, payload)
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
-    params = {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
-              "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
-              "payload": Jsonb(payload)}
-    if fetch:
-        return db.one(conn, "outbox_event_insert", params)
-    db.execute(conn, "outbox_event_insert", params)
-    return {**params, "payload": payload, "occurred_at": now, "relayed_at": None}
+    return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
+            "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
+            "payload": Jsonb(payload)}
+
+
+def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
+                     payload: dict, correlation_id: str | None = None, queue_name: str,
+                     high_water: dict[str, int] | None = None, now: datetime | None = None):
+    """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event: one statement.
+
+    For a producer with no transaction of its own (the HTTP API): on an
+    autocommit connection this is one round trip and one commit.  Returns
+    ``(admission, envelope)``, the envelope ``None`` when refused (429/503).
+    Raises :class:`EventRefused` before sending anything.
+    """
+    from . import backpressure
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
+    row = db.one(conn, "outbox_event_publish_admitted", {**params, **adm})
+    verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    if not verdict.accepted:
+        return verdict, None
+    return verdict, {**params, "payload": payload, "occurred_at": row["occurred_at"], "relayed_at": None}
 
 
 def upcast(type: str, version: int, payload: dict, to_version: int) -> dict:
