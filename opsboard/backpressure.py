@@ -8,8 +8,8 @@
   ``429`` when the tenant is over its enqueue rate, ``503`` when the queue's
   backlog is over its high-water mark (``critical`` has its own, higher mark),
   each with a ``Retry-After``.  Depth comes from the leader's periodic sample
-  (``queue_depth``), so admission costs two small statements, never a count
-  over the backlog.
+  (``queue_depth``), so admission costs one statement (``admission_take``),
+  never a count over the backlog.
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ class Admission:
     code: str = "accepted"
     retry_after: int = 0
     message: str = ""
+    #: The database clock admission used (the transaction's ``now()``), when decided in one statement.
+    at: datetime | None = None
 
     @property
     def accepted(self) -> bool:
@@ -69,6 +71,12 @@ def admission(conn: psycopg.Connection, tenant_id, queue: str, *,
     """
     marks = {**DEFAULT_HIGH_WATER, **(high_water or {})}
     mark = marks.get(queue)
+    if count == 1:
+        # The common case in one statement (depth, the tenant's limits, the token): one round trip.
+        row = db.one(conn, "admission_take", admission_params(tenant_id, queue, high_water=high_water,
+                                                              tenant_rate=tenant_rate, tenant_burst=tenant_burst,
+                                                              now=now))
+        return admission_verdict(row, queue, mark)
     if mark is not None:
         depth = {r["queue"]: r["waiting"] for r in db.all_rows(conn, "queue_depth_ready_by_queue")}
         waiting = int(depth.get(queue, 0))
@@ -85,3 +93,24 @@ def admission(conn: psycopg.Connection, tenant_id, queue: str, *,
             return Admission(429, "tenant_rate_limited", max(1, math.ceil(token.wait_seconds)),
                              f"this tenant may enqueue {rate:g} jobs per second (burst {burst}); slow down")
     return Admission(200)
+
+
+def admission_params(tenant_id, queue: str, *, high_water: dict[str, int] | None = None,
+                     tenant_rate: float = DEFAULT_TENANT_RATE, tenant_burst: int = DEFAULT_TENANT_BURST,
+                     now: datetime | None = None) -> dict:
+    """The parameters of the one-statement admission (``admission_take``, and statements built on it)."""
+    mark = {**DEFAULT_HIGH_WATER, **(high_water or {})}.get(queue)
+    return {"queue": queue, "mark": mark, "tenant_id": tenant_id, "default_rate": float(tenant_rate),
+            "default_burst": int(tenant_burst), "name": f"enqueue:{tenant_id}", "now": now}
+
+
+def admission_verdict(row: dict, queue: str, mark: int | None) -> Admission:
+    """The :class:`Admission` a one-statement admission row stands for (``granted`` NULL: queue full)."""
+    if row["granted"] is None:
+        return Admission(503, "queue_full", 30, f"the {queue} queue holds {int(row['waiting'])} waiting jobs "
+                                                f"(limit {mark}); try again later")
+    if not row["granted"]:
+        return Admission(429, "tenant_rate_limited", max(1, math.ceil(max(0.0, float(row["wait_seconds"])))),
+                         f"this tenant may enqueue {float(row['rate']):g} jobs per second "
+                         f"(burst {int(row['burst'])}); slow down")
+    return Admission(200, at=row["now"])

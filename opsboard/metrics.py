@@ -247,6 +247,14 @@ def workers(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]
 
 # ---------------------------------------------------------------- Prometheus
 
+def outbox_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime | None = None) -> dict:
+    """The relay's backlog in ``scope``: ``waiting`` unrelayed events, ``oldest_seconds``
+    (the relay's lag; ``None`` when nothing waits) and ``parked_24h`` events parked as unroutable."""
+    row = db.one(conn, "outbox_backlog", {"now": now, **scope.params})
+    return {"waiting": int(row["waiting"]), "parked_24h": int(row["parked_24h"]),
+            "oldest_seconds": None if row["oldest_seconds"] is None else max(0.0, float(row["oldest_seconds"]))}
+
+
 class QueueCollector:
     """A prometheus-client collector reading the queue's tables at scrape time."""
 
@@ -270,8 +278,17 @@ class QueueCollector:
                                       "Handler threads still running past their timeout", labels=["worker", "queue"])
         service_errors = CounterMetricFamily("opsboard_service_errors", "Maintenance service failures",
                                              labels=["service"])
+        unrelayed = GaugeMetricFamily("opsboard_outbox_unrelayed", "Outbox events waiting for a relay")
+        lag = GaugeMetricFamily("opsboard_outbox_oldest_unrelayed_seconds",
+                                "Age of the oldest unrelayed outbox event (the relay's lag; 0 when none waits)")
+        parked = GaugeMetricFamily("opsboard_outbox_parked_24h",
+                                   "Outbox events parked as unroutable (relayed without jobs) in the last 24 h")
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
+            backlog = outbox_backlog(conn, scope)
+            unrelayed.add_metric([], backlog["waiting"])
+            lag.add_metric([], backlog["oldest_seconds"] or 0.0)
+            parked.add_metric([], backlog["parked_24h"])
             for qh in queue_health(conn, scope):
                 for th in qh.types:
                     for status, n in th.depth.items():
@@ -292,7 +309,7 @@ class QueueCollector:
                 live.add_metric([state], n)
             for r in db.all_rows(conn, "service_error_totals"):
                 service_errors.add_metric([r["service"]], float(r["errors"]))
-        yield from (depth, oldest, completed, p95, live, abandoned, service_errors)
+        yield from (depth, oldest, completed, p95, live, abandoned, service_errors, unrelayed, lag, parked)
 
 
 def prometheus_text(database) -> bytes:

@@ -265,13 +265,28 @@ def _aggregate(aggregate) -> tuple[str, str]:
 
 
 def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
-            payload: dict, correlation_id: str | None = None, now: datetime | None = None) -> dict:
+            payload: dict, correlation_id: str | None = None, now: datetime | None = None,
+            fetch: bool = True) -> dict:
     """Append an event in the caller's transaction and return the stored envelope.
 
     Call it on the connection (and inside the transaction) that writes the
     domain change: both commit or neither does.  Raises :class:`EventRefused`
-    before writing anything.
+    before writing anything.  With ``fetch=False`` (and ``now`` given) the
+    envelope is built from the values sent instead of read back, so that in
+    pipeline mode the insert travels with the COMMIT (the HTTP API).
     """
+    if not fetch and now is None:
+        raise ValueError("publish(fetch=False) needs now")
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    if fetch:
+        return db.one(conn, "outbox_event_insert", params)
+    db.execute(conn, "outbox_event_insert", params)
+    return {**params, "payload": payload, "occurred_at": now, "relayed_at": None}
+
+
+def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
+                  now: datetime | None) -> dict:
+    """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
     if kind != et.aggregate:
@@ -280,10 +295,29 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
     validate_payload(et, payload)
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
-    return db.one(conn, "outbox_event_insert", {
-        "id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
-        "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
-        "payload": Jsonb(payload)})
+    return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
+            "tenant_id": queue._tenant_id(tenant), "now": now, "correlation_id": correlation_id,
+            "payload": Jsonb(payload)}
+
+
+def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
+                     payload: dict, correlation_id: str | None = None, queue_name: str,
+                     high_water: dict[str, int] | None = None, now: datetime | None = None):
+    """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event: one statement.
+
+    For a producer with no transaction of its own (the HTTP API): on an
+    autocommit connection this is one round trip and one commit.  Returns
+    ``(admission, envelope)``, the envelope ``None`` when refused (429/503).
+    Raises :class:`EventRefused` before sending anything.
+    """
+    from . import backpressure
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
+    row = db.one(conn, "outbox_event_publish_admitted", {**params, **adm})
+    verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    if not verdict.accepted:
+        return verdict, None
+    return verdict, {**params, "payload": payload, "occurred_at": row["occurred_at"], "relayed_at": None}
 
 
 def upcast(type: str, version: int, payload: dict, to_version: int) -> dict:
@@ -343,39 +377,87 @@ def jobs_for(event: dict) -> list[dict]:
     return rows
 
 
+#: An event that cannot be routed this long after it occurred is parked (see :func:`relay_events`).
+PARK_AFTER = timedelta(minutes=5)
+
+
 @dataclass
 class RelayResult:
     events: int = 0
     jobs: int = 0
     failed: list = field(default_factory=list)
+    parked: list = field(default_factory=list)
 
 
-def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | None = None) -> RelayResult:
+def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | None = None, *,
+                 park_after: timedelta = PARK_AFTER) -> RelayResult:
     """Relay one batch: lock unrelayed events (SKIP LOCKED), insert their jobs, mark them relayed.
 
     All in one transaction: a relay killed anywhere leaves either nothing or
     the whole batch done, so every committed event yields its jobs exactly
     once.  An event that cannot be routed (an unknown job type, an upcaster
-    missing) stays unrelayed and is reported in ``failed``; the others go on.
+    missing, a job payload its job type refuses, a job row the database
+    refuses) is reported in ``failed`` and stays unrelayed, so that a deploy
+    that is still rolling out can route it on a later pass; the others go on.
+    Once it is ``park_after`` old it is *parked*: marked relayed without jobs,
+    with its routing error in the audit log (action ``outbox.park``, target the
+    event, reason the error), reported in ``parked``.  So a poison event
+    neither blocks its aggregate nor fills the relay's batches forever, and
+    the operator finds it (metrics ``opsboard_outbox_parked_24h``, the queue
+    health page, the audit log).
     """
     result = RelayResult()
     with conn.transaction():
         events = db.all_rows(conn, "outbox_relay_batch", {"limit": limit})
-        rows, done = [], []
+        routed: list[tuple[dict, list[dict]]] = []
+        failed: list[tuple[dict, str]] = []
         for event in events:
             try:
-                rows.extend(jobs_for(event))
-            except (jobtypes.JobTypeError, LookupError, ValueError) as exc:
-                result.failed.append((event["id"], f"{type(exc).__name__}: {exc}"))
-                continue
-            done.append(event["id"])
+                routed.append((event, jobs_for(event)))
+            except (jobtypes.JobTypeError, LookupError, ValueError, TypeError) as exc:
+                failed.append((event, f"{type(exc).__name__}: {exc}"))
+        rows = [r for _, rs in routed for r in rs]
         if rows:
-            doc = "[" + ",".join(queue._row_json(r) for r in rows) + "]"
-            db.execute(conn, "job_insert_many", {"rows": doc})
+            try:
+                with conn.transaction():  # a savepoint: one refused row must not sink the batch
+                    _insert_jobs(conn, rows)
+            except (psycopg.errors.DataError, psycopg.errors.IntegrityError):
+                ok = []
+                for event, rs in routed:
+                    try:
+                        with conn.transaction():
+                            _insert_jobs(conn, rs)
+                        ok.append((event, rs))
+                    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+                        failed.append((event, f"{type(exc).__name__}: {exc}".strip()))
+                routed = ok
+        if failed:
+            at = db.now(conn, now)
+            for event, reason in failed:
+                if at - event["occurred_at"] >= park_after:
+                    _park(conn, event, reason)
+                    result.parked.append((event["id"], reason))
+                else:
+                    result.failed.append((event["id"], reason))
+        done = [e["id"] for e, _ in routed] + [eid for eid, _ in result.parked]
         if done:
             db.execute(conn, "outbox_mark_relayed", {"ids": done, "now": now})
-        result.events, result.jobs = len(done), len(rows)
+        result.events, result.jobs = len(routed), sum(len(rs) for _, rs in routed)
     return result
+
+
+def _insert_jobs(conn: psycopg.Connection, rows: list[dict]) -> None:
+    if rows:
+        doc = "[" + ",".join(queue._row_json(r) for r in rows) + "]"
+        db.execute(conn, "job_insert_many", {"rows": doc})
+
+
+def _park(conn: psycopg.Connection, event: dict, reason: str) -> None:
+    from . import audit
+    audit.record(conn, audit.Actor("relay"), "outbox.park", target_type="outbox_event", target_id=event["id"],
+                 tenant_id=event["tenant_id"], reason=reason[:1000],
+                 after={"type": event["type"], "version": event["version"],
+                        "aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"})
 
 
 # The deployment's catalogue: imported last, so that it can use the functions above.

@@ -47,3 +47,35 @@ FROM queue_depth GROUP BY queue;
 -- name: tenant_enqueue_limits
 -- A tenant's own enqueue rate and burst (NULL: the configured default).
 SELECT enqueue_rate, enqueue_burst FROM tenants WHERE id = %(tenant_id)s;
+
+-- name: admission_take
+-- Admission in one statement: the queue's sampled depth against its mark (NULL:
+-- no mark), the tenant's own rate and burst (or the defaults), and, only when
+-- the queue has room, one token from the tenant's bucket (as rate_limit_take).
+-- granted is NULL when the queue is full (no token taken); now is the clock
+-- used (the transaction's, unless injected).
+WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
+depth AS (
+    SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
+    FROM queue_depth WHERE queue = %(queue)s
+), lim AS (
+    SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
+           coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
+), take AS (
+    INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
+    SELECT %(name)s::text, greatest(1, lim.burst)::float8, lim.rate, greatest(1, lim.burst)::float8 - 1, true, now_.t
+    FROM now_, lim, depth
+    WHERE %(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint
+    ON CONFLICT (name) DO UPDATE SET
+        capacity = excluded.capacity,
+        refill_rate = excluded.refill_rate,
+        last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
+        tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
+                 - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
+                        THEN 1 ELSE 0 END,
+        updated_at = greatest(r.updated_at, excluded.updated_at)
+    RETURNING last_granted AS granted,
+              CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds
+)
+SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now
+FROM depth CROSS JOIN lim LEFT JOIN take ON true;

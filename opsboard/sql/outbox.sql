@@ -103,3 +103,57 @@ INSERT INTO demo_effects (subscriber, event_id, job_id, tenant_id, aggregate, de
 VALUES (%(subscriber)s, %(event_id)s, %(job_id)s, %(tenant_id)s, %(aggregate)s, %(detail)s)
 ON CONFLICT (subscriber, event_id) DO NOTHING
 RETURNING seq;
+
+-- name: outbox_backlog
+-- Events of the tenants in a scope waiting for a relay, the age of the oldest
+-- (the relay's lag), and events parked as unroutable in the last 24 hours
+-- (relayed without jobs; see outbox.relay_events).
+SELECT (SELECT count(*) FROM outbox_events
+        WHERE relayed_at IS NULL AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[])))::bigint AS waiting,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
+           SELECT min(occurred_at) FROM outbox_events
+           WHERE relayed_at IS NULL AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))))::float8
+           AS oldest_seconds,
+       (SELECT count(*) FROM audit_log
+        WHERE action = 'outbox.park' AND at > coalesce(%(now)s::timestamptz, now()) - interval '24 hours'
+          AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[])))::bigint AS parked_24h;
+
+-- name: outbox_event_publish_admitted
+-- Admission (as limits.sql admission_take: the queue's sampled depth against its
+-- mark, the tenant's rate and burst, one token) and, only when admitted, the
+-- event's insert: one statement, so in autocommit one round trip and one commit
+-- (the HTTP API's POST /events without an Idempotency-Key).  occurred_at is
+-- NULL when the event was not admitted.
+WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
+depth AS (
+    SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
+    FROM queue_depth WHERE queue = %(queue)s
+), lim AS (
+    SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
+           coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
+), take AS (
+    INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
+    SELECT %(name)s::text, greatest(1, lim.burst)::float8, lim.rate, greatest(1, lim.burst)::float8 - 1, true, now_.t
+    FROM now_, lim, depth
+    WHERE %(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint
+    ON CONFLICT (name) DO UPDATE SET
+        capacity = excluded.capacity,
+        refill_rate = excluded.refill_rate,
+        last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
+        tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
+                 - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
+                        THEN 1 ELSE 0 END,
+        updated_at = greatest(r.updated_at, excluded.updated_at)
+    RETURNING last_granted AS granted,
+              CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds
+), ins AS (
+    INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
+                               correlation_id, payload)
+    SELECT %(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s, now_.t,
+           %(correlation_id)s, %(payload)s
+    FROM now_, take WHERE take.granted
+    RETURNING occurred_at
+)
+SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
+       (SELECT occurred_at FROM ins) AS occurred_at
+FROM depth CROSS JOIN lim LEFT JOIN take ON true;

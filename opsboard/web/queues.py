@@ -17,7 +17,8 @@ def _context() -> dict:
     with get_db().connection() as conn:
         health = metrics.queue_health(conn, current_scope("jobs.view"))
         top_codes = dashboard.top_error_codes(conn, current_scope("jobs.view"))
-    return {"health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes}
+        outbox = metrics.outbox_backlog(conn, current_scope("jobs.view"))
+    return {"health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
 
 
 @bp.route("/")

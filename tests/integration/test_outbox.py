@@ -140,3 +140,67 @@ def test_outbox_pruner_deletes_old_relayed_events_and_idempotency_keys(conn, ten
     assert conn.execute("SELECT count(*) AS n FROM api_idempotency WHERE tenant_id = %s",
                         (tenant["id"],)).fetchone()["n"] == 0
     assert done["event"]["id"] not in left
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """``test.poisoned`` routes to a job type nobody registered; ``test.fine`` (same aggregate) to diag.noop."""
+    for name in ("test.poisoned", "test.fine"):
+        monkeypatch.setitem(outbox._types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
+    monkeypatch.setitem(outbox._subscriptions, "test.poisoned", [outbox.Subscription("broken", "test.poisoned",
+                                                                                      "no.such_type")])
+    monkeypatch.setitem(outbox._subscriptions, "test.fine", [outbox.Subscription("fine", "test.fine", "diag.noop",
+                                                                                  ordered=True)])
+
+
+def test_an_unroutable_event_is_parked_after_its_grace_and_stops_blocking(conn, tenant, t0, poisoned):
+    from opsboard import metrics
+    from opsboard.auth import TenantScope
+    bad = outbox.publish(conn, "test.poisoned", 1, aggregate=("thing", "t-1"), tenant=tenant["id"],
+                         payload={"n": 1}, now=t0)
+    fine = outbox.publish(conn, "test.fine", 1, aggregate=("thing", "t-1"), tenant=tenant["id"],
+                          payload={"n": 2}, now=t0 + timedelta(seconds=1))
+    relay = Relay(RelayConfig(batch=1))
+    # Within the grace (a deploy may still be rolling out the job type): retried, and it holds the batch.
+    assert relay.run_once(conn, t0 + timedelta(minutes=1)) == 0
+    assert conn.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"] == 2
+    backlog = metrics.outbox_backlog(conn, TenantScope(all=True), now=t0 + timedelta(minutes=1))
+    assert backlog["waiting"] == 2 and 59 <= backlog["oldest_seconds"] <= 61 and backlog["parked_24h"] == 0
+    # Past it: parked (relayed without jobs, the error audited), and the aggregate's next event goes on.
+    later = t0 + outbox.PARK_AFTER + timedelta(seconds=1)
+    assert relay.run_once(conn, later) == 1
+    assert conn.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"] == 0
+    assert _jobs(conn, bad["id"]) == {} and set(_jobs(conn, fine["id"])) == {"fine"}
+    audit = conn.execute("SELECT * FROM audit_log WHERE action = 'outbox.park'").fetchall()
+    assert [(a["target_id"], a["tenant_id"]) for a in audit] == [(str(bad["id"]), tenant["id"])]
+    assert "no.such_type" in audit[0]["reason"] and audit[0]["actor_label"] == "relay"
+    backlog = metrics.outbox_backlog(conn, TenantScope(all=True), now=later)
+    assert backlog == {"waiting": 0, "oldest_seconds": None, "parked_24h": 1}
+    other = metrics.outbox_backlog(conn, TenantScope(all=False, ids=()), now=later)
+    assert other["parked_24h"] == 0
+
+
+def test_a_batch_of_unroutable_events_does_not_starve_the_relay(conn, tenant, t0, poisoned):
+    for i in range(3):
+        outbox.publish(conn, "test.poisoned", 1, aggregate=("thing", f"p-{i}"), tenant=tenant["id"],
+                       payload={"n": i}, now=t0)
+    fine = outbox.publish(conn, "test.fine", 1, aggregate=("thing", "f"), tenant=tenant["id"], payload={"n": 9},
+                          now=t0)
+    result = outbox.relay_events(conn, 3, t0 + timedelta(minutes=1))
+    assert (result.events, len(result.failed), result.parked) == (0, 3, [])
+    assert Relay(RelayConfig(batch=3)).run_once(conn, t0 + outbox.PARK_AFTER) == 1
+    assert set(_jobs(conn, fine["id"])) == {"fine"}
+
+
+def test_relay_backlog_on_metrics_and_the_queue_health_page(app, client, login_as, make_tenant):
+    from opsboard import metrics
+    with connect(app.extensions["test_db_url"]) as c:
+        tenant = make_tenant(c)
+        outbox.publish(c, "order.paid", 1, aggregate=("order", "o-1"), tenant=tenant["id"],
+            payload={"order_id": "o-1", "amount_cents": 1250, "currency": "EUR"})
+    text = metrics.prometheus_text(app.extensions["opsboard_db"]).decode()
+    assert "opsboard_outbox_unrelayed 1.0" in text
+    assert "opsboard_outbox_oldest_unrelayed_seconds " in text and "opsboard_outbox_parked_24h 0.0" in text
+    login_as("ops")
+    part = client.get("/queues/_health").get_data(as_text=True)
+    assert 'id="outbox-backlog"' in part and "Outbox: 1 event waiting for the relay" in part

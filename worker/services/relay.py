@@ -46,8 +46,12 @@ class Relay:
             result = outbox.relay_events(conn, self.config.batch, now)
             for event_id, reason in result.failed:
                 log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
+            for event_id, reason in result.parked:
+                log.error("event %s parked as unroutable (relayed without jobs, audited): %s", event_id, reason,
+                          extra={"event_id": event_id})
             total += result.events
-            if result.events + len(result.failed) < self.config.batch or not result.events:
+            handled = result.events + len(result.parked)
+            if handled + len(result.failed) < self.config.batch or not handled:
                 return total
 
     def loop(self, url: str, pool, stopping: threading.Event) -> None:

@@ -4,8 +4,8 @@ field, admission (backpressure) and Idempotency-Key replay.
 A POST view hands :func:`respond` the validated request and a function doing
 the work on a connection inside one transaction; ``respond`` checks the
 Idempotency-Key (replaying the first answer, or 409 for another body), asks
-the core's admission (429/503 with Retry-After, decided in two small
-statements, never a wait), then runs the work and stores its answer in the
+the core's admission (429/503 with Retry-After, decided in one
+statement, never a wait), then runs the work and stores its answer in the
 same transaction.
 """
 from __future__ import annotations
@@ -127,13 +127,15 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
             stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
             if stored is not None:
                 return _replay(stored, digest)
-        with conn.transaction():
+        # Pipeline mode: BEGIN travels with the admission statement, saving a round trip.
+        with conn.pipeline(), conn.transaction():
             # Admission inside the request's transaction: one commit per request, and a request that
             # fails later (422) gives its token back.  The bucket's row stays locked until this commit,
             # which serialises one tenant's requests only for the length of their insert and commit.
             verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
             if not verdict.accepted:
                 raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+            g.admitted_at = verdict.at  # the transaction's clock: views may write it instead of reading it back
             if idem is not None:
                 # Waits for a concurrent request holding the same key to finish.
                 if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": idem,
