@@ -222,6 +222,63 @@ def _ticket_paths() -> dict:
     }
 
 
+_INBOX_401 = _error("No user token (`obu_...`: `opsboard user-token --email ...`), or an unknown or revoked one",
+                    auth=True)
+_NOTIFICATION_ID = {"name": "notification_id", "in": "path", "required": True, "schema": _STR}
+_ANY_OBJECT = {"content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def _inbox_paths() -> dict:
+    """The end user's inbox and devices (opsboard.web.api.inbox): user bearer tokens, not API keys."""
+    cursor = {"in": "query", "required": False, "schema": {"type": "integer"}}
+    return {
+        "/inbox": {"get": {
+            "operationId": "listInbox", "summary": "The user's notifications, newest first (cursor: older; "
+                                                   "since: newer, for a re-sync after a missed push or SSE)",
+            "parameters": [{"name": "cursor", **cursor}, {"name": "since", **cursor},
+                           {"name": "limit", **cursor},
+                           {"name": "archived", "in": "query", "required": False, "schema": _STR}],
+            "responses": {"200": {"description": "A page: items, next_cursor, unread", **_ANY_OBJECT},
+                          "400": _error("A cursor that is not a number, or both cursor and since"),
+                          "401": _INBOX_401}}},
+        "/inbox/unread": {"get": {
+            "operationId": "inboxUnread", "summary": "The unread count (the badge)",
+            "responses": {"200": {"description": "{unread}", **_ANY_OBJECT}, "401": _INBOX_401}}},
+        "/inbox/stream": {"get": {
+            "operationId": "inboxStream", "summary": "Server-sent events: new inbox rows live; event ids are inbox "
+                                                     "cursors, Last-Event-ID resumes from the inbox",
+            "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {
+                              "schema": {"type": "string"}}}},
+                          "400": _error("A Last-Event-ID that is not a cursor"),
+                          "401": _INBOX_401,
+                          "429": _error("Too many open streams for this user", retry=True)}}},
+        "/inbox/{notification_id}": {"get": {
+            "operationId": "getNotification", "summary": "One notification with its full text (fetched after a "
+                                                         "push, which carries no sensitive text)",
+            "parameters": [_NOTIFICATION_ID],
+            "responses": {"200": {"description": "The notification", **_ANY_OBJECT}, "401": _INBOX_401,
+                          "404": _error("No such notification of this user")}}},
+        "/inbox/{notification_id}/{state}": {"post": {
+            "operationId": "markNotification", "summary": "Mark seen, read or archived (read state, separate "
+                                                          "from delivery state)",
+            "parameters": [_NOTIFICATION_ID, {"name": "state", "in": "path", "required": True,
+                                              "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "The new read state and the unread count", **_ANY_OBJECT},
+                          "401": _INBOX_401, "404": _error("No such notification, or an unknown state")}}},
+        "/devices": {"post": {
+            "operationId": "registerDevice", "summary": "Register a Web Push subscription for the user",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+            "responses": {"201": {"description": "The subscription", **_ANY_OBJECT},
+                          "400": _error("Not a Web Push subscription (endpoint, keys.p256dh, keys.auth)"),
+                          "401": _INBOX_401, "422": _error("The push endpoint is refused")}}},
+        "/devices/{subscription_id}": {"delete": {
+            "operationId": "unregisterDevice", "summary": "Unregister one of the user's subscriptions",
+            "parameters": [{"name": "subscription_id", "in": "path", "required": True, "schema": _STR}],
+            "responses": {"200": {"description": "The subscription, revoked", **_ANY_OBJECT}, "401": _INBOX_401,
+                          "404": _error("No such subscription of this user")}}},
+    }
+
+
 def document() -> dict:
     return {
         "openapi": "3.1.0",
@@ -265,6 +322,7 @@ def document() -> dict:
                     "schema": {"$ref": "#/components/schemas/OtpRequest"}}}},
                 "responses": {"202": _ok("Requested", "Otp"), **_POST_ERRORS}}},
             **_ticket_paths(),
+            **_inbox_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
