@@ -39,7 +39,8 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
-#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue.
+#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue;
+#: never more than the queue's slots either.
 PREFETCH_MAX = 192
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
@@ -87,7 +88,9 @@ class QueueState:
         if avg is None:  # nothing measured yet: claim for the free slots only
             return self.slots
         drain = lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4)
-        return self.slots + int(min(PREFETCH_MAX, drain))
+        # At most one buffered job per slot: a worker that dies holds at most
+        # twice its slots (the supervisor releases them spread out in time).
+        return self.slots + int(min(PREFETCH_MAX, self.slots, drain))
 
     def observe(self, seconds: float) -> None:
         """Fold one handler run's duration into :attr:`avg_seconds` (no lock: a racy average is fine)."""
