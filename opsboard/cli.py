@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
+    b.add_argument("--peers", action="store_true",
+                   help="opsboard beside pgqueuer (extra 'bench') and a bare SKIP LOCKED loop, same method, one run")
 
     s = sub.add_parser("sandbox", help="local provider sandbox: SMTP + SMS/Web Push/webhook receivers")
     s.add_argument("--host", default="127.0.0.1")
@@ -243,6 +245,9 @@ def cmd_ticket_token(config: Config, args) -> int:
 
 
 def cmd_bench(config: Config, args) -> int:
+    if args.peers:
+        from .tools.bench_peers import run_peers
+        return run_peers(config, jobs=args.jobs, json_path=args.json_path)
     from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
                      list_only=args.list)

@@ -266,15 +266,25 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
               "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
               "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
               "limit_group_limits": list(limits.group_limits)}
-    with conn.transaction():
-        if not limits.empty:
-            db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+    def run() -> list[dict]:
         rows = db.all_rows(conn, "job_claim_many", params)
         if not rows and params["after_tenant"] != ZERO_TENANT:
             # The walk started after the last tenant with due work: wrap around
             # now, or a worker with one free slot idles a whole poll interval
             # every other claim.
             rows = db.all_rows(conn, "job_claim_many", {**params, "after_tenant": ZERO_TENANT})
+        return rows
+
+    if limits.empty and conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # No advisory lock to hold: each statement is its own short transaction
+        # (the wrap-around claim is a claim of its own), without the BEGIN and
+        # COMMIT round trips.
+        rows = run()
+    else:
+        with conn.transaction():
+            if not limits.empty:
+                db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+            rows = run()
     if not rows:
         return Claim([], ZERO_TENANT)
     seen, last = rows[0].pop("tenants_seen"), rows[0].pop("last_tenant")

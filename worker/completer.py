@@ -92,6 +92,19 @@ class Completer:
         self.done = threading.Event()
         #: Outcomes taken from the queue and not yet written (for shutdown's report).
         self.writing = 0
+        #: ``time.monotonic()`` when the write in progress began (``None`` between
+        #: writes) and when the last one succeeded (0: none yet).
+        self.write_started: float | None = None
+        self.last_written = 0.0
+
+    def keeping_up(self, slow: float = 0.25) -> bool:
+        """Whether outcomes are being recorded promptly: one write succeeded, the
+        one in progress (if any) is younger than ``slow`` seconds, and the queue
+        is less than half full.  The fetchers prefetch only then, so that a slow
+        database still holds back the claims (the slots wait to hand over)."""
+        started = self.write_started
+        return (self.last_written > 0 and (started is None or time.monotonic() - started < slow)
+                and self.outcomes.qsize() * 2 < self.outcomes.maxsize)
 
     def submit(self, item: tuple, *, block: bool = True, timeout: float | None = None) -> bool:
         """Queue ``(OutcomeRecord, queue, type, frees_others)``; a slot waits while the queue is full.
@@ -122,7 +135,9 @@ class Completer:
                     break
             if batch:
                 self.writing = len(batch)
+                self.write_started = time.monotonic()
                 self.write_outcomes(batch)
+                self.write_started = None
                 self.writing = 0
             if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (w.stopped.is_set() and not batch):
                 self.flush_stats()
@@ -146,6 +161,7 @@ class Completer:
         if applied is None:
             log.error("gave up recording %d outcome(s); the reaper will recover those jobs", len(records))
             return
+        self.last_written = time.monotonic()
         wake = set()
         for rec, queue_name, type_, frees_others in batch:
             if rec.job_id in applied:

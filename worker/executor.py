@@ -118,6 +118,14 @@ class Executor:
             if w.stopping.is_set():
                 self.release(r, "shutdown")
                 return
+            buffered = r.started_mono - row.get("claimed_mono", r.started_mono)
+            if jt is not None and buffered + jt.policy.timeout > w.lease * 0.9 and not (
+                    jt.policy.long_running or jt.policy.timeout > w.lease / 2):
+                # Waited in the prefetch buffer so long that the lease could end
+                # before the handler's timeout (no heartbeat covers it): give it
+                # back unstarted rather than risk a second runner.
+                self.release(r, "prefetch_expired")
+                return
             if jt is None:
                 # This worker does not know the type (a rolling deploy: the producer
                 # runs newer code, or OPSBOARD_JOB_MODULES differs).  Give the job
@@ -182,7 +190,10 @@ class Executor:
         policy = jt.policy if jt else jobtypes.JobPolicy()
         decision = retry.decide(outcome, row["attempts"], row["max_attempts"], policy.backoff_base,
                                 policy.backoff_cap, now=datetime.now(timezone.utc))
-        duration = int((time.monotonic() - r.started_mono) * 1000) if r.started_mono else 0
+        elapsed = time.monotonic() - r.started_mono if r.started_mono else 0.0
+        duration = int(elapsed * 1000)
+        if r.slot is not None and decision.kind != "released":
+            r.slot.qs.observe(elapsed)
         w.completer.submit((queue.OutcomeRecord(
             job_id=row["id"], token=row["attempts"], kind=decision.kind,
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,

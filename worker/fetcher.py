@@ -1,14 +1,29 @@
 """The fetcher: one claim loop per queue, feeding that queue's slots.
 
-It claims ``min(free slots, CLAIM_BATCH_MAX)`` jobs in one short transaction,
-round-robin over tenants, and sleeps until a slot frees, a notification wakes
-it (see :mod:`worker.listener`), or the poll interval passes.
+It claims up to ``CLAIM_BATCH_MAX`` jobs in one short transaction, round-robin
+over tenants, and sleeps until a slot frees, a notification wakes it (see
+:mod:`worker.listener`), or the poll interval passes.
+
+A claim is not capped by the free slots: the queue keeps a bounded prefetch
+buffer (:meth:`QueueState.capacity`), so a worker with 8 slots still claims
+in bulk.  Prefetched jobs are leased from their claim, so the buffer is sized
+from the handlers' measured duration: a buffered job is expected to start
+within a quarter of the lease (a job found past that when a slot takes it is
+released, not run; see :meth:`worker.executor.Executor.run_job`), and only
+while the completer keeps up (a slow database still holds the claims back).
+Shutdown releases the buffer at once.
+
+Each worker starts its tenant walk at its own point (a hash of its id), so
+that with more tenants than a claim visits, workers do not all claim from
+the same tenants' heads.
 """
 from __future__ import annotations
 
 import logging
 import queue as queue_mod
+import hashlib
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,6 +39,16 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
+#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue;
+#: never more than the queue's slots either.
+PREFETCH_MAX = 192
+#: A buffered job should start within this fraction of the lease.
+PREFETCH_LEASE_SHARE = 0.25
+
+
+def walk_origin(worker_id: str) -> uuid.UUID:
+    """Where this worker's tenant walk starts: a stable hash of its id."""
+    return uuid.UUID(bytes=hashlib.blake2b(worker_id.encode(), digest_size=16).digest())
 
 
 @dataclass
@@ -45,6 +70,8 @@ class QueueState:
     #: At most this many abandoned threads get a replacement slot (default: one per slot);
     #: beyond it, a timed-out slot stays taken until its handler returns.
     abandoned_max: int = -1
+    #: Handler duration, seconds (moving average of this worker's runs); ``None`` until one ran.
+    avg_seconds: float | None = None
 
     def __post_init__(self):
         if self.abandoned_max < 0:
@@ -54,19 +81,41 @@ class QueueState:
         with self.lock:
             return self.slots - self.in_flight
 
+    def capacity(self, lease: float) -> int:
+        """Jobs this queue may hold (running + buffered): the slots plus a prefetch
+        buffer that the slots are expected to drain within a share of the lease."""
+        avg = self.avg_seconds
+        if avg is None:  # nothing measured yet: claim for the free slots only
+            return self.slots
+        drain = lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4)
+        # At most one buffered job per slot: a worker that dies holds at most
+        # twice its slots (the supervisor releases them spread out in time).
+        return self.slots + int(min(PREFETCH_MAX, self.slots, drain))
+
+    def observe(self, seconds: float) -> None:
+        """Fold one handler run's duration into :attr:`avg_seconds` (no lock: a racy average is fine)."""
+        avg = self.avg_seconds
+        self.avg_seconds = seconds if avg is None else avg + (seconds - avg) * 0.05
+
 
 class Fetcher:
     """Claims jobs for one queue while the worker runs."""
 
     def __init__(self, worker: "Worker", qs: QueueState):
         self.worker, self.qs = worker, qs
+        if qs.after_tenant == queue.ZERO_TENANT:
+            qs.after_tenant = walk_origin(worker.id)
 
     def run(self) -> None:
         w, qs = self.worker, self.qs
         failures = 0
         while not w.stopping.is_set():
-            free = qs.free()
-            if free <= 0:
+            with qs.lock:
+                cap = qs.capacity(w.lease) if w.completer.keeping_up() else qs.slots
+                free = cap - qs.in_flight
+            # Refill the buffer when half of it is gone (a claim per freed slot
+            # would be a round trip per job); without a buffer, at one free slot.
+            if free < max(1, (cap - qs.slots) // 2):
                 qs.slot_freed.wait(w.config.poll_interval)
                 qs.slot_freed.clear()
                 continue
@@ -90,7 +139,9 @@ class Fetcher:
                 for row in rows:
                     w.executor.release(row, "shutdown")
                 return
+            claimed_at = time.monotonic()
             with qs.lock:
                 qs.in_flight += len(rows)
             for row in rows:
+                row["claimed_mono"] = claimed_at
                 qs.work.put(row)

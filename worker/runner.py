@@ -2,8 +2,9 @@
 
 Threads, all daemon, in one process:
 
-* one **fetcher** per queue (:mod:`worker.fetcher`) claims ``min(free slots,
-  batch max)`` jobs in one short transaction and hands them to that queue's slots;
+* one **fetcher** per queue (:mod:`worker.fetcher`) claims jobs in one short
+  transaction, for the free slots and a bounded prefetch buffer, and hands
+  them to that queue's slots;
 * **slots** (:mod:`worker.executor`, ``N`` threads per queue) run handlers,
   each given a :class:`~worker.context.JobContext`;
 * the **completer** (:mod:`worker.completer`) writes outcomes in batches and
