@@ -67,8 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
-    ut = sub.add_parser("user-token", help="create an end user's bearer token for /api/v1/inbox (printed once)")
+    ut = sub.add_parser("user-token", help="create an end user's bearer token for /api/v1/inbox and "
+                                           "/api/v1/tickets (printed once)")
     ut.add_argument("--email", required=True)
+    ut.add_argument("--tenant", help="tenant slug: a ticket customer, created when new and made a member of it")
     ut.add_argument("--name", default="cli", help="what the token is for (an app, a device)")
 
     a = sub.add_parser("apikey", help="create, list or revoke a tenant's HTTP API keys")
@@ -93,9 +95,6 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--smtp-port", type=int, default=8026)
     s.add_argument("--sms-key", default="", help="bearer key the SMS gateway requires (default: none)")
     sub.add_parser("vapid", help="generate a VAPID key pair for Web Push (prints environment lines)")
-    tk = sub.add_parser("ticket-token", help="issue a customer's bearer token for /api/v1/tickets (printed once)")
-    tk.add_argument("--tenant", required=True, help="tenant slug")
-    tk.add_argument("--email", required=True, help="the customer's e-mail (created when new)")
     return p
 
 
@@ -226,24 +225,6 @@ def cmd_apikey(config: Config, args) -> int:
     return 0
 
 
-def cmd_ticket_token(config: Config, args) -> int:
-    from .auth import AuthError
-    from .db import connect, one
-    from .tickets import service
-    with connect(_url(config)) as conn:
-        tenant = one(conn, "tenant_get_by_slug", {"slug": args.tenant})
-        if tenant is None:
-            raise UsageError(f"tenant {args.tenant!r} does not exist")
-        try:
-            user = service.ensure_requester(conn, args.email)
-        except AuthError as exc:
-            raise UsageError(str(exc)) from None
-        secret = service.issue_user_token(conn, user["id"], tenant["id"])
-    print(f"ticket API token for {user['email']} in {args.tenant}; shown once, store it now:")
-    print(secret)
-    return 0
-
-
 def cmd_bench(config: Config, args) -> int:
     if args.peers:
         from .tools.bench_peers import run_peers
@@ -263,7 +244,19 @@ def cmd_user_token(config: Config, args) -> int:
     from . import audit, db
     from .notifications import inbox
     with db.connect(_url(config)) as conn:
-        user = db.one(conn, "user_get_by_email", {"email": args.email.strip().lower()})
+        if args.tenant:
+            # A customer of the ticket API: created when new, made a ``member`` of the tenant.
+            from .auth import AuthError
+            from .tickets import service
+            tenant = db.one(conn, "tenant_get_by_slug", {"slug": args.tenant})
+            if tenant is None:
+                raise UsageError(f"tenant {args.tenant!r} does not exist")
+            try:
+                user = service.ensure_requester(conn, args.email, tenant_id=tenant["id"])
+            except AuthError as exc:
+                raise UsageError(str(exc)) from None
+        else:
+            user = db.one(conn, "user_get_by_email", {"email": args.email.strip().lower()})
         if user is None:
             raise UsageError(f"no user {args.email!r}")
         secret, row = inbox.create_token(conn, user["id"], args.name)
@@ -282,7 +275,7 @@ def cmd_vapid(config: Config, args) -> int:
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
              "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
-             "apikey": cmd_apikey, "user-token": cmd_user_token, "ticket-token": cmd_ticket_token}
+             "apikey": cmd_apikey, "user-token": cmd_user_token}
 
 
 if __name__ == "__main__":

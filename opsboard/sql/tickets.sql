@@ -200,18 +200,6 @@ WHERE id = %(id)s AND resolution_breached_at IS NULL
   AND resolution_due_at = %(due_at)s AND resolution_due_at <= coalesce(%(now)s::timestamptz, now())
 RETURNING *;
 
--- name: ticket_user_token_insert
--- A customer API token (its sha256 only).
-INSERT INTO ticket_user_tokens (id, token_hash, user_id, tenant_id) VALUES (%(id)s, %(token_hash)s, %(user_id)s,
-                                                                            %(tenant_id)s)
-RETURNING id, user_id, tenant_id, created_at;
-
--- name: ticket_user_token_get
--- The live token with this hash, its user and tenant.
-SELECT k.id, k.user_id, k.tenant_id, u.email, tn.slug AS tenant_slug
-FROM ticket_user_tokens k JOIN users u ON u.id = k.user_id JOIN tenants tn ON tn.id = k.tenant_id
-WHERE k.token_hash = %(token_hash)s AND k.revoked_at IS NULL AND u.is_active;
-
 -- name: ticket_agents_of_tenant
 -- Active agents who can work a tenant's tickets (theirs, or operator staff): the assign menu, by email.
 SELECT DISTINCT u.id, u.email FROM memberships ms JOIN users u ON u.id = ms.user_id

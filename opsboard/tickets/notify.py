@@ -9,9 +9,9 @@ before that merge the events are published and nobody is notified.
   an internal note: the assignee only (never the requester, whatever the policy says).
 * ``ticket.sla_breached`` -> the team: the tenant's active agents (tickets.work).
 
-The requester of a customer ticket is a user without a membership of the tenant: the
-notifications' ``membership`` rule suppresses their deliveries until customers get a
-membership (or the rule an exception) -- see the note of issue 12.
+The requester of a customer ticket is a ``member`` of the tenant (``service.ensure_requester``
+with the tenant, ``opsboard user-token --tenant``), so the notifications' ``membership`` rule lets
+their deliveries through; a requester whose membership is deactivated is suppressed (``membership``).
 """
 from __future__ import annotations
 

@@ -500,21 +500,6 @@ def agents(conn, tenant_id) -> list[dict]:
     return db.all_rows(conn, "ticket_agents_of_tenant", {"tenant_id": tenant_id})
 
 
-# ---------------------------------------------------------------- customer tokens
-
-def issue_user_token(conn, user_id, tenant_id) -> str:
-    """A new bearer token for the customer ticket API; only its sha256 is stored."""
-    secret = "obt_" + secrets.token_urlsafe(32)
-    db.one(conn, "ticket_user_token_insert", {"id": new_id(), "token_hash": hashlib.sha256(secret.encode()).digest(),
-                                              "user_id": user_id, "tenant_id": tenant_id})
-    return secret
-
-
-def verify_user_token(conn, secret: str) -> dict | None:
-    return db.one(conn, "ticket_user_token_get", {"token_hash": hashlib.sha256(secret.encode("utf-8",
-                                                                                            "surrogatepass")).digest()})
-
-
 define("tickets.sla_check", handler="worker.handlers.tickets:sla_check",
        fields={"ticket_id": Field(str, max_length=36), "kind": Field(str, max_length=20),
                "due_at": Field(str, max_length=40)},
@@ -522,8 +507,14 @@ define("tickets.sla_check", handler="worker.handlers.tickets:sla_check",
        description="At a ticket's due time: marks the SLA breach once, unless the due time moved or was met.")
 
 
-def ensure_requester(conn, email: str, display_name: str = "") -> dict:
-    """A customer user (no membership, cannot sign in to the dashboard) who opens tickets through the API."""
+def ensure_requester(conn, email: str, display_name: str = "", tenant_id=None) -> dict:
+    """A customer user who opens tickets through the API (created with an unusable random password).
+
+    With ``tenant_id`` the user also gets the ``member`` role in that tenant (an end user: inbox
+    only, no ticket or dashboard permission).  That membership is what the customer ticket API
+    derives the tenant from, and what the notification policy's ``membership`` rule asks of a
+    recipient -- so requesters receive their tickets' notifications.
+    """
     from ..auth import hash_password, normalise_email
 
     email = normalise_email(email)
@@ -532,7 +523,26 @@ def ensure_requester(conn, email: str, display_name: str = "") -> dict:
         user = db.one(conn, "user_insert", {"id": new_id(), "email": email,
                                             "display_name": display_name or email.split("@")[0],
                                             "password_hash": hash_password(secrets.token_urlsafe(24))})
+    if tenant_id is not None:
+        db.one(conn, "membership_upsert", {"user_id": user["id"], "tenant_id": tenant_id, "role": "member"})
     return user
+
+
+def customer_tenant(conn, user_id) -> dict:
+    """The one tenant a customer ticket API caller acts in: the tenant of their active membership(s).
+
+    Exactly one tenant -> it.  None -> ``no_tenant`` (403); several -> ``tenant_ambiguous`` (403):
+    the token carries no tenant, so a user with memberships in several tenants cannot use it
+    (give a customer one account per tenant).
+    """
+    tenants = {m["tenant_id"]: m for m in db.all_rows(conn, "membership_list_for_user", {"user_id": user_id})}
+    if not tenants:
+        raise OpsError("the token's user has no active membership of a tenant: ask support to add you",
+                       "no_tenant", status=403)
+    if len(tenants) > 1:
+        raise OpsError("the token's user is a member of several tenants; the ticket API needs exactly one",
+                       "tenant_ambiguous", status=403)
+    return next(iter(tenants.values()))
 
 
 # ---------------------------------------------------------------- SLA compliance report

@@ -54,7 +54,7 @@ def seed_tickets(conn, tenants: dict, agent_email: str = "support@opsboard.demo"
     made = 0
     for i, (slug, subject, body, cat, priority, ago, steps) in enumerate(_TICKETS):
         tid = tenants[slug]
-        customer = service.ensure_requester(conn, f"customer{i}@{slug}.demo")
+        customer = service.ensure_requester(conn, f"customer{i}@{slug}.demo", tenant_id=tid)
         requester = service.Caller(customer["id"], customer["email"])
         at = now - timedelta(minutes=ago)
         t = service.create_ticket(conn, requester, tenant_id=tid, subject=subject, body=body, category=cat,

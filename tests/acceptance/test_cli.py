@@ -182,6 +182,32 @@ def test_createuser_on_an_unmigrated_database_says_so(empty_url):
     assert_one_line_error(result, "opsboard migrate")
 
 
+def test_user_token_with_a_tenant_makes_a_member_customer_and_one_token(db_url):
+    """One end-user token (inbox + customer tickets); there is no separate ticket token command."""
+    env = cli_env(db_url)
+    with connect(db_url) as c:
+        auth.ensure_tenant(c, "acme")
+    result = run("user-token", "--email", "Customer@Example.test", "--tenant", "acme", env=env)
+    assert result.returncode == 0, result.stderr
+    secret = result.stdout.strip().splitlines()[-1]
+    assert secret.startswith("obu_")
+    from opsboard.notifications import inbox
+    from opsboard.tickets import service
+    with connect(db_url) as c:
+        found = inbox.verify_token(c, secret)
+        assert found["email"] == "customer@example.test"
+        assert service.customer_tenant(c, found["user_id"])["tenant_slug"] == "acme"
+        roles = c.execute("SELECT m.role::text AS role FROM memberships m WHERE m.user_id = %s",
+                          (found["user_id"],)).fetchall()
+        assert [r["role"] for r in roles] == ["member"]
+        assert secret not in str(c.execute("SELECT after FROM audit_log WHERE action = 'user_token.create'").fetchall())
+    assert_one_line_error(run("user-token", "--email", "x@example.test", "--tenant", "nope", env=env),
+                          "tenant 'nope' does not exist")
+    assert_one_line_error(run("user-token", "--email", "nobody@example.test", env=env), "no user")
+    assert_one_line_error(run("ticket-token", "--email", "x@example.test", "--tenant", "acme", env=env),
+                          "invalid choice: 'ticket-token'")
+
+
 def test_console_script_is_installed(empty_url):
     script = os.path.join(os.path.dirname(sys.executable), "opsboard")
     assert os.path.exists(script), "pip install -e . installs the opsboard console script beside python"

@@ -91,14 +91,14 @@ def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, clie
     assert client.get("/notifications/?event_id=nope").status_code == 400
     client.post("/logout", data={"csrf_token": client.csrf})
     login_as("member", tenant="acme-web", operator=False, email="enduser@example.test")
+    r = client.get("/")  # a plain member (no support_agent role yet: that one lands on /tickets/)
+    assert r.status_code == 302 and r.headers["Location"].endswith("/inbox/")
     with connect(app.extensions["test_db_url"]) as c:
         # The test policy asks for tickets.view: this end user also holds it.
         uid = auth.create_user(c, "enduser@example.test", "correct horse battery", "support_agent", "acme-web")["id"]
         ev2 = outbox.publish(c, "test_notice.sent", 1, aggregate=("notice", "n2"), tenant=t["id"],
                              payload={"user_ids": [str(uid)]})
         fanout.fan_out(c, ev2["id"])
-    r = client.get("/")
-    assert r.status_code == 302 and r.headers["Location"].endswith("/inbox/")
     html = client.get("/inbox/").get_data(as_text=True)
     assert 'data-unread="1"' in html
     nid = re.search(r'id="n-([0-9a-f-]{36})"', html).group(1)

@@ -7,7 +7,9 @@ import uuid
 
 import pytest
 
+from opsboard import auth
 from opsboard.db import Database
+from opsboard.notifications import inbox
 from opsboard.tickets import service
 from tests.conftest import connect, make_config
 from tests.support.tickets import make_desk
@@ -33,7 +35,7 @@ def app(db_url, tmp_path):
 def desk(db_url):
     with connect(db_url) as c:
         d = make_desk(c, "acme")
-        d.token = service.issue_user_token(c, d.requester["id"], d.tenant["id"])
+        d.token, _ = inbox.create_token(c, d.requester["id"])
     return d
 
 
@@ -138,7 +140,7 @@ def test_attachments_sniffed_stored_and_downloaded_safely(client, login_as, desk
 
 def test_customer_api(client, desk, db_url):
     assert client.get("/api/v1/tickets").status_code == 401
-    assert _api(client, desk, "GET", "/api/v1/tickets", headers={"Authorization": "Bearer obt_nope"}).status_code == 401
+    assert _api(client, desk, "GET", "/api/v1/tickets", headers={"Authorization": "Bearer obu_nope"}).status_code == 401
     t = _new(client, desk)
     listing = _api(client, desk, "GET", "/api/v1/tickets").get_json()
     assert [x["id"] for x in listing["tickets"]] == [t["id"]]
@@ -150,8 +152,8 @@ def test_customer_api(client, desk, db_url):
     assert r.status_code == 409 and r.get_json()["error"] == "invalid_transition" and r.get_json()["allowed"] == ["cancel"]
     # another customer of the tenant sees nothing of it
     with connect(db_url) as c:
-        other = service.ensure_requester(c, "someone-else@example.test")
-        other_token = service.issue_user_token(c, other["id"], desk.tenant["id"])
+        other = service.ensure_requester(c, "someone-else@example.test", tenant_id=desk.tenant["id"])
+        other_token, _ = inbox.create_token(c, other["id"])
     r = client.get(f"/api/v1/tickets/{t['id']}", headers={"Authorization": f"Bearer {other_token}"})
     assert r.status_code == 404
     r = client.post(f"/api/v1/tickets/{t['id']}/replies", json={"body": "hi"},
@@ -170,6 +172,32 @@ def test_customer_api(client, desk, db_url):
     a = _api(client, desk, "POST", "/api/v1/tickets", json={"subject": "Once", "body": "x"}, headers=k)
     b = _api(client, desk, "POST", "/api/v1/tickets", json={"subject": "Once", "body": "x"}, headers=k)
     assert a.get_json()["id"] == b.get_json()["id"]
+
+
+def test_customer_api_takes_the_tenant_from_the_users_one_membership(client, desk, db_url):
+    """One user token (the inbox's ``obu_``): the ticket API acts in the user's one tenant."""
+    with connect(db_url) as c:
+        loner = service.ensure_requester(c, f"loner-{uuid.uuid4().hex[:6]}@example.test")
+        loner_token, _ = inbox.create_token(c, loner["id"])
+        both = service.ensure_requester(c, f"both-{uuid.uuid4().hex[:6]}@example.test", tenant_id=desk.tenant["id"])
+        other_tenant = auth.ensure_tenant(c, f"t-{uuid.uuid4().hex[:8]}")
+        c.execute("INSERT INTO memberships (user_id, tenant_id, role, active) VALUES (%s, %s, 'member', true)",
+                  (both["id"], other_tenant["id"]))
+        both_token, _ = inbox.create_token(c, both["id"])
+    for token, code in ((loner_token, "no_tenant"), (both_token, "tenant_ambiguous")):
+        r = client.get("/api/v1/tickets", headers={"Authorization": f"Bearer {token}"})
+        assert (r.status_code, r.get_json()["error"]) == (403, code)
+        assert "tenant" in r.get_json()["message"]
+    # the same token works on the inbox API, and its user's tickets land in the tenant of the membership
+    r = client.get("/api/v1/inbox", headers={"Authorization": f"Bearer {desk.token}"})
+    assert r.status_code == 200
+    t = _new(client, desk)
+    with connect(db_url) as c:
+        row = c.execute("SELECT tenant_id, requester_id FROM tickets WHERE id = %s", (t["id"],)).fetchone()
+    assert (row["tenant_id"], row["requester_id"]) == (desk.tenant["id"], desk.requester["id"])
+    # an API key is not a user token
+    r = client.get("/api/v1/tickets", headers={"Authorization": "Bearer obk_whatever"})
+    assert r.status_code == 401
 
 
 @pytest.mark.parametrize("name", ["status", "category", "assignee", "sla", "tenant", "q", "after"])

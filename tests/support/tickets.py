@@ -40,5 +40,6 @@ def make_desk(conn, slug: str | None = None) -> Desk:
         service.set_policy(conn, tenant["id"], priority, fr, res)
     service.set_category(conn, tenant["id"], "billing", "Billing")
     service.set_category(conn, tenant["id"], "access", "Access request", is_request=True)
-    requester = service.ensure_requester(conn, f"customer-{uuid.uuid4().hex[:6]}@example.test")
+    requester = service.ensure_requester(conn, f"customer-{uuid.uuid4().hex[:6]}@example.test",
+                                         tenant_id=tenant["id"])
     return Desk(tenant, users["admin"], users["support_agent"], users["ops"], requester)

@@ -175,7 +175,8 @@ def _event_request() -> dict:
 _TICKET_ERRORS = {
     "400": _error("Malformed request: not JSON or multipart, a missing field (`subject_required`, `body_required`), "
                   "`invalid_priority`, `invalid_category`, a bad Idempotency-Key"),
-    "401": _error("No user token (`obt_...`), or an unknown or revoked one", auth=True),
+    "401": _error("No user token (`obu_...`), or an unknown or revoked one", auth=True),
+    "403": _error("The token's user has no active tenant membership (`no_tenant`) or several (`tenant_ambiguous`)"),
     "404": _error("No such ticket among the token user's own"),
     "409": _error("The workflow refuses the action (`invalid_transition`, with `allowed`), `reopen_window_passed`"),
     "413": _error("An attachment is larger than OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES"),
@@ -193,7 +194,7 @@ _TICKET_BODY = {"required": True, "content": {
 def _ticket_paths() -> dict:
     """The customer ticket API (opsboard.web.api.tickets): user bearer tokens, not API keys."""
     errors = {k: _TICKET_ERRORS[k] for k in ("401", "404")}
-    return {
+    paths = {
         "/tickets": {
             "post": {"operationId": "createTicket", "summary": "Open a ticket (JSON, or multipart with files)",
                      "parameters": [_IDEMPOTENCY], "requestBody": _TICKET_BODY,
@@ -220,6 +221,12 @@ def _ticket_paths() -> dict:
             "responses": {"200": {"description": "The file", "content": {"application/octet-stream": {
                 "schema": {"type": "string", "format": "binary"}}}}, **errors}}},
     }
+    for operations in paths.values():
+        for op in operations.values():
+            op["security"] = [{"userToken": []}]
+            if "401" in op["responses"]:
+                op["responses"]["403"] = _TICKET_ERRORS["403"]
+    return paths
 
 
 _INBOX_401 = _error("No user token (`obu_...`: `opsboard user-token --email ...`), or an unknown or revoked one",
@@ -326,7 +333,12 @@ def document() -> dict:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "An API key: `opsboard apikey create --tenant SLUG`"}},
+                                           "description": "An API key: `opsboard apikey create --tenant SLUG`"},
+                                "userToken": {"type": "http", "scheme": "bearer",
+                                              "description": "An end user's token `obu_...` (inbox and "
+                                                             "customer tickets): `opsboard user-token --email E "
+                                                             "--tenant SLUG`; the ticket API acts in the user's "
+                                                             "one tenant"}},
             "schemas": {
                 "Error": {"type": "object", "required": ["error", "message"], "properties": {
                     "error": {"type": "string", "description": "stable code, e.g. personal_data"},

@@ -1,11 +1,14 @@
-"""The customer ticket API under /api/v1/tickets, with a *user* bearer token (``obt_...``).
+"""The customer ticket API under /api/v1/tickets, with the end user's bearer token (``obu_...``).
 
 A customer opens tickets (JSON, or multipart with ``files``), lists and reads their own
 (never an internal note: the public queries exclude them), replies and reopens.  Errors are
 ``{"error": code, "message": ...}``; a refused transition adds ``"allowed"``.
 
-The token is the minimal one of :mod:`opsboard.tickets.service` (``ticket_user_tokens``,
-``opsboard tickets token``), until the user tokens of the notifications inbox API replace it.
+The token is the one user token of the notifications inbox API (:func:`opsboard.notifications.
+inbox.create_token`, ``opsboard user-token --email E [--tenant T]``).  It names a user, not a
+tenant: the tenant is the one of the user's active membership(s) (a customer gets ``member`` in
+the tenant from ``user-token --tenant``); a user with none is refused ``no_tenant`` (403), with
+several tenants ``tenant_ambiguous`` (403).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from flask import g, jsonify, request
 from ... import storage
 from ...auth import TenantScope
 from ...errors import OpsError
+from ...notifications import inbox
 from ...tickets import service
 from ..context import get_config, get_db, request_id
 from . import bp
@@ -28,16 +32,22 @@ _KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 def _customer() -> dict:
     header = request.headers.get("Authorization", "")
     scheme, _, secret = header.partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip().startswith("obt_"):
-        raise Problem(401, "unauthorized", "Send a user token: Authorization: Bearer obt_...",
+    if scheme.lower() != "bearer" or not secret.strip().startswith("obu_"):
+        raise Problem(401, "unauthorized", "Send a user token: Authorization: Bearer obu_...",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard tickets"'})
     with get_db().connection() as conn:
-        found = service.verify_user_token(conn, secret.strip())
-    if found is None:
-        raise Problem(401, "unauthorized", "The token is unknown or revoked.",
-                      headers={"WWW-Authenticate": 'Bearer realm="opsboard tickets", error="invalid_token"'})
-    g.ticket_user = found
-    return found
+        found = inbox.verify_token(conn, secret.strip())
+        if found is None:
+            raise Problem(401, "unauthorized", "The token is unknown or revoked.",
+                          headers={"WWW-Authenticate": 'Bearer realm="opsboard tickets", error="invalid_token"'})
+        try:
+            tenant = service.customer_tenant(conn, found["user_id"])
+        except OpsError as exc:
+            raise Problem(exc.status, exc.code, str(exc)) from None
+    who = {"user_id": found["user_id"], "email": found["email"], "tenant_id": tenant["tenant_id"],
+           "tenant_slug": tenant["tenant_slug"]}
+    g.ticket_user = who
+    return who
 
 
 def _caller(who: dict) -> service.Caller:
