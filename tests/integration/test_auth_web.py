@@ -57,12 +57,12 @@ def test_pages_need_a_session(client):
 
 
 def test_login_and_logout(client, db):
-    email = add_user(db, "support_agent", tenant="acme", operator=False)   # template authors land on /templates/
+    email = add_user(db, "support_agent", tenant="acme", operator=False)   # lands on /tickets/
     r = sign_in(client, email)
     assert r.status_code == 302
     assert r.headers["Location"] == "/"
-    home = client.get("/")
-    assert home.status_code == 200
+    home = client.get("/", follow_redirects=True)
+    assert home.status_code == 200 and home.request.path == "/tickets/"
     assert email.encode() in home.data
     assert audit_count(db, "auth.login") == 1
     with connect(db) as c:
@@ -71,8 +71,8 @@ def test_login_and_logout(client, db):
     # Logout is a POST with the CSRF token: a GET does nothing, a POST without token is refused.
     assert client.get("/logout").status_code == 405
     assert client.post("/logout").status_code == 400
-    assert client.get("/").status_code == 200
-    token = csrf_from(client, "/")
+    assert client.get("/tickets/").status_code == 200
+    token = csrf_from(client, "/tickets/")
     r = client.post("/logout", data={"csrf_token": token})
     assert r.status_code == 302 and r.headers["Location"] == "/login"
     assert audit_count(db, "auth.logout") == 1
