@@ -120,8 +120,10 @@ def test_demo_persian_support_agent_opens_in_fa(app, client):
     r = client.post("/login", data={"email": "support-fa@opsboard.demo", "password": "demo password 1",
                                     "csrf_token": token}, headers={"Accept-Language": "en"})
     assert r.status_code == 302
-    html = client.get("/", headers={"Accept-Language": "en"}).get_data(as_text=True)
-    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "تیکت‌های پشتیبانی" in html
+    home = client.get("/", headers={"Accept-Language": "en"})
+    assert home.status_code == 302 and home.headers["Location"].endswith("/tickets/")  # support agents land on tickets
+    html = client.get("/tickets/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "<h1>تیکت‌ها</h1>" in html
 
 
 def test_form_errors_and_error_pages_are_translated(client, login_as):
