@@ -87,6 +87,9 @@ STATUS_LABELS = {
     # tickets
     "new": _l("new"), "triaged": _l("triaged"), "in_progress": _l("in progress"),
     "waiting_on_customer": _l("waiting on customer"),
+    # notification deliveries, templates
+    "sent": _l("sent"), "delivered": _l("delivered"), "suppressed": _l("suppressed"),
+    "draft": _l("draft"), "published": _l("published"),
 }
 
 
