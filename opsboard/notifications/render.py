@@ -18,16 +18,15 @@ No database here: :mod:`.templates` loads versions and calls these.
 """
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import dataclass, field
 
 from jinja2 import StrictUndefined, TemplateError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
-from persiantools import digits as _digits
-from persiantools.jdatetime import JalaliDateTime
+
+from ..persian import RTL_LOCALES, fa_digits, jalali  # one implementation (issue 14)
 
 FALLBACK_LOCALE = "fa"
-RTL_LOCALES = frozenset({"fa", "ar", "he", "ur"})
+
 #: What a phone's lock screen shows of a push notification (characters).
 PUSH_TITLE_LIMIT = 40
 PUSH_BODY_LIMIT = 120
@@ -48,19 +47,6 @@ def pick_locale(available, chain: list[str]) -> str | None:
         if loc in available:
             return loc
     return None
-
-
-def fa_digits(value) -> str:
-    return _digits.en_to_fa(str(value))
-
-
-def jalali(value, fmt: str = "%Y/%m/%d") -> str:
-    """A date/datetime (or ISO string) in the Jalali calendar, with Persian digits."""
-    if isinstance(value, str):
-        value = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
-        value = _dt.datetime(value.year, value.month, value.day)
-    return fa_digits(JalaliDateTime(value).strftime(fmt))
 
 
 def money(cents, currency: str = "") -> str:

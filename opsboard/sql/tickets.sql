@@ -109,7 +109,7 @@ SELECT * FROM (
       AND (%(category)s::text IS NULL OR c.slug = %(category)s::text)
       AND (%(assignee_id)s::uuid IS NULL OR tk.assignee_id = %(assignee_id)s::uuid)
       AND (%(unassigned)s IS NOT TRUE OR tk.assignee_id IS NULL)
-      AND (%(search)s::text IS NULL OR tk.subject ILIKE '%%' || %(search)s::text || '%%'
+      AND (%(search)s::text IS NULL OR tk.subject_search ILIKE %(search_pattern)s::text
            OR tk.number::text = %(search)s::text)
       AND (%(after_id)s::uuid IS NULL OR tk.id < %(after_id)s::uuid)
     ORDER BY tk.id DESC

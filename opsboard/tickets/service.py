@@ -28,6 +28,7 @@ from .. import audit, db, outbox, queue
 from ..auth import Principal, TenantScope
 from ..errors import OpsError
 from ..jobtypes import Field, define
+from ..persian import normalize_search
 from ..schema import Role, new_id
 from . import sla, workflow
 
@@ -486,9 +487,15 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
         raise OpsError(f"status must be one of {', '.join(workflow.STATUSES)}", "invalid_filter")
     if sla_state is not None and sla_state not in SLA_STATES:
         raise OpsError(f"sla must be one of {', '.join(SLA_STATES)}", "invalid_filter")
+    # One normalisation for the stored column (0015) and the term (issue 14); % and _ match literally.
+    search = normalize_search(search).strip() if search else None
+    pattern = None
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return db.all_rows(conn, "ticket_list", {
         **scope.params, "status": status, "category": category, "assignee_id": assignee_id, "unassigned": unassigned,
-        "open_only": open_only, "sla_state": sla_state, "tenant_id": tenant_id, "search": search,
+        "open_only": open_only, "sla_state": sla_state, "tenant_id": tenant_id, "search": search or None,
+        "search_pattern": pattern,
         "after_id": after_id, "limit": limit, "now": now})
 
 

@@ -84,6 +84,12 @@ STATUS_LABELS = {
     "snoozed": _l("snoozed"), "released": _l("released"), "lease_expired": _l("lease expired"),
     "info": _l("info"), "warning": _l("warning"), "critical": _l("critical"),
     "open": _l("open"), "closed": _l("closed"), "resolved": _l("resolved"), "ignored": _l("ignored"),
+    # tickets
+    "new": _l("new"), "triaged": _l("triaged"), "in_progress": _l("in progress"),
+    "waiting_on_customer": _l("waiting on customer"),
+    # notification deliveries, templates
+    "sent": _l("sent"), "delivered": _l("delivered"), "suppressed": _l("suppressed"),
+    "draft": _l("draft"), "published": _l("published"),
 }
 
 
@@ -106,8 +112,9 @@ def breaker_label(value) -> str:
 
 
 def status_label(value) -> str:
-    label = STATUS_LABELS.get(str(getattr(value, "value", value)))
-    return str(label) if label is not None else str(value)
+    raw = str(getattr(value, "value", value))
+    label = STATUS_LABELS.get(raw)
+    return str(label) if label is not None else raw.replace("_", " ")
 
 
 #: Each language named in itself (the switch shows these, never translated).

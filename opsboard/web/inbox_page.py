@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from flask import Blueprint, render_template, request
+from flask_babel import gettext as _
 from flask_login import current_user, login_required
 
 from ..notifications import inbox
@@ -32,7 +33,7 @@ def index():
     try:
         before = int(raw) if raw else None
     except ValueError:
-        raise ApiError(400, "invalid_cursor", "cursor must be an integer") from None
+        raise ApiError(400, "invalid_cursor", _("cursor must be an integer")) from None
     return render_template("inbox/index.html", **_context(before))
 
 
@@ -48,7 +49,7 @@ def badge():
 @login_required
 def mark(notification_id: uuid.UUID, state: str):
     if state not in inbox.STATES:
-        raise ApiError(404, "not_found", "No such state.")
+        raise ApiError(404, "not_found", _("No such state."))
     with get_db().connection() as conn:
         inbox.mark(conn, current_user.id, notification_id, state)
         row = inbox.get(conn, current_user.id, notification_id)
@@ -62,6 +63,6 @@ def stream():
     try:
         return sse.stream_response(current_user.id)
     except sse.TooManyStreams:
-        raise ApiError(429, "too_many_streams", "Too many open streams; close a tab.") from None
+        raise ApiError(429, "too_many_streams", _("Too many open streams; close a tab.")) from None
     except ValueError as exc:
         raise ApiError(400, "invalid_cursor", str(exc)) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from flask import Blueprint, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 
 from ..errors import OpsError
 from ..notifications import render, templates, tracking
@@ -26,9 +27,9 @@ def _sample(raw: str | None) -> dict:
     try:
         value = json.loads(raw)
     except ValueError:
-        raise ApiError(400, "invalid_sample", "The sample payload must be JSON.") from None
+        raise ApiError(400, "invalid_sample", _("The sample payload must be JSON.")) from None
     if not isinstance(value, dict):
-        raise ApiError(400, "invalid_sample", "The sample payload must be a JSON object.")
+        raise ApiError(400, "invalid_sample", _("The sample payload must be a JSON object."))
     return value
 
 
@@ -36,7 +37,7 @@ def _key_arg(key: str) -> str:
     try:
         templates._check_ids(key, "inbox", "fa")
     except OpsError:
-        raise ApiError(404, "not_found", "No such template key.") from None
+        raise ApiError(404, "not_found", _("No such template key.")) from None
     return key
 
 
@@ -73,7 +74,7 @@ def edit(key):
     channel = request.args.get("channel", "inbox")
     locale = request.args.get("locale", "fa")
     if channel not in CHANNELS or not (len(locale) == 2 and locale.isalpha() and locale.islower()):
-        raise ApiError(400, "invalid_filter", "Choose a channel and a two-letter locale.")
+        raise ApiError(400, "invalid_filter", _("Choose a channel and a two-letter locale."))
     with get_db().connection() as conn:
         draft = templates.versions(conn, key)
         live = templates.live(conn, key)
@@ -137,7 +138,7 @@ def preview(key):
     channel = request.form.get("channel", "inbox")
     locale = request.form.get("locale", "fa")
     if channel not in CHANNELS:
-        raise ApiError(400, "invalid_channel", "Unknown channel.")
+        raise ApiError(400, "invalid_channel", _("Unknown channel."))
     form = {k: request.form.get(k, "") for k in ("subject", "body", "variables", "sample")}
     try:
         ctx = _preview_context(key, channel, locale, form)

@@ -3,6 +3,7 @@ timeline and its actions as htmx forms (errors inline, in the form that caused t
 from __future__ import annotations
 
 from flask import Blueprint, abort, make_response, redirect, render_template, request, send_file, url_for
+from flask_babel import gettext as _
 from flask_login import current_user
 
 from .. import storage
@@ -84,7 +85,7 @@ def rows():
 def _load(conn, ticket_id) -> dict:
     ticket = service.get_ticket(conn, current_scope("tickets.view"), ticket_id)
     if ticket is None:
-        abort(404, "No such ticket, or it is not yours to see.")
+        abort(404, _("No such ticket, or it is not yours to see."))
     return ticket
 
 
@@ -116,7 +117,7 @@ def detail(ticket_id):
 @requires("tickets.work")
 def act(ticket_id, action):
     if action not in workflow.ALL:
-        raise ApiError(404, "not_found", "No such ticket action.")
+        raise ApiError(404, "not_found", _("No such ticket action."))
     key = forms.request_key()
     form = request.form
     fields = {k: form.get(k) for k in ("body", "assignee_id", "decision", "reason", "resolution_code",
@@ -152,10 +153,10 @@ def act(ticket_id, action):
 def attachment(ticket_id, attachment_id):
     with get_db().connection() as conn:
         _load(conn, ticket_id)
-        _, attachments = service.timeline(conn, current_scope("tickets.view"), ticket_id, current_user.id)
+        _messages, attachments = service.timeline(conn, current_scope("tickets.view"), ticket_id, current_user.id)
     found = next((a for a in attachments if a["id"] == attachment_id), None)
     if found is None:
-        abort(404, "No such attachment, or it is not yours to see.")
+        abort(404, _("No such attachment, or it is not yours to see."))
     return download(found)
 
 
@@ -165,7 +166,7 @@ def download(att: dict):
     try:
         fh = store.open_read(att["storage_key"])
     except (storage.StorageError, FileNotFoundError):
-        abort(404, "The attachment's file is missing.")
+        abort(404, _("The attachment's file is missing."))
     resp = send_file(fh, mimetype=att["content_type"], as_attachment=True, download_name=att["filename"],
                      max_age=0)
     resp.headers["X-Content-Type-Options"] = "nosniff"

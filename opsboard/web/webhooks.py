@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 from flask import Blueprint, render_template, request
+from flask_babel import gettext as _
 
 from .. import db, webhooks
 from . import forms
@@ -52,7 +53,7 @@ def create():
     try:
         tenant_id = uuid.UUID(request.form.get("tenant_id", ""))
     except ValueError:
-        raise ApiError(400, "invalid_tenant", "Choose a tenant.") from None
+        raise ApiError(400, "invalid_tenant", _("Choose a tenant.")) from None
     require_for_tenant(PERMISSION, tenant_id)
     with get_db().connection() as conn:
         row = webhooks.manage_create(

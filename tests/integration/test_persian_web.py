@@ -120,8 +120,10 @@ def test_demo_persian_support_agent_opens_in_fa(app, client):
     r = client.post("/login", data={"email": "support-fa@opsboard.demo", "password": "demo password 1",
                                     "csrf_token": token}, headers={"Accept-Language": "en"})
     assert r.status_code == 302
-    html = client.get("/", headers={"Accept-Language": "en"}).get_data(as_text=True)
-    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "تیکت‌های پشتیبانی" in html
+    home = client.get("/", headers={"Accept-Language": "en"})
+    assert home.status_code == 302 and home.headers["Location"].endswith("/tickets/")  # support agents land on tickets
+    html = client.get("/tickets/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl" data-calendar="jalali"' in html and "<h1>تیکت‌ها</h1>" in html
 
 
 def test_form_errors_and_error_pages_are_translated(client, login_as):
@@ -132,3 +134,29 @@ def test_form_errors_and_error_pages_are_translated(client, login_as):
     assert missing.status_code == 404 and "چنین کاری نیست" in html and 'dir="rtl"' in html
     bad = client.get("/jobs/?queue=nope", headers={"HX-Request": "true"})
     assert bad.status_code == 400 and "queue باید یکی از" in bad.get_data(as_text=True)
+
+
+def test_pages_merged_after_issue_14_render_in_fa(app, client, login_as):
+    """Tickets, notification templates, inbox, notification deliveries and webhooks in fa (demo data, admin)."""
+    import re
+
+    from opsboard.tools import demo
+
+    demo.seed(app.extensions["test_db_url"], {"users": {email: "demo password 1" for email, _, _ in demo.USERS}})
+    login_as("admin")
+    assert _switch(client, "fa").status_code == 302
+    pages = {"/tickets/": "<h1>تیکت‌ها</h1>", "/templates/": "<h1>قالب‌های اعلان</h1>",
+             "/notifications/": "<h1>تحویل اعلان‌ها</h1>", "/webhooks/": "<h1>مقصدهای وب‌هوک</h1>"}
+    for path, heading in pages.items():
+        r = client.get(path)
+        html = r.get_data(as_text=True)
+        assert r.status_code == 200 and '<html lang="fa" dir="rtl"' in html, path
+        assert heading in html, path
+    tickets = client.get("/tickets/").get_data(as_text=True)
+    ticket = re.search(r'href="(/tickets/[0-9a-f-]{36})"', tickets).group(1)
+    detail = client.get(ticket).get_data(as_text=True)
+    assert "خط زمانی" in detail and "Timeline" not in detail
+    templates = client.get("/templates/").get_data(as_text=True)
+    key = re.search(r'href="(/templates/[^"/]+)"', templates)
+    if key:
+        assert client.get(key.group(1)).status_code == 200
