@@ -1,21 +1,10 @@
 -- name: rate_limit_take
--- Take one token from a bucket, atomically, creating the bucket full on first use.
--- The row lock of the UPSERT serialises concurrent takers, so the bucket never
--- grants more than capacity + rate x elapsed.  Returns whether it granted and,
--- when not, the seconds until the next token.
-WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t)
-INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
-SELECT %(name)s::text, %(capacity)s::float8, %(rate)s::float8, %(capacity)s::float8 - 1, true, t FROM now_
-ON CONFLICT (name) DO UPDATE SET
-    capacity = excluded.capacity,
-    refill_rate = excluded.refill_rate,
-    last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
-    tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
-             - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
-                    THEN 1 ELSE 0 END,
-    updated_at = greatest(r.updated_at, excluded.updated_at)
-RETURNING last_granted AS granted, tokens,
-          CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds;
+-- Take one token from a bucket, atomically, creating the bucket full on first use
+-- (opsboard_take_token, migration 0016: the one copy of the refill arithmetic).
+-- Returns whether it granted and, when not, the seconds until the next token.
+SELECT granted, tokens, wait_seconds
+FROM opsboard_take_token(%(name)s::text, %(capacity)s::float8, %(rate)s::float8,
+                         coalesce(%(now)s::timestamptz, now()));
 
 -- name: queue_depth_replace
 -- Replace the sampled depth with a fresh count of unfinished and dead jobs by
@@ -61,21 +50,16 @@ depth AS (
 ), lim AS (
     SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
            coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
-), take AS (
-    INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
-    SELECT %(name)s::text, greatest(1, lim.burst)::float8, lim.rate, greatest(1, lim.burst)::float8 - 1, true, now_.t
-    FROM now_, lim, depth
+), admitted AS (
+    -- OFFSET 0 keeps this a separate step: the token is taken (below) only for
+    -- a row that passed the queue's mark, never when the queue is full.
+    SELECT lim.rate, lim.burst, now_.t FROM now_, lim, depth
     WHERE %(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint
-    ON CONFLICT (name) DO UPDATE SET
-        capacity = excluded.capacity,
-        refill_rate = excluded.refill_rate,
-        last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
-        tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
-                 - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
-                        THEN 1 ELSE 0 END,
-        updated_at = greatest(r.updated_at, excluded.updated_at)
-    RETURNING last_granted AS granted,
-              CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds
+    OFFSET 0
+), take AS (
+    SELECT tk.granted, tk.wait_seconds
+    FROM admitted a
+    CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
 )
 SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now
 FROM depth CROSS JOIN lim LEFT JOIN take ON true;

@@ -131,21 +131,16 @@ depth AS (
 ), lim AS (
     SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
            coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
-), take AS (
-    INSERT INTO rate_limits AS r (name, capacity, refill_rate, tokens, last_granted, updated_at)
-    SELECT %(name)s::text, greatest(1, lim.burst)::float8, lim.rate, greatest(1, lim.burst)::float8 - 1, true, now_.t
-    FROM now_, lim, depth
+), admitted AS (
+    -- OFFSET 0 keeps this a separate step: the token is taken (below) only for
+    -- a row that passed the queue's mark, never when the queue is full.
+    SELECT lim.rate, lim.burst, now_.t FROM now_, lim, depth
     WHERE %(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint
-    ON CONFLICT (name) DO UPDATE SET
-        capacity = excluded.capacity,
-        refill_rate = excluded.refill_rate,
-        last_granted = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1,
-        tokens = least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate)
-                 - CASE WHEN least(excluded.capacity, r.tokens + greatest(0, extract(epoch FROM excluded.updated_at - r.updated_at)) * excluded.refill_rate) >= 1
-                        THEN 1 ELSE 0 END,
-        updated_at = greatest(r.updated_at, excluded.updated_at)
-    RETURNING last_granted AS granted,
-              CASE WHEN last_granted THEN 0 ELSE (1 - tokens) / refill_rate END AS wait_seconds
+    OFFSET 0
+), take AS (
+    SELECT tk.granted, tk.wait_seconds
+    FROM admitted a
+    CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
 ), ins AS (
     INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
                                correlation_id, payload)

@@ -65,6 +65,9 @@ def test_admission_429_and_503(db_url):
         other = auth.ensure_tenant(c, "other")["id"]
         full = backpressure.admission(c, other, "default", high_water={"default": 25})
         assert full.status == 503 and full.code == "queue_full" and int(full.headers()["Retry-After"]) > 0
+        # A full queue refuses before the tenant's bucket is touched: no token taken, no bucket made.
+        assert c.execute("SELECT count(*) AS n FROM rate_limits WHERE name = %s", (f"enqueue:{other}",)
+                         ).fetchone()["n"] == 0
         # critical has its own mark: the default backlog does not close it.
         assert backpressure.admission(c, other, "critical", high_water={"default": 25, "critical": 5}).accepted
         assert backpressure.admission(c, other, "default", high_water={"default": 100}).accepted
