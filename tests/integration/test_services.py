@@ -1,6 +1,8 @@
 """Maintenance services called through run_once with an explicit ``now``."""
+import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from opsboard import queue
@@ -105,6 +107,14 @@ def test_uuid7_floor_orders_with_ids_made_at_that_time(t0):
     assert uuid7_floor(t0).version == 7
 
 
+def _wait_backend_gone(url, pid, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as c:
+        while c.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, f"backend {pid} still alive after {timeout} s"
+            time.sleep(0.05)
+
+
 def test_only_one_leader_at_a_time(db_url):
     a, b = LeaderLock(db_url), LeaderLock(db_url)
     try:
@@ -114,8 +124,11 @@ def test_only_one_leader_at_a_time(db_url):
         a.release()
         assert b.try_hold() is True
         assert a.try_hold() is False
-        # A leader whose connection dies loses the lock with it.
+        # A leader whose connection dies loses the lock with it (once the server
+        # has ended that backend: closing the socket is not instant on a busy server).
+        pid = b.conn.info.backend_pid
         b.conn.close()
+        _wait_backend_gone(db_url, pid)
         assert a.try_hold() is True
         assert b.try_hold() is False
     finally:
