@@ -188,8 +188,11 @@ def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
 
 def list_alerts(conn: psycopg.Connection, scope: TenantScope, *, closed_limit: int = 50) -> dict[str, list[dict]]:
     """Open alerts (unacknowledged first) and the most recently closed ones, inside ``scope``."""
-    return {"open": db.all_rows(conn, "alert_list_open", scope.params),
-            "closed": db.all_rows(conn, "alert_list_closed", {**scope.params, "limit": closed_limit})}
+    found = {"open": db.all_rows(conn, "alert_list_open", scope.params),
+             "closed": db.all_rows(conn, "alert_list_closed", {**scope.params, "limit": closed_limit})}
+    audit.hide_staff(conn, scope, found["open"] + found["closed"], id_key="acknowledged_by_id",
+                     label_key="acknowledged_by")
+    return found
 
 
 def alert_detail(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict | None:
@@ -198,6 +201,7 @@ def alert_detail(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict
     if alert is None:
         return None
     history = audit.list_records(conn, scope, target_type="alert", target_id=str(alert["id"]), limit=50)
+    audit.hide_staff(conn, scope, history, id_key="actor_id", label_key="actor_label")
     return {"alert": alert, "history": list(reversed(history))}
 
 
@@ -213,7 +217,9 @@ def get_alert(conn: psycopg.Connection, scope: TenantScope, alert_id) -> dict | 
     aid = _alert_uuid(alert_id)
     if aid is None:
         return None
-    return db.one(conn, "alert_get", {"id": aid, **scope.params})
+    alert = db.one(conn, "alert_get", {"id": aid, **scope.params})
+    audit.hide_staff(conn, scope, [alert], id_key="acknowledged_by_id", label_key="acknowledged_by")
+    return alert
 
 
 def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: str, request_key: str | None,

@@ -226,6 +226,28 @@ def list_records(conn: psycopg.Connection, scope: TenantScope, *, actor: str | N
     })
 
 
+def staff_label(role: str) -> str:
+    """How operator staff appear to a tenant: by role, never by address."""
+    return f"operator staff ({role.replace('_', ' ')})"
+
+
+def hide_staff(conn: psycopg.Connection, scope: TenantScope, rows: list[dict], *, id_key: str,
+               label_key: str) -> list[dict]:
+    """For a tenant-scoped viewer, replace ``row[label_key]`` (an actor's email)
+    by :func:`staff_label` wherever ``row[id_key]`` is operator staff; platform
+    viewers see everything as it is.  Returns ``rows`` (changed in place)."""
+    if scope.all:
+        return rows
+    ids = list({r[id_key] for r in rows if r and r.get(id_key) is not None})
+    if not ids:
+        return rows
+    roles = {r["user_id"]: r["role"] for r in db.all_rows(conn, "audit_staff_roles", {"ids": ids})}
+    for row in rows:
+        if row and row.get(id_key) in roles:
+            row[label_key] = staff_label(roles[row[id_key]])
+    return rows
+
+
 def actions(conn: psycopg.Connection, scope: TenantScope) -> list[str]:
     """Every action name recorded so far inside ``scope``."""
     return [r["action"] for r in db.all_rows(conn, "audit_action_list", scope.params)]

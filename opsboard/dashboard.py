@@ -175,6 +175,7 @@ def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetai
     job = db.one(conn, "dashboard_job_get", {"id": jid, **scope.params})
     if job is None:
         return None
+    audit.hide_staff(conn, scope, [job], id_key="resolution_actor_id", label_key="resolution_actor")
     text = payload_text(job["payload"])
     preview, cut = cut_utf8(text, PAYLOAD_PREVIEW_BYTES)
     original = None

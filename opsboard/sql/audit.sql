@@ -63,3 +63,11 @@ SELECT EXISTS (
     WHERE outcome = 'denied' AND actor_id = %(actor_id)s AND action = %(action)s
       AND at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
 ) AS recent;
+
+-- name: audit_staff_roles
+-- The role of each of the given users who is operator staff (a member of an
+-- operator tenant): tenant-scoped viewers see such staff by role, never by address.
+SELECT DISTINCT ON (m.user_id) m.user_id, m.role::text AS role
+FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.user_id = ANY(%(ids)s::uuid[]) AND t.is_operator
+ORDER BY m.user_id, m.role;

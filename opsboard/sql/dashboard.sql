@@ -39,7 +39,8 @@ LIMIT %(limit)s;
 -- name: dashboard_job_get
 -- One job inside a scope, with its tenant and the resolution recorded for it.
 SELECT j.*, t.slug AS tenant_slug, t.name AS tenant_name,
-       r.resolution, r.reason AS resolution_reason, r.actor AS resolution_actor, r.at AS resolution_at
+       r.resolution, r.reason AS resolution_reason, r.actor AS resolution_actor, r.actor_id AS resolution_actor_id,
+       r.at AS resolution_at
 FROM jobs j
 JOIN tenants t ON t.id = j.tenant_id
 LEFT JOIN job_resolutions r ON r.job_id = j.id

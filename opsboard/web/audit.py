@@ -69,7 +69,7 @@ def _page():
         if row.get("staff_role") and not scope.all:
             # Tenant-scoped viewers see the platform's staff by role, never by address.
             label = row["actor_label"]
-            row["actor_label"] = f"operator staff ({row['staff_role'].replace('_', ' ')})"
+            row["actor_label"] = audit.staff_label(row["staff_role"])
             row["before"], row["after"] = _without(row["before"], label), _without(row["after"], label)
     next_cursor = f"{rows[-1]['at'].isoformat()}_{rows[-1]['id']}" if more and rows else None
     args = forms.link_args(PAGE_ARGS)

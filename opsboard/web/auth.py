@@ -9,7 +9,8 @@ from flask_babel import ngettext
 from flask_login import current_user, login_required, login_user, logout_user
 
 from .. import audit
-from ..auth import LoginThrottled, authenticate, end_all_sessions, end_session, session_count, start_session
+from ..auth import (AuthError, LoginThrottled, authenticate, end_all_sessions, end_session, session_count,
+                    set_password, start_session)
 from .context import get_config, get_db, request_id
 from .i18n import digits
 from .security import client_address
@@ -91,6 +92,55 @@ def account():
     with get_db().connection() as conn:
         sessions = session_count(conn, current_user.id)
     return render_template("auth/account.html", sessions=sessions)
+
+
+@bp.route("/account/password", methods=["POST"])
+@login_required
+def change_password():
+    """Change one's own password: the current one is checked (and throttled as a
+    sign-in is), every other session ends, this browser stays signed in."""
+    cfg = get_config()
+    current = request.form.get("current_password", "")
+    new, again = request.form.get("new_password", ""), request.form.get("new_password_again", "")
+    error, status = None, 400
+    if new != again:
+        error = _("The two new passwords differ.")
+    elif len(new) < 8:
+        error = _("The new password must have at least 8 characters.")
+    elif new == current:
+        error = _("The new password must differ from the current one.")
+    with get_db().connection() as conn:
+        if error is None:
+            try:
+                checked = authenticate(conn, current_user.email, current, client_address(),
+                                       max_account=cfg.login_max_failures_account,
+                                       max_address=cfg.login_max_failures_address,
+                                       window_seconds=cfg.login_window_seconds)
+            except LoginThrottled as exc:
+                minutes = max(1, round(exc.retry_after / 60))
+                error, status = ngettext("Too many failed sign-ins. Try again in about %(n)s minute.",
+                                         "Too many failed sign-ins. Try again in about %(n)s minutes.", minutes,
+                                         n=digits(minutes)), 429
+            else:
+                if checked is None or checked.id != current_user.id:
+                    error, status = _("The current password is wrong."), 403
+        if error is None:
+            try:
+                with conn.transaction():
+                    set_password(conn, current_user.id, new)  # ends every session, this one too
+                    audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()),
+                                 "auth.password_change", target_type="user", target_id=current_user.id)
+            except AuthError:
+                error = _("The new password must have at least 8 characters.")
+            else:
+                session.clear()
+                principal = start_session(conn, current_user._get_current_object(),
+                                          int(current_app.permanent_session_lifetime.total_seconds()))
+                login_user(principal)
+                flash(_("Password changed. Every other session has been signed out."))
+                return redirect(url_for("auth.account"))
+        sessions = session_count(conn, current_user.id)
+    return render_template("auth/account.html", sessions=sessions, password_error=error), status
 
 
 @bp.route("/account/sign-out-everywhere", methods=["POST"])

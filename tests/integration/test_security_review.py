@@ -459,3 +459,36 @@ def test_tenant_page_has_its_own_charts_and_recent_failures(client, login_as, db
     assert 'data-axis="x"' in html and "failed / min" in html
     assert "http_410" in html and "other_tenant_code" not in html
     assert "failed / min: 2 /min" in html
+
+
+def test_tenant_viewers_see_staff_by_role_on_alerts_and_job_resolutions(app, client, login_as, db):
+    from opsboard import alerts, audit, dashboard
+    from opsboard.auth import TenantScope
+    from opsboard.schema import new_id
+    with connect(db) as c:
+        t = seed.tenant(c, "acme")
+        auth.ensure_tenant(c, "operator", is_operator=True)
+        auth.create_user(c, "bob.staff@example.test", PASSWORD, "ops", "operator")
+        staff = c.execute("SELECT id FROM users WHERE email = 'bob.staff@example.test'").fetchone()["id"]
+        bob = audit.Actor("bob.staff@example.test", staff)
+        alert = c.execute(
+            "INSERT INTO alerts (id, rule, key, tenant_id, severity, summary, details, opened_at, last_seen_at) "
+            "VALUES (%s, 'dead_rising', 'acme', %s, 'warning', 'dead jobs rising', '{}', now(), now()) RETURNING id",
+            (new_id(), t)).fetchone()["id"]
+        alerts.acknowledge(c, alert, bob, "looking into it", None, scope=TenantScope(all=True))
+        [job] = seed.jobs(c, t)
+        seed.kill(c, [job])
+        dashboard.resolve(c, job, "resolved", bob, "fixed by hand", None, scope=TenantScope(all=True))
+        # The service layer hides staff from tenant scopes and only from them.
+        tenant_scope = TenantScope(all=False, ids=(t,))
+        assert alerts.get_alert(c, tenant_scope, alert)["acknowledged_by"] == "operator staff (ops)"
+        assert alerts.get_alert(c, TenantScope(all=True), alert)["acknowledged_by"] == "bob.staff@example.test"
+        assert dashboard.job_detail(c, tenant_scope, job).job["resolution_actor"] == "operator staff (ops)"
+    login_as("admin", tenant="acme", operator=False)
+    for path in ("/alerts/", f"/alerts/{alert}", f"/jobs/{job}"):
+        page = client.get(path).get_data(as_text=True)
+        assert "bob.staff" not in page, path
+        assert "operator staff (ops)" in page, path
+    op = app.test_client()
+    sign_in(op, "bob.staff@example.test")
+    assert "bob.staff@example.test" in op.get(f"/alerts/{alert}").get_data(as_text=True)

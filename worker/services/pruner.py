@@ -1,5 +1,5 @@
 """The pruner: deletes succeeded and cancelled jobs older than the retention,
-with their attempt rows, plus old statistics, login failures and silent workers.
+with their attempt rows, plus old statistics, login failures, expired sessions and silent workers.
 
 Dead jobs are kept: they are evidence until someone resolves or replays them.
 """
@@ -53,5 +53,6 @@ class Pruner:
                 break
         db.execute(conn, "job_stats_prune", {"cutoff": current - timedelta(days=self.config.stats_retention_days)})
         db.execute(conn, "login_failure_prune", {"now": current, "window": self.config.login_window_seconds})
+        db.execute(conn, "session_prune", {"now": current})  # not only at the next sign-in
         db.execute(conn, "worker_prune_stale", {"now": current, "seconds": self.config.stale_worker_seconds})
         return total
