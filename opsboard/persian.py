@@ -148,6 +148,23 @@ def format_ago(seconds: float | None, locale: str | None = "en") -> str:
     return digits_for(text, locale)
 
 
+#: Seconds in each unit a live relative time is counted in (see :func:`ago_patterns`).
+AGO_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def ago_patterns(locale: str | None = "en") -> dict[str, dict[str, str]]:
+    """Babel's "N units ago" wording per unit, with ``{n}`` where the number goes: what a page's script
+    fills in for times that change while it is open ({"minute": {"one": "{n} min. ago", "other": ...}})."""
+    out = {}
+    for unit, seconds in AGO_UNITS.items():
+        forms = {}
+        for form, n in (("one", 1), ("other", 2)):
+            text = latin_digits(format_ago(n * seconds, locale))
+            forms[form] = text.replace(str(n), "{n}", 1)
+        out[unit] = forms
+    return out
+
+
 _WS = re.compile(r"\s+")
 
 

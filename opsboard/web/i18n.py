@@ -70,6 +70,13 @@ def ago(seconds) -> str:
     return persian.format_ago(seconds, prefs()[0])
 
 
+def live_text() -> dict:
+    """What a page's script needs to write numbers and relative times in the page's language:
+    the locale's digits 0-9 and Babel's "N units ago" patterns (rendered into a JSON script tag)."""
+    locale = prefs()[0]
+    return {"digits": digits("0123456789"), "ago": persian.ago_patterns(locale), "just_now": _("just now")}
+
+
 def _context() -> dict:
     locale, calendar, time_zone = prefs()
     return {"page_lang": locale, "page_dir": "rtl" if locale in persian.RTL_LOCALES else "ltr",
@@ -111,6 +118,33 @@ def breaker_label(value) -> str:
     return str(label) if label is not None else str(value).replace("_", "-")
 
 
+#: The ticket workflow's actions (opsboard.tickets.workflow declares them with English labels: the
+#: core knows no Flask) and the ticket fields shown as words.
+TICKET_ACTION_LABELS = {
+    "triage": _l("Triage"), "start": _l("Start work"), "wait_on_customer": _l("Wait on customer"),
+    "resume": _l("Resume"), "resolve": _l("Resolve"), "close": _l("Close"), "reopen": _l("Reopen"),
+    "cancel": _l("Cancel"), "assign": _l("Assign"), "reply": _l("Reply"), "note": _l("Internal note"),
+    "decide": _l("Decide"), "set_priority": _l("Change priority"),
+}
+TICKET_WORDS = {
+    "low": _l("low"), "normal": _l("normal"), "high": _l("high"), "urgent": _l("urgent"),
+    "approved": _l("approved"), "rejected": _l("rejected"),
+}
+
+
+def action_label(transition) -> str:
+    """A ticket action (a workflow ``Transition`` or its name) in the page's language."""
+    action = getattr(transition, "action", transition)
+    label = TICKET_ACTION_LABELS.get(str(action))
+    return str(label) if label is not None else str(getattr(transition, "label", action))
+
+
+def ticket_word(value) -> str:
+    """A ticket priority or decision in the page's language (unknown values as they are)."""
+    label = TICKET_WORDS.get(str(value))
+    return str(label) if label is not None else str(value)
+
+
 def status_label(value) -> str:
     raw = str(getattr(value, "value", value))
     label = STATUS_LABELS.get(raw)
@@ -129,7 +163,8 @@ def init_app(app) -> None:
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
     app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
-                                 breaker_label=breaker_label)
+                                 breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
+                                 live_text=live_text)
     app.register_blueprint(bp)
 
 

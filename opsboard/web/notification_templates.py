@@ -108,12 +108,12 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
         for loc in locales:
             if (ch, loc) == (channel, locale):
                 src = {"subject": form.get("subject", ""), "body": form.get("body", ""), "variables": declared,
-                       "origin": "editing", "sample": sample}
+                       "origin": None, "sample": sample}
             else:
                 t = drafts.get((ch, loc)) or live.get((ch, loc))
                 # Its own sample, overridden by the author's: the same payload fills every cell.
                 src = t and {"subject": t["subject"], "body": t["body"], "variables": t["variables"],
-                             "origin": f"v{t['version']} {t['status']}", "sample": {**(t["sample"] or {}), **sample}}
+                             "origin": t, "sample": {**(t["sample"] or {}), **sample}}
             if src is None:
                 cells.append({"locale": loc, "absent": True,
                               "fallback": render.pick_locale({l for (c, l) in live if c == ch},

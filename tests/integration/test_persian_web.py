@@ -160,3 +160,34 @@ def test_pages_merged_after_issue_14_render_in_fa(app, client, login_as):
     key = re.search(r'href="(/templates/[^"/]+)"', templates)
     if key:
         assert client.get(key.group(1)).status_code == 200
+
+
+def test_inbox_live_text_comes_from_the_catalog_in_fa(app, client, login_as):
+    """The inbox script's words (live state, new notification, unread count, relative times) are rendered
+    by the server in the user's language into a JSON script tag; the badge counts in Persian digits."""
+    import json
+
+    from opsboard import auth
+    from opsboard.notifications import fanout
+    from tests.integration.test_notifications import _notice   # declares test_notice.sent
+
+    email = login_as("member", tenant="acme-fa", operator=False)
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, "acme-fa")
+        uid = auth.create_user(c, email, "correct horse battery", "support_agent", "acme-fa")["id"]
+        for _n in range(12):
+            fanout.fan_out(c, _notice(c, t, [uid])["id"])
+    _switch(client, "fa", "/inbox/")
+    html = client.get("/inbox/").get_data(as_text=True)
+    assert '<html lang="fa" dir="rtl"' in html
+    assert 'data-unread="12">۱۲</span>' in html and 'aria-label="۱۲ خوانده‌نشده"' in html
+    text = json.loads(re.search(r'<script type="application/json" id="inbox-text">(.*?)</script>', html, re.S).group(1))
+    assert text["live"] == "زنده" and text["reconnecting"] == "در حال اتصال دوباره…"
+    assert text["new_notification"] == "اعلان تازه: {title}" and text["unread"] == "{n} خوانده‌نشده"
+    assert text["digits"] == "۰۱۲۳۴۵۶۷۸۹" and text["just_now"] == "همین حالا"
+    assert text["ago"]["minute"]["other"] == "{n} دقیقه پیش"
+    _switch(client, "en", "/inbox/")
+    html = client.get("/inbox/").get_data(as_text=True)
+    text = json.loads(re.search(r'id="inbox-text">(.*?)</script>', html, re.S).group(1))
+    assert text["live"] == "Live" and text["digits"] == "0123456789" and text["ago"]["hour"]["one"] == "{n} hr. ago"
+    assert 'data-unread="12">12</span>' in html

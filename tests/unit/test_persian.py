@@ -72,6 +72,34 @@ def test_every_message_id_is_translated_to_fa(tmp_path):
     assert {m.id if isinstance(m.id, str) else tuple(m.id) for m in mo if m.id} >= extracted, "messages.mo is stale: run pybabel compile -d translations"
 
 
+#: Where a script would put words in front of a reader: text of an element, an accessible name, a dialog.
+_JS_TEXT_SINKS = [
+    r"(?:textContent|innerText|innerHTML|outerHTML)\s*[+]?=\s*[\"'`][^\"'`]*[A-Za-z]",
+    r"setAttribute\(\s*[\"'](?:aria-label|aria-description|title|placeholder|alt)[\"']\s*,\s*[\"'`][^\"'`]*[A-Za-z]",
+    r"(?:alert|confirm|prompt|createTextNode)\(\s*[\"'`][^\"'`]*[A-Za-z]",
+    r"insertAdjacent(?:Text|HTML)\([^,]+,\s*[\"'`][^\"'`]*[A-Za-z]",
+]
+
+
+def test_scripts_hold_no_words_of_their_own():
+    """Live text comes from the page (rendered through Babel, e.g. the inbox's JSON script tag), so the
+    catalog test above covers it: a script writing a literal word into the page fails here."""
+    scripts = sorted((ROOT / "static/js").glob("*.js"))
+    assert scripts
+    found = []
+    for script in scripts:
+        source = re.sub(r"^\s*//.*$", "", script.read_text(), flags=re.M)
+        found += [f"{script.name}: {m.group(0)}" for pattern in _JS_TEXT_SINKS for m in re.finditer(pattern, source)]
+    assert not found, found
+    assert re.search(r"textContent\s*=\s*\"Live\"", 'status.textContent = "Live";')   # the check bites
+
+
+def test_ago_patterns_for_live_times():
+    assert persian.ago_patterns("en")["minute"] == {"one": "{n} min. ago", "other": "{n} min. ago"}
+    assert persian.ago_patterns("en")["day"]["other"] == "{n} days ago"
+    assert persian.ago_patterns("fa")["hour"]["other"] == "{n} ساعت پیش"    # the script writes Persian digits
+
+
 def test_placeholders_match_in_translations():
     for m in _catalog_ids():
         if not m.id:
