@@ -143,7 +143,8 @@ def operator_action(conn: psycopg.Connection, actor: Actor, action: str, *, targ
             return None
         previous = find_by_request_key(conn, action, request_key)
         if previous is not None and previous["target_id"] != target:
-            raise OpsError(f"this request key was used for {action} on another {target_type}", "request_key_reused")
+            raise OpsError("this request key was used for %(action)s on another %(target)s", "request_key_reused",
+                           params={"action": action, "target": target_type})
         return previous
 
     ctx = ActionContext(conn, actor, action, target_type, target, reason, request_key)

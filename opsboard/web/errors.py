@@ -25,6 +25,27 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
 
 
+#: Parameters of core refusals that hold workflow words (statuses, actions, roles), shown translated;
+#: a list of names only where it lists actions (elsewhere it lists the values to type: codes, kept).
+_WORD_PARAMS = frozenset({"action", "status", "role", "resolution"})
+
+
+def human_message(exc: OpsError) -> str:
+    """A refusal of the core in the reader's language: its message id (``exc.template``, extracted from
+    ``OpsError(...)`` calls into the catalog) translated, then its values filled in.  The API keeps the
+    English ``str(exc)`` beside its stable code."""
+    from .i18n import prefs, word_label
+
+    if request.path.startswith("/api/") or prefs()[0] == "en":   # English is the source language
+        return str(exc)
+
+    words = _WORD_PARAMS | ({"names"} if exc.code == "invalid_transition" else set())
+    comma = "، " if prefs()[0] == "fa" else ", "
+    params = {k: comma.join(word_label(w) for w in v.split(", ")) if k in words and isinstance(v, str) else v
+              for k, v in exc.params.items()}
+    return _(exc.template, **params)
+
+
 def wants_json() -> bool:
     if request.path.startswith("/api/"):
         return True
@@ -55,7 +76,7 @@ def register(app) -> None:
     def _core_error(exc: OpsError):
         # The one place a refusal of the core becomes an HTTP answer: its
         # stable code, and the status the code maps to (opsboard.errors).
-        return error_response(exc.status, exc.code, str(exc))
+        return error_response(exc.status, exc.code, human_message(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):

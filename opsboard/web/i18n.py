@@ -128,7 +128,7 @@ TICKET_ACTION_LABELS = {
 }
 TICKET_WORDS = {
     "low": _l("low"), "normal": _l("normal"), "high": _l("high"), "urgent": _l("urgent"),
-    "approved": _l("approved"), "rejected": _l("rejected"),
+    "approved": _l("approved"), "rejected": _l("rejected"), "requester": _l("requester"),
 }
 
 
@@ -143,6 +143,20 @@ def ticket_word(value) -> str:
     """A ticket priority or decision in the page's language (unknown values as they are)."""
     label = TICKET_WORDS.get(str(value))
     return str(label) if label is not None else str(value)
+
+
+def word_label(value: str) -> str:
+    """A workflow word inside a refusal of the core (a ticket action, code or lower-cased label, a status,
+    a priority, a role) in the page's language; anything else as it is (names, ids and codes stay Latin)."""
+    from ..tickets import workflow
+
+    action = value if value in TICKET_ACTION_LABELS else {t.label.lower(): a for a, t in workflow.ALL.items()}.get(value)
+    if action:
+        return str(TICKET_ACTION_LABELS[action])
+    for labels in (STATUS_LABELS, TICKET_WORDS, ROLE_LABELS):
+        if value in labels:
+            return str(labels[value])
+    return value
 
 
 def status_label(value) -> str:

@@ -14,7 +14,7 @@ from ..notifications import render, templates, tracking
 from ..notifications.policy import CHANNELS, policies
 from . import forms
 from .context import get_db
-from .errors import ApiError
+from .errors import ApiError, human_message
 from .security import current_scope, requires
 
 bp = Blueprint("templates", __name__, url_prefix="/templates")
@@ -94,7 +94,7 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
     try:
         declared = templates.parse_variables(form.get("variables", ""))
     except OpsError as exc:
-        declared, var_error = [], str(exc)
+        declared, var_error = [], human_message(exc)
     else:
         var_error = None
     with get_db().connection() as conn:
@@ -154,7 +154,7 @@ def create():
     try:
         templates._check_ids(key, "inbox", "fa")
     except OpsError as exc:
-        raise ApiError(400, exc.code, str(exc)) from None
+        raise ApiError(400, exc.code, human_message(exc)) from None
     return redirect(url_for("templates.edit", key=key, channel=request.form.get("channel", "inbox"), locale="fa"), 303)
 
 

@@ -191,3 +191,45 @@ def test_inbox_live_text_comes_from_the_catalog_in_fa(app, client, login_as):
     text = json.loads(re.search(r'id="inbox-text">(.*?)</script>', html, re.S).group(1))
     assert text["live"] == "Live" and text["digits"] == "0123456789" and text["ago"]["hour"]["one"] == "{n} hr. ago"
     assert 'data-unread="12">12</span>' in html
+
+
+def test_core_refusals_are_shown_translated_and_the_api_keeps_english(client, login_as, app):
+    """OpsError messages of the core (tickets workflow, guards, dashboard) on fa pages, with workflow words
+    translated; English pages and the API keep the English message; the code never changes."""
+    from opsboard.tickets import service
+    from tests.support.tickets import make_desk
+
+    with connect(app.extensions["test_db_url"]) as c:
+        desk = make_desk(c, "acme-fa-desk")
+        ticket = service.create_ticket(c, desk.caller("requester"), tenant_id=desk.tenant["id"], subject="چاپگر",
+                                       body="خراب است")
+        t = seed.tenant(c, "acme-fa-jobs")
+        [job] = seed.jobs(c, t, 1)
+    login_as("admin", tenant="acme-fa-desk", operator=False)
+    _switch(client, "fa")
+    import uuid
+
+    def act(path, accept="text/html", **data):
+        return client.post(path, data={"csrf_token": client.csrf, "request_key": str(uuid.uuid4()), **data},
+                           headers={"HX-Request": "true", "Accept": accept})
+
+    r = act(f"/tickets/{ticket['id']}/act/close")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 409 and 'data-error-code="invalid_transition"' in html
+    assert "کنش بستن روی تیکتی با وضعیت جدید ممکن نیست؛ مجاز: بررسی اولیه، شروع کار، لغو" in html
+    assert act(f"/tickets/{ticket['id']}/act/triage").status_code == 200
+    r = act(f"/tickets/{ticket['id']}/act/resolve", resolution_code="")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 400 and 'data-error-code="resolution_required"' in html
+    assert "حل کردن به یک کد نیاز دارد (حروف، ارقام، - یا _)" in html and "۴۰۰" in html
+    api = act(f"/tickets/{ticket['id']}/act/resolve", accept="application/json")
+    assert api.get_json()["error"] == "resolution_required"          # the code stays a code
+    _switch(client, "en")
+    r = act(f"/tickets/{ticket['id']}/act/close")
+    assert "cannot close a triaged ticket; allowed: start, resolve, cancel" in r.get_data(as_text=True)
+    client.post("/logout", data={"csrf_token": client.csrf})
+    login_as("ops")
+    _switch(client, "fa")
+    r = act(f"/jobs/{job}/resolve", resolution="resolved", reason="دلیل")
+    assert r.status_code == 409 and "فقط کارهای مرده را می‌توان حل‌شده علامت زد؛ وضعیت این کار در انتظار است" in \
+        r.get_data(as_text=True)
