@@ -123,6 +123,20 @@ def format_timestamp(value: _dt.datetime, *, locale: str | None = "en", calendar
     return digits_for(text, locale)
 
 
+def format_day(value, *, locale: str | None = "en", calendar: str | None = "gregorian") -> str:
+    """A calendar day (a date or an ISO date string, no zone: a report's period) in the user's calendar:
+    2026-11-23 or ۱۴۰۵/۰۹/۰۲."""
+    if isinstance(value, str):
+        value = _dt.date.fromisoformat(value[:10])
+    if isinstance(value, _dt.datetime):
+        value = value.date()
+    if calendar == "jalali":
+        text = JalaliDateTime(_dt.datetime(value.year, value.month, value.day)).strftime("%Y/%m/%d")
+    else:
+        text = value.isoformat()
+    return digits_for(text, locale)
+
+
 def format_utc(value: _dt.datetime) -> str:
     """The exact UTC time (Latin digits, ISO-like): the hover title of every timestamp."""
     if value.tzinfo is None:

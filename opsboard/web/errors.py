@@ -6,6 +6,7 @@ import logging
 
 from flask import jsonify, render_template, request
 from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
 from werkzeug.exceptions import HTTPException, SecurityError
 
 from ..errors import OpsError
@@ -67,6 +68,14 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
     return response
 
 
+def _http_message(status: int) -> str:
+    messages = {400: _l("The request could not be understood."), 401: _l("Sign in to continue."),
+                403: _l("You may not do this."), 404: _l("This page does not exist."),
+                405: _l("This address does not accept this kind of request."), 413: _l("The request is too large."),
+                429: _l("Too many requests; try again later.")}
+    return str(messages.get(status, _l("The request could not be completed.")))
+
+
 def register(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
@@ -88,7 +97,10 @@ def register(app) -> None:
             response.mimetype = "text/plain"
             return response
         status = exc.code or 500
-        return error_response(status, _CODES.get(status, "http_error"), exc.description or "")
+        message = exc.description or ""
+        if message == type(exc).description:   # werkzeug's own English text (an unknown URL, a wrong method...)
+            message = _http_message(status)
+        return error_response(status, _CODES.get(status, "http_error"), message)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -58,6 +58,11 @@ def fmt_ts(value, seconds: bool = True) -> str:
     return persian.format_timestamp(value, locale=locale, calendar=calendar, timezone=time_zone, seconds=seconds)
 
 
+def fmt_day(value) -> str:
+    locale, calendar, _zone = prefs()
+    return persian.format_day(value, locale=locale, calendar=calendar)
+
+
 def num(value) -> str:
     return persian.format_count(value, prefs()[0])
 
@@ -175,7 +180,7 @@ def init_app(app) -> None:
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
-    app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
                                  live_text=live_text)

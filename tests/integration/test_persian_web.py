@@ -134,6 +134,11 @@ def test_form_errors_and_error_pages_are_translated(client, login_as):
     assert missing.status_code == 404 and "چنین کاری نیست" in html and 'dir="rtl"' in html
     bad = client.get("/jobs/?queue=nope", headers={"HX-Request": "true"})
     assert bad.status_code == 400 and "queue باید یکی از" in bad.get_data(as_text=True)
+    nowhere = client.get("/no/such/page")
+    assert nowhere.status_code == 404 and "چنین صفحه‌ای وجود ندارد." in nowhere.get_data(as_text=True)
+    assert "requested URL" not in nowhere.get_data(as_text=True)          # werkzeug's English text replaced
+    wrong = client.get("/locale")                                         # POST only
+    assert wrong.status_code == 405 and "این نشانی این نوع درخواست را نمی‌پذیرد." in wrong.get_data(as_text=True)
 
 
 def test_pages_merged_after_issue_14_render_in_fa(app, client, login_as):
@@ -233,3 +238,101 @@ def test_core_refusals_are_shown_translated_and_the_api_keeps_english(client, lo
     r = act(f"/jobs/{job}/resolve", resolution="resolved", reason="دلیل")
     assert r.status_code == 409 and "فقط کارهای مرده را می‌توان حل‌شده علامت زد؛ وضعیت این کار در انتظار است" in \
         r.get_data(as_text=True)
+
+
+def test_queue_health_outbox_line_in_fa(client, login_as, app):
+    from opsboard import outbox
+
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme-outbox")
+        for n in range(12):
+            outbox.publish(c, "order.paid", 1, aggregate=("order", f"o-{n}"), tenant=t,
+                           payload={"order_id": f"o-{n}", "amount_cents": 1250, "currency": "EUR"})
+    login_as("ops")
+    _switch(client, "fa")
+    part = client.get("/queues/_health").get_data(as_text=True)
+    assert "صندوق خروجی: ۱۲ رویداد در انتظار رله" in part and "(۲۴ ساعت): ۰" in part and "Outbox" not in part
+    _switch(client, "en")
+    assert "Outbox: 12 events waiting for the relay" in client.get("/queues/_health").get_data(as_text=True)
+
+
+_LATIN_TIME = re.compile(r"[0-9]{4}[-/][0-9]{1,2}[-/][0-9]{1,2}|(?<![0-9])[0-9]{1,2}:[0-9]{2}(?![0-9])")
+_TIME_TAG = re.compile(r"<time\b([^>]*)>(.*?)</time>", re.S)
+
+
+def _timestamp_problems(path: str, html: str) -> list[str]:
+    """Timestamps of a fa page not written in the user's calendar and digits, or without the exact UTC time
+    on hover: every <time> has a title "... UTC" and Persian digits; no Latin date or clock elsewhere in the
+    text (ids, codes and JSON in <code>/<pre>, attribute values and scripts excluded)."""
+    problems = []
+    for attrs, text in _TIME_TAG.findall(html):
+        title = re.search(r'title="([^"]*)"', attrs)
+        day = re.search(r'datetime="([0-9]{4}-[0-9]{2}-[0-9]{2})"', attrs)   # a calendar day: its ISO date
+        if not title or not (title.group(1).endswith(" UTC") or (day and title.group(1) == day.group(1))):
+            problems.append(f"{path}: <time{attrs}> has no exact UTC title")
+        if re.search(r"[0-9]", re.sub(r"<[^>]+>", "", text)):
+            problems.append(f"{path}: <time> text in Latin digits: {text!r}")
+    text = re.sub(r"<(script|style|code|pre|textarea|svg|time)\b.*?</\1>", " ", html, flags=re.S)
+    # What people wrote (subjects, bodies, reasons: dir="auto") is shown as written.
+    text = re.sub(r'<(td|div|span|p|strong)\b[^>]*dir="auto"[^>]*>.*?</\1>', " ", text, flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)     # tags and their attributes (titles, values, hrefs)
+    problems += [f"{path}: Latin timestamp in the text: {text[max(0, m.start() - 60):m.end() + 20]!r}"
+                 for m in _LATIN_TIME.finditer(text)]
+    return problems
+
+
+def test_every_timestamp_on_every_page_follows_the_users_calendar(app, client, login_as):
+    """Demo data, an admin in fa (Jalali, Tehran): the navigation's pages and a detail page of each kind."""
+    from opsboard.tools import demo
+
+    demo.seed(app.extensions["test_db_url"], {"users": {email: "demo password 1" for email, _, _ in demo.USERS}})
+    login_as("admin")
+    _switch(client, "fa")
+    pages = ["/queues/", "/queues/_health", "/queues/_charts", "/tenants/", "/jobs/", "/dead/", "/workers/",
+             "/deliveries/", "/webhooks/", "/notifications/", "/alerts/", "/reports/", "/tickets/", "/templates/",
+             "/audit/", "/apikeys/", "/account", "/inbox/"]
+    details = {"/jobs/": r'href="(/jobs/[0-9a-f-]{36})"', "/tickets/": r'href="(/tickets/[0-9a-f-]{36})"',
+               "/templates/": r'href="(/templates/[a-z][a-z0-9_.]*)"', "/alerts/": r'href="(/alerts/[0-9a-f-]+)"',
+               "/reports/": r'href="(/reports/[0-9a-f-]{36})"', "/tenants/": r'href="(/tenants/[0-9a-f-]{36})"'}
+    problems, seen = [], []
+    for path in pages:
+        r = client.get(path)
+        if r.status_code in (403, 404):
+            continue
+        html = r.get_data(as_text=True)
+        assert r.status_code == 200, path
+        seen.append(path)
+        problems += _timestamp_problems(path, html)
+        if path in details and (m := re.search(details[path], html)):
+            detail = client.get(m.group(1))
+            assert detail.status_code == 200, m.group(1)
+            seen.append(m.group(1))
+            problems += _timestamp_problems(m.group(1), detail.get_data(as_text=True))
+    assert len(seen) > 15, seen
+    assert not problems, problems
+
+
+def test_chart_axes_follow_the_users_zone_with_utc_on_hover(client, login_as, app):
+    from datetime import timedelta
+
+    from opsboard import persian as fa
+
+    with connect(app.extensions["test_db_url"]) as c:
+        now = seed.db_now(c).replace(second=0, microsecond=0)
+        c.execute("""INSERT INTO job_stats (minute, worker_id, queue, type, succeeded, retried, dead, duration_hist)
+                     VALUES (%s, 'w1', 'critical', 'otp.send', 12, 3, 0, %s)""",
+                  (now - timedelta(minutes=1), [0] * 20))
+    login_as("ops")
+    _switch(client, "fa")
+    html = client.get("/queues/_charts").get_data(as_text=True)
+    axis = re.search(r'<g class="axis" data-axis="x">(.*?)</g>', html, re.S).group(1)
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", axis)
+    first = now - timedelta(minutes=59)          # 60 buckets, the last one is now
+    assert labels[0] == fa.fa_digits(first.astimezone(fa.zone("Asia/Tehran")).strftime("%H:%M"))   # Tehran time
+    start = now - timedelta(minutes=1)
+    utc = f"({start:%H:%M}–{now:%H:%M} UTC)"
+    hover = [t for t in re.findall(r"<title>([^<]*)</title>", html) if utc in t]
+    assert hover and "۱۵ در دقیقه" in hover[0]                  # local span, exact UTC, Persian values
+    _switch(client, "en")
+    html = client.get("/queues/_charts").get_data(as_text=True)
+    assert f"<title>{start:%H:%M}–{now:%H:%M} UTC — processed / min: 15 /min; failed / min: 3 /min" in html
