@@ -77,9 +77,11 @@ def ago(seconds) -> str:
 
 def live_text() -> dict:
     """What a page's script needs to write numbers and relative times in the page's language:
-    the locale's digits 0-9 and Babel's "N units ago" patterns (rendered into a JSON script tag)."""
+    the locale's digits 0-9, Babel's "N units ago" patterns and the right-to-left languages (rendered into
+    a JSON script tag)."""
     locale = prefs()[0]
-    return {"digits": digits("0123456789"), "ago": persian.ago_patterns(locale), "just_now": _("just now")}
+    return {"digits": digits("0123456789"), "ago": persian.ago_patterns(locale), "just_now": _("just now"),
+            "rtl": sorted(persian.RTL_LOCALES)}
 
 
 def _context() -> dict:

@@ -45,7 +45,8 @@
     li.className = "inbox-item unread new";
     li.id = "n-" + n.id;
     li.setAttribute("data-cursor", n.cursor);
-    li.setAttribute("dir", "auto");
+    if (n.locale) li.setAttribute("lang", n.locale);   // the notification's language decides its direction
+    li.setAttribute("dir", n.locale ? (text.rtl.indexOf(n.locale) >= 0 ? "rtl" : "ltr") : "auto");
     var title = document.createElement("strong");
     title.textContent = n.title;
     var when = document.createElement("time");

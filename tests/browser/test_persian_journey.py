@@ -145,3 +145,45 @@ def test_same_journey_in_fa_and_en(app, server, browser, persian_world, shots): 
     shots(page, "template-preview-en")
     assert problems == []
     context.close()
+
+
+def test_inbox_live_text_in_fa(app, server, browser, shots):  # noqa: F811
+    """The inbox script's live words come from the page (rendered through Babel): the live state, the new
+    row's relative time (exact UTC on hover), the unread badge in Persian digits, the announcement."""
+    from tests.integration.test_notifications import _notice   # declares test_notice.sent
+    from opsboard.notifications import fanout
+
+    with connect(app.extensions["test_db_url"]) as c:
+        tenant = auth.ensure_tenant(c, "parsian-inbox")
+        # The test notice's policy asks for tickets.view: a support agent receives it.
+        user = auth.create_user(c, "member-fa@example.test", PASSWORD, "support_agent", "parsian-inbox")
+        auth.set_display_prefs(c, user["id"], locale="fa", calendar="jalali", time_zone="Asia/Tehran")
+        fanout.fan_out(c, _notice(c, tenant, [user["id"]])["id"])
+    context = browser.new_context(viewport={"width": 1000, "height": 700}, locale="en-US")
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("console", lambda m: problems.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    page.goto(f"{server}/login")
+    page.fill("input[name=email]", "member-fa@example.test")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login" not in url)
+    page.goto(f"{server}/inbox/")
+    assert page.get_attribute("html", "dir") == "rtl"
+    page.locator('#live-status[data-live="1"]').wait_for(timeout=10_000)
+    assert page.locator("#live-status").inner_text() == "زنده"
+    assert page.locator("#unread-badge").inner_text() == "۱"
+    with connect(app.extensions["test_db_url"]) as c:
+        fanout.fan_out(c, _notice(c, tenant, [user["id"]])["id"])
+    fresh = page.locator("#inbox-items li.new")
+    fresh.wait_for(timeout=10_000)
+    when = fresh.locator("time[data-ago]")
+    assert when.inner_text() == "همین حالا" and when.get_attribute("title").endswith(" UTC")
+    assert page.locator("#unread-badge").inner_text() == "۲"
+    assert page.locator("#unread-badge").get_attribute("aria-label") == "۲ خوانده‌نشده"
+    assert page.locator("#inbox-announce").inner_text().startswith("اعلان تازه: ")
+    shots(page, "inbox-live-fa")
+    assert problems == []
+    context.close()
