@@ -150,6 +150,7 @@ def test_same_journey_in_fa_and_en(app, server, browser, persian_world, shots): 
 def test_inbox_live_text_in_fa(app, server, browser, shots):  # noqa: F811
     """The inbox script's live words come from the page (rendered through Babel): the live state, the new
     row's relative time (exact UTC on hover), the unread badge in Persian digits, the announcement."""
+    from tests.browser.test_review_journey import _sign_in, _watch
     from tests.integration.test_notifications import _notice   # declares test_notice.sent
     from opsboard.notifications import fanout
 
@@ -161,15 +162,8 @@ def test_inbox_live_text_in_fa(app, server, browser, shots):  # noqa: F811
         fanout.fan_out(c, _notice(c, tenant, [user["id"]])["id"])
     context = browser.new_context(viewport={"width": 1000, "height": 700}, locale="en-US")
     page = context.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("console", lambda m: problems.append(m.text)
-            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
-    page.goto(f"{server}/login")
-    page.fill("input[name=email]", "member-fa@example.test")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login" not in url)
+    problems = _watch(page)
+    _sign_in(page, server, "member-fa@example.test")
     page.goto(f"{server}/inbox/")
     assert page.get_attribute("html", "dir") == "rtl"
     page.locator('#live-status[data-live="1"]').wait_for(timeout=10_000)
