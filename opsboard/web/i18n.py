@@ -13,6 +13,8 @@ digits) and ``ago`` (a translated duration).
 """
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
 from urllib.parse import urlparse
 
 from flask import Blueprint, flash, g, redirect, request, session, url_for
@@ -20,6 +22,7 @@ from flask_babel import Babel, get_locale
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from markupsafe import Markup
 
 from .. import audit, persian
 from ..auth import set_display_prefs
@@ -152,6 +155,39 @@ def ticket_word(value) -> str:
     return str(label) if label is not None else str(value)
 
 
+#: The ticket service's system messages (opsboard.tickets.service: stored in English, the API shows them
+#: so); pages show them in the reader's language.  A test renders real ones in fa.
+_SYSTEM_OPENED = re.compile(r"Ticket #(?P<number>[0-9]+) opened \((?P<priority>\w+)\)")
+_SYSTEM_STATUS = re.compile(r"Status (?P<src>[a-z ]+) → (?P<dst>[a-z ]+) \((?P<action>[a-z ]+) by (?P<role>\w+)\)"
+                            r"(?:: (?P<code>.+))?")
+_SYSTEM_BREACH = re.compile(r"SLA breached: (?P<kind>[a-z ]+) was due "
+                            r"(?P<due>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}) UTC")
+SLA_KINDS = {"first response": _l("first response"), "resolution": _l("resolution")}
+
+
+def system_text(body: str) -> Markup:
+    """A ticket's system message in the page's language (its due time in the user's calendar, the exact
+    UTC time on hover); a message of another shape as it is."""
+    if m := _SYSTEM_OPENED.fullmatch(body):
+        return Markup.escape(_("Ticket #%(number)s opened (%(priority)s)", number=digits(m["number"]),
+                               priority=ticket_word(m["priority"])))
+    if m := _SYSTEM_STATUS.fullmatch(body):
+        text = _("Status changed from %(src)s to %(dst)s (%(action)s, by %(role)s)",
+                 src=status_label(m["src"].replace(" ", "_")), dst=status_label(m["dst"].replace(" ", "_")),
+                 action=word_label(m["action"]), role=word_label(m["role"]))
+        if m["code"]:
+            return Markup.escape(text) + Markup(': <code dir="ltr">%s</code>') % m["code"]
+        return Markup.escape(text)
+    if m := _SYSTEM_BREACH.fullmatch(body):
+        due = datetime.strptime(m["due"], "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+        text = Markup.escape(_("SLA breached: %(kind)s was due %(due)s", kind=str(SLA_KINDS.get(m["kind"], m["kind"])),
+                               due="\x00"))
+        when = Markup('<time datetime="%s" title="%s">%s</time>') % (due.isoformat(), persian.format_utc(due),
+                                                                    fmt_ts(due, seconds=False))
+        return Markup(str(text).replace("\x00", str(when)))
+    return Markup.escape(body)
+
+
 def word_label(value: str) -> str:
     """A workflow word inside a refusal of the core (a ticket action, code or lower-cased label, a status,
     a priority, a role) in the page's language; anything else as it is (names, ids and codes stay Latin)."""
@@ -185,7 +221,7 @@ def init_app(app) -> None:
     app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
-                                 live_text=live_text)
+                                 live_text=live_text, system_text=system_text)
     app.register_blueprint(bp)
 
 

@@ -336,3 +336,35 @@ def test_chart_axes_follow_the_users_zone_with_utc_on_hover(client, login_as, ap
     _switch(client, "en")
     html = client.get("/queues/_charts").get_data(as_text=True)
     assert f"<title>{start:%H:%M}–{now:%H:%M} UTC — processed / min: 15 /min; failed / min: 3 /min" in html
+
+
+def test_ticket_system_messages_in_fa(client, login_as, app):
+    """The service's system messages (stored in English, as the API shows them) read in Persian on the
+    ticket page, their due time in the user's calendar with the exact UTC time on hover."""
+    from opsboard.tickets import service
+    from tests.support.tickets import make_desk
+
+    opened = seed.utc(2026, 3, 20, 20, 30, 5)           # 1405/01/01 00:00:05 in Tehran
+    with connect(app.extensions["test_db_url"]) as c:
+        desk = make_desk(c, "acme-fa-system")
+        t = service.create_ticket(c, desk.caller("requester"), tenant_id=desk.tenant["id"], subject="چاپگر",
+                                  body="خراب است", priority="high", now=opened)
+        due = c.execute("SELECT first_response_due_at AS d FROM tickets WHERE id = %s", (t["id"],)).fetchone()["d"]
+        assert service.check_breach(c, t["id"], "first_response", due) is not None
+        service.act(c, t["id"], "triage", desk.caller("support_agent"), scope=desk.scope)
+        service.act(c, t["id"], "resolve", desk.caller("support_agent"), scope=desk.scope,
+                    fields={"resolution_code": "fixed", "resolution_summary": "درست شد"})
+        english = [r["body"] for r in c.execute("SELECT body FROM ticket_messages WHERE ticket_id = %s AND kind = "
+                                                  "'system' ORDER BY created_at", (t["id"],)).fetchall()]
+    assert english[0] == "Ticket #1 opened (high)" and english[1].startswith("SLA breached: first response")
+    assert english[2].startswith("Status new → triaged")
+    login_as("admin", tenant="acme-fa-system", operator=False)
+    _switch(client, "fa")
+    html = client.get(f"/tickets/{t['id']}").get_data(as_text=True)
+    assert "تیکت #۱ باز شد (اولویت بالا)" in html
+    assert "وضعیت از «جدید» به «دسته‌بندی‌شده» تغییر کرد (بررسی اولیه، به دست پشتیبان)" in html
+    assert 'تغییر کرد (حل کردن، به دست پشتیبان): <code dir="ltr">fixed</code>' in html
+    assert ('SLA نقض شد: مهلت نخستین پاسخ <time datetime="2026-03-20T21:30:00+00:00" '
+            'title="2026-03-20 21:30:00.000 UTC">۱۴۰۵/۰۱/۰۱ ۰۱:۰۰</time> بود') in html
+    assert not any(line in html for line in english)
+    assert not _timestamp_problems("ticket", html)
