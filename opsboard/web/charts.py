@@ -70,8 +70,9 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
                unit: str, width: int = 560, height: int = 180, bucket_minutes: int = 1,
                cap: float | None = None) -> Markup:
     """A time-series chart as inline SVG: y axis with ticks and grid, x axis with
-    times in the reader's zone (the exact UTC times on hover), one line per series, a legend, and the values of every bucket on
-    hover (an SVG ``<title>`` per time column, read by browsers and screen readers).
+    times in the reader's zone (the exact UTC times on hover), one line per series,
+    a legend, and the values of every bucket on hover (an SVG ``<title>`` per
+    time column, read by browsers and screen readers).
 
     ``series`` is ``(name, values, css class)``; colours come from the
     stylesheet (``.chart .s-<class>``), so the dark theme applies and the CSP

@@ -193,7 +193,8 @@ def word_label(value: str) -> str:
     a priority, a role) in the page's language; anything else as it is (names, ids and codes stay Latin)."""
     from ..tickets import workflow
 
-    action = value if value in TICKET_ACTION_LABELS else {t.label.lower(): a for a, t in workflow.ALL.items()}.get(value)
+    by_label = {t.label.lower(): a for a, t in workflow.ALL.items()}
+    action = value if value in TICKET_ACTION_LABELS else by_label.get(value)
     if action:
         return str(TICKET_ACTION_LABELS[action])
     for labels in (STATUS_LABELS, TICKET_WORDS, ROLE_LABELS):
@@ -218,7 +219,8 @@ def init_app(app) -> None:
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
-    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits,
+                                 ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
                                  live_text=live_text, system_text=system_text)
