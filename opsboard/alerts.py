@@ -248,7 +248,8 @@ def acknowledge(conn: psycopg.Connection, alert_id, actor: audit.Actor, reason: 
             alert = get_alert(conn, scope, alert["id"]) or alert
             if alert["closed_at"] is not None:
                 raise OpsError("this alert is closed already", "alert_closed")
-            raise OpsError(f"already acknowledged by {alert['acknowledged_by']}", "already_acknowledged")
+            raise OpsError("already acknowledged by %(actor)s", "already_acknowledged",
+                           params={"actor": alert["acknowledged_by"]})
         return row
 
     return audit.operator_action(

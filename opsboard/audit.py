@@ -143,7 +143,8 @@ def operator_action(conn: psycopg.Connection, actor: Actor, action: str, *, targ
             return None
         previous = find_by_request_key(conn, action, request_key)
         if previous is not None and previous["target_id"] != target:
-            raise OpsError(f"this request key was used for {action} on another {target_type}", "request_key_reused")
+            raise OpsError("this request key was used for %(action)s on another %(target)s", "request_key_reused",
+                           params={"action": action, "target": target_type})
         return previous
 
     ctx = ActionContext(conn, actor, action, target_type, target, reason, request_key)
@@ -234,8 +235,10 @@ def staff_label(role: str) -> str:
 def hide_staff(conn: psycopg.Connection, scope: TenantScope, rows: list[dict], *, id_key: str,
                label_key: str) -> list[dict]:
     """For a tenant-scoped viewer, replace ``row[label_key]`` (an actor's email)
-    by :func:`staff_label` wherever ``row[id_key]`` is operator staff; platform
-    viewers see everything as it is.  Returns ``rows`` (changed in place)."""
+    by :func:`staff_label` wherever ``row[id_key]`` is operator staff, and set
+    ``row[label_key + "_staff_role"]`` to their role (pages translate the label
+    from it); platform viewers see everything as it is.  Returns ``rows``
+    (changed in place)."""
     if scope.all:
         return rows
     ids = list({r[id_key] for r in rows if r and r.get(id_key) is not None})
@@ -245,6 +248,7 @@ def hide_staff(conn: psycopg.Connection, scope: TenantScope, rows: list[dict], *
     for row in rows:
         if row and row.get(id_key) in roles:
             row[label_key] = staff_label(roles[row[id_key]])
+            row[label_key + "_staff_role"] = roles[row[id_key]]
     return rows
 
 

@@ -309,9 +309,9 @@ def set_display_prefs(conn: psycopg.Connection, user_id, *, locale: str | None, 
     from .persian import CALENDARS, LOCALES, valid_timezone
 
     if locale is not None and locale not in LOCALES:
-        raise OpsError(f"locale must be one of {', '.join(LOCALES)}", "bad_locale")
+        raise OpsError("locale must be one of %(names)s", "bad_locale", params={"names": ", ".join(LOCALES)})
     if calendar is not None and calendar not in CALENDARS:
-        raise OpsError(f"calendar must be one of {', '.join(CALENDARS)}", "bad_calendar")
+        raise OpsError("calendar must be one of %(names)s", "bad_calendar", params={"names": ", ".join(CALENDARS)})
     if time_zone is not None and not valid_timezone(time_zone):
         raise OpsError("unknown time zone", "bad_time_zone")
     db.one(conn, "user_set_display_prefs", {"id": user_id, "locale": locale, "calendar": calendar,

@@ -75,9 +75,10 @@ class JobFilter:
     def validate(self) -> "JobFilter":
         """Raise :class:`~opsboard.errors.OpsError` (code ``invalid_filter``) on values no row can match."""
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
-            raise OpsError(f"status must be one of {', '.join(s.value for s in JobStatus)}", "invalid_filter")
+            raise OpsError("status must be one of %(names)s", "invalid_filter",
+                           params={"names": ", ".join(s.value for s in JobStatus)})
         if self.search is not None and len(self.search) < MIN_SEARCH:
-            raise OpsError(f"search for at least {MIN_SEARCH} characters", "search_too_short")
+            raise OpsError("search for at least %(n)s characters", "search_too_short", params={"n": MIN_SEARCH})
         if self.since and self.until and self.until <= self.since:
             raise OpsError("the end of the time range must be after its start", "invalid_filter")
         return self
@@ -295,7 +296,7 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
     """
     reason = audit.checked_reason(reason)
     if resolution not in RESOLUTIONS:
-        raise OpsError(f"resolution must be {' or '.join(RESOLUTIONS)}", "invalid_resolution")
+        raise OpsError("resolution must be %(names)s", "invalid_resolution", params={"names": " or ".join(RESOLUTIONS)})
     jid = _uuid_or_none(job_id)
     if jid is None:
         raise OpsError("no such job", "not_found")
@@ -305,7 +306,8 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
         if job is None:
             raise OpsError("no such job", "not_found")
         if job["status"] != JobStatus.DEAD.value:
-            raise OpsError(f"only dead jobs can be resolved; this one is {job['status']}", "invalid_status")
+            raise OpsError("only dead jobs can be resolved; this one is %(status)s", "invalid_status",
+                           params={"status": job["status"]})
         # The audit row first: a concurrent identical request waits on its
         # unique request key, then finds this one (rather than failing on the
         # one-resolution-per-job key below).
@@ -316,8 +318,8 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
             "actor_id": actor.id})
         if row is None:
             existing = db.one(conn, "job_resolution_get", {"job_id": job["id"]})
-            raise OpsError(f"this job was already {existing['resolution']} by {existing['actor']}",
-                             "already_resolved")
+            raise OpsError("this job was already %(resolution)s by %(actor)s", "already_resolved",
+                           params={"resolution": existing["resolution"], "actor": existing["actor"]})
         return row
 
     return audit.operator_action(

@@ -9,6 +9,15 @@ stable: clients, tests and the audit trail match on it, never on the message.
 ``status`` is the HTTP status the web app answers with (one Flask handler,
 :mod:`opsboard.web.errors`); it defaults from the code (:data:`STATUS_BY_CODE`),
 so a new code only needs a line there or an explicit ``status=``.
+
+The message is English, for logs, the CLI and the API.  Pages show it in the
+reader's language: a message with values is a template with ``%(name)s``
+placeholders and the values in ``params`` (``OpsError("no category %(category)s",
+"invalid_category", params={"category": slug})``), so the web app can look the
+template up in its catalog (:func:`opsboard.web.errors.human_message`).  The
+catalog extraction reads the first argument of every ``OpsError(...)`` in
+``opsboard/`` (``-k OpsError``, README "Persian and English"): write it as one
+literal string, never an f-string.
 """
 from __future__ import annotations
 
@@ -41,13 +50,18 @@ class OpsError(Exception):
 
         raise OpsError("no such job", "not_found")              # status 404, from STATUS_BY_CODE
         raise OpsError("template is locked", "locked", status=423)
+        raise OpsError("no category %(category)s", "invalid_category", params={"category": slug})
     """
 
     code = "ops_error"
 
-    def __init__(self, message: str, code: str | None = None, *, status: int | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, code: str | None = None, *, status: int | None = None,
+                 params: dict | None = None):
+        #: The message before its values are filled in (the catalog's message id), and the values.
+        self.template, self.params = message, dict(params or {})
+        text = message % self.params if self.params else message
+        super().__init__(text)
         if code:
             self.code = code
-        self.message = message
+        self.message = text
         self.status = status if status is not None else STATUS_BY_CODE.get(self.code, 400)

@@ -123,6 +123,20 @@ def format_timestamp(value: _dt.datetime, *, locale: str | None = "en", calendar
     return digits_for(text, locale)
 
 
+def format_day(value, *, locale: str | None = "en", calendar: str | None = "gregorian") -> str:
+    """A calendar day (a date or an ISO date string, no zone: a report's period) in the user's calendar:
+    2026-11-23 or ۱۴۰۵/۰۹/۰۲."""
+    if isinstance(value, str):
+        value = _dt.date.fromisoformat(value[:10])
+    if isinstance(value, _dt.datetime):
+        value = value.date()
+    if calendar == "jalali":
+        text = JalaliDateTime(_dt.datetime(value.year, value.month, value.day)).strftime("%Y/%m/%d")
+    else:
+        text = value.isoformat()
+    return digits_for(text, locale)
+
+
 def format_utc(value: _dt.datetime) -> str:
     """The exact UTC time (Latin digits, ISO-like): the hover title of every timestamp."""
     if value.tzinfo is None:
@@ -146,6 +160,23 @@ def format_ago(seconds: float | None, locale: str | None = "en") -> str:
     text = _babel_timedelta(_dt.timedelta(seconds=-float(seconds)), add_direction=True,
                             format="short", locale=locale or "en")
     return digits_for(text, locale)
+
+
+#: Seconds in each unit a live relative time is counted in (see :func:`ago_patterns`).
+AGO_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def ago_patterns(locale: str | None = "en") -> dict[str, dict[str, str]]:
+    """Babel's "N units ago" wording per unit, with ``{n}`` where the number goes: what a page's script
+    fills in for times that change while it is open ({"minute": {"one": "{n} min. ago", "other": ...}})."""
+    out = {}
+    for unit, seconds in AGO_UNITS.items():
+        forms = {}
+        for form, n in (("one", 1), ("other", 2)):
+            text = latin_digits(format_ago(n * seconds, locale))
+            forms[form] = text.replace(str(n), "{n}", 1)
+        out[unit] = forms
+    return out
 
 
 _WS = re.compile(r"\s+")

@@ -47,6 +47,7 @@ from psycopg.types.json import Jsonb
 
 from . import audit, db, queue
 from .auth import TenantScope
+from .errors import OpsError
 from .jobtypes import Field, define
 from .schedules import define_schedule
 from .schema import new_id
@@ -59,12 +60,12 @@ FETCH_ROWS = 2_000
 BOM = codecs.BOM_UTF8
 
 
-class ReportError(Exception):
-    """A request the reports refuse (unknown kind, bad parameter, not found); ``code`` is stable."""
+class ReportError(OpsError):
+    """A request the reports refuse (unknown kind, bad parameter, not found); ``code`` is stable.
+    An :class:`~opsboard.errors.OpsError` (status from the code, message template and ``params``)."""
 
-    def __init__(self, message: str, code: str = "invalid_report"):
-        super().__init__(message)
-        self.code = code
+    def __init__(self, message: str, code: str = "invalid_report", *, params: dict | None = None):
+        super().__init__(message, code, params=params)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,8 @@ def get_kind(name: str) -> ReportKind:
     try:
         return _kinds[name]
     except (KeyError, TypeError):
-        raise ReportError(f"unknown report kind {name!r} (known: {', '.join(sorted(_kinds))})",
-                          "unknown_report_kind") from None
+        raise ReportError("unknown report kind %(kind)s (known: %(names)s)", "unknown_report_kind",
+                          params={"kind": repr(name), "names": ", ".join(sorted(_kinds))}) from None
 
 
 def all_kinds() -> list[ReportKind]:
@@ -232,7 +233,7 @@ def plan_run(conn: psycopg.Connection, run_id, *, max_rows: int = DEFAULT_CHUNK_
     with conn.transaction():
         run = db.one(conn, "report_run_lock", {"id": run_id})
         if run is None:
-            raise ReportError(f"no report run {run_id}", "not_found")
+            raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
         if run["total_chunks"] is not None:
             return run["total_chunks"]
         kind = get_kind(run["kind"])
@@ -275,10 +276,10 @@ def run_chunk(conn: psycopg.Connection, store: Storage, run_id, seq: int, *, job
     """
     run = db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
     if run is None:
-        raise ReportError(f"no report run {run_id}", "not_found")
+        raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
     chunk = db.one(conn, "report_chunk_get", {"run_id": run_id, "seq": seq})
     if chunk is None:
-        raise ReportError(f"run {run_id} has no chunk {seq}", "not_found")
+        raise ReportError("run %(id)s has no chunk %(seq)s", "not_found", params={"id": run_id, "seq": seq})
     if chunk["status"] == "done":
         return {"rows": chunk["row_count"], "counted": False, "assemble": False}
     if chunk["status"] == "failed":  # a replay of its dead job
@@ -316,12 +317,12 @@ def assemble_run(conn: psycopg.Connection, store: Storage, run_id, *, now: datet
     """
     run = db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
     if run is None:
-        raise ReportError(f"no report run {run_id}", "not_found")
+        raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
     prefix = run_prefix(run)
     if run["status"] != "ready":
         parts = chunks(conn, run_id)
         if any(p["status"] != "done" for p in parts) or len(parts) != (run["total_chunks"] or 0):
-            raise ReportError(f"run {run_id} has unfinished chunks", "chunks_unfinished")
+            raise ReportError("run %(id)s has unfinished chunks", "chunks_unfinished", params={"id": run_id})
         kind = get_kind(run["kind"])
         key = f"{prefix}/{kind.name}.csv"
         with store.open_write(key) as raw:
@@ -362,7 +363,7 @@ def _parse_date(params: dict, name: str) -> date:
     try:
         return date.fromisoformat(str(raw).strip())
     except (ValueError, TypeError):
-        raise ReportError(f"{name} must be a date like 2026-11-29", "invalid_date") from None
+        raise ReportError("%(field)s must be a date like 2026-11-29", "invalid_date", params={"field": name}) from None
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -371,21 +372,21 @@ def _zone(name: str) -> ZoneInfo:
             raise ValueError
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ReportError(f"time_zone {name!r} is not a time zone name like UTC or Asia/Tehran",
-                          "invalid_time_zone") from None
+        raise ReportError("time_zone %(zone)s is not a time zone name like UTC or Asia/Tehran", "invalid_time_zone",
+                          params={"zone": repr(name)}) from None
 
 
 def _activity_validate(params: dict) -> dict:
     unknown = sorted(set(params) - {"date_from", "date_to", "time_zone"})
     if unknown:
-        raise ReportError(f"unknown parameter(s) {', '.join(unknown)}", "invalid_parameter")
+        raise ReportError("unknown parameter(s) %(names)s", "invalid_parameter", params={"names": ", ".join(unknown)})
     d_from, d_to = _parse_date(params, "date_from"), _parse_date(params, "date_to")
     tz = str(params.get("time_zone") or "UTC").strip()
     _zone(tz)
     if d_to < d_from:
         raise ReportError("date_to is before date_from", "invalid_date")
     if (d_to - d_from).days >= MAX_DAYS:
-        raise ReportError(f"a report covers at most {MAX_DAYS} days", "invalid_date")
+        raise ReportError("a report covers at most %(n)s days", "invalid_date", params={"n": MAX_DAYS})
     return {"date_from": d_from.isoformat(), "date_to": d_to.isoformat(), "time_zone": tz}
 
 

@@ -218,8 +218,8 @@ def check_event_types(types) -> list[str]:
         raise OpsError("event_types must be a list of event type names", "invalid_event_types")
     clean = sorted({t.strip() for t in types if t.strip()}) or ["*"]
     if len(clean) > MAX_EVENT_TYPES or not all(len(t) <= 100 and EVENT_TYPE.match(t) for t in clean):
-        raise OpsError(f"event types are '*' or dotted lower-case names like order.paid (at most "
-                       f"{MAX_EVENT_TYPES})", "invalid_event_types")
+        raise OpsError("event types are '*' or dotted lower-case names like order.paid (at most %(n)s)",
+                       "invalid_event_types", params={"n": MAX_EVENT_TYPES})
     return clean
 
 
@@ -232,7 +232,8 @@ def check_target(url: str, allow=()) -> str:
     try:
         ssrf.check_url(url, allow)
     except ssrf.Refused as exc:
-        raise OpsError(f"this URL cannot receive webhooks: {exc}", "target_refused", status=422) from None
+        raise OpsError("this URL cannot receive webhooks: %(why)s", "target_refused", status=422,
+                       params={"why": str(exc)}) from None
     return url
 
 
@@ -302,7 +303,8 @@ def manage_set_enabled(conn: psycopg.Connection, endpoint_id, enabled: bool, act
     def perform(ctx: audit.ActionContext) -> dict:
         row = _scoped(conn, endpoint_id, scope)
         if row["enabled"] == enabled:
-            raise OpsError(f"the endpoint is {'enabled' if enabled else 'disabled'} already", "invalid_status")
+            raise (OpsError("the endpoint is enabled already", "invalid_status") if enabled
+                   else OpsError("the endpoint is disabled already", "invalid_status"))
         if enabled:
             after = db.one(conn, "webhook_endpoint_enable", {"id": row["id"], "tenant_id": row["tenant_id"]})
             db.execute(conn, "webhook_endpoint_breaker_reset", {"id": row["id"]})

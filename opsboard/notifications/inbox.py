@@ -58,7 +58,7 @@ def get(conn: psycopg.Connection, user_id, notification_id) -> dict:
 def mark(conn: psycopg.Connection, user_id, notification_id, state: str, now: datetime | None = None) -> dict:
     """Mark seen / read (implies seen) / archived; repeating keeps the first time."""
     if state not in STATES:
-        raise OpsError(f"state must be one of {', '.join(STATES)}", "invalid_state")
+        raise OpsError("state must be one of %(names)s", "invalid_state", params={"names": ", ".join(STATES)})
     row = db.one(conn, "inbox_mark", {"user_id": user_id, "id": notification_id, "state": state, "now": now})
     if row is None:
         raise OpsError("no such notification", "not_found")

@@ -36,7 +36,8 @@ def parse_variables(text) -> list[str]:
         if not n:
             continue
         if not _VAR_RE.match(n):
-            raise OpsError(f"variable name {n!r} must be lowercase letters, digits or '_'", "invalid_variable")
+            raise OpsError("variable name %(name)s must be lowercase letters, digits or '_'", "invalid_variable",
+                           params={"name": repr(n)})
         if n not in out:
             out.append(n)
     return out
@@ -46,7 +47,7 @@ def _check_ids(key: str, channel: str, locale: str) -> None:
     if not re.fullmatch(r"[a-z][a-z0-9_.]{0,99}", key or ""):
         raise OpsError("template key must be lowercase letters, digits, '.' or '_'", "invalid_key")
     if channel not in CHANNELS:
-        raise OpsError(f"channel must be one of {', '.join(CHANNELS)}", "invalid_channel")
+        raise OpsError("channel must be one of %(names)s", "invalid_channel", params={"names": ", ".join(CHANNELS)})
     if not re.fullmatch(r"[a-z]{2}", locale or ""):
         raise OpsError("locale must be two lowercase letters", "invalid_locale")
 

@@ -81,9 +81,10 @@ def _now(now: datetime | None) -> datetime:
 def _text(value, name: str, max_len: int) -> str:
     text = (value or "").strip() if isinstance(value, str) else ""
     if not any(unicodedata.category(c)[0] not in "CZ" for c in text):
-        raise OpsError(f"{name} is required", f"{name}_required", status=400)
+        raise OpsError("%(field)s is required", name + "_required", status=400, params={"field": name})
     if len(text) > max_len or "\x00" in text:
-        raise OpsError(f"{name} must be at most {max_len} characters", f"invalid_{name}", status=400)
+        raise OpsError("%(field)s must be at most %(n)s characters", "invalid_" + name, status=400,
+                       params={"field": name, "n": max_len})
     return text
 
 
@@ -194,12 +195,13 @@ def safe_filename(name: str) -> str:
 def check_upload(upload: Upload, *, max_bytes: int, allowed_types) -> str:
     """The sniffed content type, or OpsError ``attachment_too_large`` (413) / ``attachment_type_not_allowed`` (415)."""
     if len(upload.data) > max_bytes:
-        raise OpsError(f"{safe_filename(upload.filename)} is larger than {max_bytes} bytes", "attachment_too_large",
-                       status=413)
+        raise OpsError("%(file)s is larger than %(n)s bytes", "attachment_too_large", status=413,
+                       params={"file": safe_filename(upload.filename), "n": max_bytes})
     kind = sniff(upload.data)
     if kind is None or kind not in allowed_types:
-        raise OpsError(f"{safe_filename(upload.filename)}: type {kind or 'unknown'} is not allowed "
-                       f"(allowed: {', '.join(allowed_types)})", "attachment_type_not_allowed", status=415)
+        raise OpsError("%(file)s: type %(type)s is not allowed (allowed: %(names)s)", "attachment_type_not_allowed",
+                       status=415, params={"file": safe_filename(upload.filename), "type": kind or "unknown",
+                                           "names": ", ".join(allowed_types)})
     return kind
 
 
@@ -233,7 +235,8 @@ def create_ticket(conn: psycopg.Connection, caller: Caller, *, tenant_id, subjec
     subject = _text(subject, "subject", MAX_SUBJECT)
     body = _text(body, "body", MAX_BODY)
     if priority not in workflow.PRIORITIES:
-        raise OpsError(f"priority must be one of {', '.join(workflow.PRIORITIES)}", "invalid_priority", status=400)
+        raise OpsError("priority must be one of %(names)s", "invalid_priority", status=400,
+                       params={"names": ", ".join(workflow.PRIORITIES)})
     at = _now(now)
 
     def perform(ctx: audit.ActionContext) -> dict:
@@ -241,7 +244,8 @@ def create_ticket(conn: psycopg.Connection, caller: Caller, *, tenant_id, subjec
         if category:
             cat = db.one(conn, "ticket_category_get_by_slug", {"tenant_id": tenant_id, "slug": category})
             if cat is None:
-                raise OpsError(f"no category {category!r}", "invalid_category", status=400)
+                raise OpsError("no category %(category)s", "invalid_category", status=400,
+                               params={"category": repr(category)})
         policy_row = db.one(conn, "sla_policy_get", {"tenant_id": tenant_id, "priority": priority})
         policy = _policy(policy_row)
         due = sla.due_times(policy, at) if policy else None
@@ -303,7 +307,7 @@ def act(conn: psycopg.Connection, ticket_id, action: str, caller: Caller, *, sco
     at = _now(now)
     declared = workflow.ALL.get(action)
     if declared is None:
-        raise OpsError(f"unknown ticket action {action!r}", "unknown_action")
+        raise OpsError("unknown ticket action %(action)s", "unknown_action", params={"action": repr(action)})
 
     def perform(ctx: audit.ActionContext) -> dict:
         t = db.one(conn, "ticket_lock", {"id": tid, **scope.params})
@@ -363,8 +367,8 @@ def act(conn: psycopg.Connection, ticket_id, action: str, caller: Caller, *, sco
         elif action == "set_priority":
             priority = fields.get("priority")
             if priority not in workflow.PRIORITIES:
-                raise OpsError(f"priority must be one of {', '.join(workflow.PRIORITIES)}", "invalid_priority",
-                               status=400)
+                raise OpsError("priority must be one of %(names)s", "invalid_priority", status=400,
+                               params={"names": ", ".join(workflow.PRIORITIES)})
             if priority == t["priority"]:
                 raise OpsError("the ticket already has this priority", "invalid_priority", status=400)
             new["priority"] = priority
@@ -426,8 +430,8 @@ def _transition(t: dict, tr: workflow.Transition, role: str, fields: dict, new: 
                        "decision_required", status=409)
     if "reopen_window" in tr.guards:
         if t["resolved_at"] is None or at > t["resolved_at"] + workflow.REOPEN_WINDOW:
-            raise OpsError(f"a ticket can be reopened within {workflow.REOPEN_WINDOW.days} days of its resolution",
-                           "reopen_window_passed", status=409)
+            raise OpsError("a ticket can be reopened within %(n)s days of its resolution", "reopen_window_passed",
+                           status=409, params={"n": workflow.REOPEN_WINDOW.days})
     was_paused = t["paused_at"] is not None
     new["status"] = tr.target
     if tr.target in ("waiting_on_customer", "resolved"):
@@ -484,9 +488,10 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
                now: datetime | None = None) -> list[dict]:
     """The agents' queue, newest first, keyset on id (pass the last row's id as ``after_id``)."""
     if status is not None and status not in workflow.STATUSES:
-        raise OpsError(f"status must be one of {', '.join(workflow.STATUSES)}", "invalid_filter")
+        raise OpsError("status must be one of %(names)s", "invalid_filter",
+                       params={"names": ", ".join(workflow.STATUSES)})
     if sla_state is not None and sla_state not in SLA_STATES:
-        raise OpsError(f"sla must be one of {', '.join(SLA_STATES)}", "invalid_filter")
+        raise OpsError("sla must be one of %(names)s", "invalid_filter", params={"names": ", ".join(SLA_STATES)})
     # One normalisation for the stored column (0015) and the term (issue 14); % and _ match literally.
     search = normalize_search(search).strip() if search else None
     pattern = None
@@ -558,7 +563,8 @@ def _sla_report_validate(params: dict) -> dict:
     from .. import reports
 
     if params:
-        raise reports.ReportError(f"unknown parameter(s) {', '.join(sorted(params))}", "invalid_parameter")
+        raise reports.ReportError("unknown parameter(s) %(names)s", "invalid_parameter",
+                                  params={"names": ", ".join(sorted(params))})
     return {}
 
 

@@ -94,13 +94,14 @@ def check(action: str, status: str, role: str) -> Transition:
 
     t = ALL.get(action)
     if t is None:
-        raise OpsError(f"unknown ticket action {action!r}", "unknown_action")
+        raise OpsError("unknown ticket action %(action)s", "unknown_action", params={"action": repr(action)})
     if role not in t.roles:
-        raise OpsError(f"a {role} may not {t.label.lower()} a ticket", "forbidden", status=403)
+        raise OpsError("a %(role)s may not %(action)s a ticket", "forbidden", status=403,
+                       params={"role": role, "action": t.label.lower()})
     if status not in t.sources:
         ok = allowed_transitions(status, role)
-        err = OpsError(f"cannot {action} a {status} ticket; allowed: {', '.join(ok) or 'none'}",
-                       "invalid_transition")
+        err = OpsError("cannot %(action)s a %(status)s ticket; allowed: %(names)s", "invalid_transition",
+                       params={"action": action, "status": status, "names": ", ".join(ok) or "none"})
         err.allowed = ok
         raise err
     return t

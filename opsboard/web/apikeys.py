@@ -44,7 +44,7 @@ def create():
             secret, row = apikeys.create(conn, tenant_id, request.form.get("name", ""),
                                          audit.Actor.of(current_user, request_id()))
     except apikeys.ApiKeyError as exc:
-        raise ApiError(400, exc.code, str(exc)) from None
+        raise ApiError(400, exc.code, _(str(exc))) from None   # its message id: ApiKeyError's 2nd argument
     template = "apikeys/_created.html" if request.headers.get("HX-Request") else "apikeys/index.html"
     return render_template(template, **_page(created={"secret": secret, **row}))
 

@@ -11,6 +11,7 @@ from .. import audit
 from . import forms
 from .context import get_db
 from .errors import ApiError
+from .i18n import staff_label
 from .security import current_scope, requires
 
 bp = Blueprint("audit", __name__, url_prefix="/audit")
@@ -69,7 +70,7 @@ def _page():
         if row.get("staff_role") and not scope.all:
             # Tenant-scoped viewers see the platform's staff by role, never by address.
             label = row["actor_label"]
-            row["actor_label"] = audit.staff_label(row["staff_role"])
+            row["actor_label"] = staff_label(row["staff_role"])
             row["before"], row["after"] = _without(row["before"], label), _without(row["after"], label)
     next_cursor = f"{rows[-1]['at'].isoformat()}_{rows[-1]['id']}" if more and rows else None
     args = forms.link_args(PAGE_ARGS)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
+from flask_babel import gettext as _
 from markupsafe import Markup, escape
+
+from .. import persian
+from .i18n import prefs
 
 
 def sparkline(values: list[int | float], *, width: int = 120, height: int = 24, color: str = "#2f5bea",
@@ -37,19 +41,38 @@ def _nice_ceiling(value: float) -> float:
 
 
 def _fmt(v: float | None, unit: str) -> str:
+    """A value with its unit, in the reader's language and digits."""
     if v is None:
-        return "no data"
+        return _("no data")
+    digits = prefs()[0]
     if unit == "ms":
-        return f"{v / 1000:.1f} s" if v >= 1000 else f"{v:.0f} ms"
-    return f"{v:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+        return (_("%(n)s s", n=persian.digits_for(f"{v / 1000:.1f}", digits)) if v >= 1000
+                else _("%(n)s ms", n=persian.digits_for(f"{v:.0f}", digits)))
+    n = persian.digits_for(f"{v:.2f}".rstrip("0").rstrip("."), digits)
+    return _("%(n)s /min", n=n) if unit == "/min" else f"{n} {unit}"
+
+
+def _clock(at: datetime) -> str:
+    """A bucket's time of day in the reader's time zone and digits (the axis labels)."""
+    locale, _calendar, zone = prefs()
+    return persian.digits_for(at.astimezone(persian.zone(zone, locale)).strftime("%H:%M"), locale)
+
+
+def _span(start: datetime, minutes: int) -> str:
+    """A bucket on hover: local times, and always the exact UTC times."""
+    end = start + timedelta(minutes=minutes)
+    utc = f"{start.strftime('%H:%M')}–{end.strftime('%H:%M')} UTC"
+    local = f"{_clock(start)}–{_clock(end)}"
+    return utc if persian.latin_digits(local) == utc[:-4] else f"{local} ({utc})"
 
 
 def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | None], str]], *, title: str,
                unit: str, width: int = 560, height: int = 180, bucket_minutes: int = 1,
                cap: float | None = None) -> Markup:
     """A time-series chart as inline SVG: y axis with ticks and grid, x axis with
-    UTC times, one line per series, a legend, and the values of every bucket on
-    hover (an SVG ``<title>`` per time column, read by browsers and screen readers).
+    times in the reader's zone (the exact UTC times on hover), one line per series,
+    a legend, and the values of every bucket on hover (an SVG ``<title>`` per
+    time column, read by browsers and screen readers).
 
     ``series`` is ``(name, values, css class)``; colours come from the
     stylesheet (``.chart .s-<class>``), so the dark theme applies and the CSP
@@ -88,12 +111,12 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
         parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}"/>')
         parts.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{escape(_fmt(v, unit))}</text>')
     parts.append(f'<line class="axis-line" x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}"/></g>')
-    # X axis: about five time labels (UTC).
+    # X axis: about five time labels (the reader's zone).
     parts.append(f'<g class="axis" data-axis="x"><line class="axis-line" x1="{left}" x2="{width - right}" '
                  f'y1="{top + plot_h}" y2="{top + plot_h}"/>')
     every = max(1, (n - 1) // 4)
     for i in range(0, n, every):
-        label = buckets[i].strftime("%H:%M") if i < len(buckets) else ""
+        label = _clock(buckets[i]) if i < len(buckets) else ""
         parts.append(f'<line class="tick" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}"/>'
                      f'<text x="{x(i):.1f}" y="{height - 6}" text-anchor="middle">{label}</text>')
     parts.append("</g>")
@@ -118,7 +141,7 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
     # Hover: one transparent column per bucket, titled with every value at that time.
     parts.append('<g class="hover">')
     for i, b in enumerate(buckets):
-        span = f"{b.strftime('%H:%M')}–{(b + timedelta(minutes=bucket_minutes)).strftime('%H:%M')} UTC"
+        span = _span(b, bucket_minutes)
         values = "; ".join(f"{name}: {_fmt(vals[i], unit)}" for name, vals, _ in cleaned)
         x0 = max(left, x(i) - step_x / 2)
         x1 = min(width - right, x(i) + step_x / 2)

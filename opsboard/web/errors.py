@@ -6,6 +6,7 @@ import logging
 
 from flask import jsonify, render_template, request
 from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
 from werkzeug.exceptions import HTTPException, SecurityError
 
 from ..errors import OpsError
@@ -23,6 +24,27 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, *, headers: dict | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+
+#: Parameters of core refusals that hold workflow words (statuses, actions, roles), shown translated;
+#: a list of names only where it lists actions (elsewhere it lists the values to type: codes, kept).
+_WORD_PARAMS = frozenset({"action", "status", "role", "resolution"})
+
+
+def human_message(exc: OpsError) -> str:
+    """A refusal of the core in the reader's language: its message id (``exc.template``, extracted from
+    ``OpsError(...)`` calls into the catalog) translated, then its values filled in.  The API keeps the
+    English ``str(exc)`` beside its stable code."""
+    from .i18n import prefs, word_label
+
+    if request.path.startswith("/api/") or prefs()[0] == "en":   # English is the source language
+        return str(exc)
+
+    words = _WORD_PARAMS | ({"names"} if exc.code == "invalid_transition" else set())
+    comma = "، " if prefs()[0] == "fa" else ", "
+    params = {k: comma.join(word_label(w) for w in v.split(", ")) if k in words and isinstance(v, str) else v
+              for k, v in exc.params.items()}
+    return _(exc.template, **params)
 
 
 def wants_json() -> bool:
@@ -46,6 +68,14 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
     return response
 
 
+def _http_message(status: int) -> str:
+    messages = {400: _l("The request could not be understood."), 401: _l("Sign in to continue."),
+                403: _l("You may not do this."), 404: _l("This page does not exist."),
+                405: _l("This address does not accept this kind of request."), 413: _l("The request is too large."),
+                429: _l("Too many requests; try again later.")}
+    return str(messages.get(status, _l("The request could not be completed.")))
+
+
 def register(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
@@ -55,7 +85,7 @@ def register(app) -> None:
     def _core_error(exc: OpsError):
         # The one place a refusal of the core becomes an HTTP answer: its
         # stable code, and the status the code maps to (opsboard.errors).
-        return error_response(exc.status, exc.code, str(exc))
+        return error_response(exc.status, exc.code, human_message(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
@@ -67,7 +97,10 @@ def register(app) -> None:
             response.mimetype = "text/plain"
             return response
         status = exc.code or 500
-        return error_response(status, _CODES.get(status, "http_error"), exc.description or "")
+        message = exc.description or ""
+        if message == type(exc).description:   # werkzeug's own English text (an unknown URL, a wrong method...)
+            message = _http_message(status)
+        return error_response(status, _CODES.get(status, "http_error"), message)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

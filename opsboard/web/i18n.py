@@ -13,6 +13,8 @@ digits) and ``ago`` (a translated duration).
 """
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
 from urllib.parse import urlparse
 
 from flask import Blueprint, flash, g, redirect, request, session, url_for
@@ -20,6 +22,7 @@ from flask_babel import Babel, get_locale
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from markupsafe import Markup
 
 from .. import audit, persian
 from ..auth import set_display_prefs
@@ -58,6 +61,11 @@ def fmt_ts(value, seconds: bool = True) -> str:
     return persian.format_timestamp(value, locale=locale, calendar=calendar, timezone=time_zone, seconds=seconds)
 
 
+def fmt_day(value) -> str:
+    locale, calendar, _zone = prefs()
+    return persian.format_day(value, locale=locale, calendar=calendar)
+
+
 def num(value) -> str:
     return persian.format_count(value, prefs()[0])
 
@@ -68,6 +76,15 @@ def digits(value) -> str:
 
 def ago(seconds) -> str:
     return persian.format_ago(seconds, prefs()[0])
+
+
+def live_text() -> dict:
+    """What a page's script needs to write numbers and relative times in the page's language:
+    the locale's digits 0-9, Babel's "N units ago" patterns and the right-to-left languages (rendered into
+    a JSON script tag)."""
+    locale = prefs()[0]
+    return {"digits": digits("0123456789"), "ago": persian.ago_patterns(locale), "just_now": _("just now"),
+            "rtl": sorted(persian.RTL_LOCALES)}
 
 
 def _context() -> dict:
@@ -103,12 +120,99 @@ def role_label(value) -> str:
     return str(label) if label is not None else raw.replace("_", " ")
 
 
+def staff_label(role) -> str:
+    """Operator staff as a tenant sees them: by role, never by address."""
+    return _("operator staff (%(role)s)", role=role_label(role))
+
+
+def actor_name(row, key: str) -> str:
+    """``row[key]`` (an actor), or the translated :func:`staff_label` where the
+    core hid operator staff (``opsboard.audit.hide_staff``)."""
+    role = row.get(key + "_staff_role")
+    return staff_label(role) if role else (row.get(key) or "")
+
+
 BREAKER_LABELS = {"closed": _l("closed"), "open": _l("open"), "half_open": _l("half-open")}
 
 
 def breaker_label(value) -> str:
     label = BREAKER_LABELS.get(str(value))
     return str(label) if label is not None else str(value).replace("_", "-")
+
+
+#: The ticket workflow's actions (opsboard.tickets.workflow declares them with English labels: the
+#: core knows no Flask) and the ticket fields shown as words.
+TICKET_ACTION_LABELS = {
+    "triage": _l("Triage"), "start": _l("Start work"), "wait_on_customer": _l("Wait on customer"),
+    "resume": _l("Resume"), "resolve": _l("Resolve"), "close": _l("Close"), "reopen": _l("Reopen"),
+    "cancel": _l("Cancel"), "assign": _l("Assign"), "reply": _l("Reply"), "note": _l("Internal note"),
+    "decide": _l("Decide"), "set_priority": _l("Change priority"),
+}
+TICKET_WORDS = {
+    "low": _l("low"), "normal": _l("normal"), "high": _l("high"), "urgent": _l("urgent"),
+    "approved": _l("approved"), "rejected": _l("rejected"), "requester": _l("requester"),
+}
+
+
+def action_label(transition) -> str:
+    """A ticket action (a workflow ``Transition`` or its name) in the page's language."""
+    action = getattr(transition, "action", transition)
+    label = TICKET_ACTION_LABELS.get(str(action))
+    return str(label) if label is not None else str(getattr(transition, "label", action))
+
+
+def ticket_word(value) -> str:
+    """A ticket priority or decision in the page's language (unknown values as they are)."""
+    label = TICKET_WORDS.get(str(value))
+    return str(label) if label is not None else str(value)
+
+
+#: The ticket service's system messages (opsboard.tickets.service: stored in English, the API shows them
+#: so); pages show them in the reader's language.  A test renders real ones in fa.
+_SYSTEM_OPENED = re.compile(r"Ticket #(?P<number>[0-9]+) opened \((?P<priority>\w+)\)")
+_SYSTEM_STATUS = re.compile(r"Status (?P<src>[a-z ]+) → (?P<dst>[a-z ]+) \((?P<action>[a-z ]+) by (?P<role>\w+)\)"
+                            r"(?:: (?P<code>.+))?")
+_SYSTEM_BREACH = re.compile(r"SLA breached: (?P<kind>[a-z ]+) was due "
+                            r"(?P<due>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}) UTC")
+SLA_KINDS = {"first response": _l("first response"), "resolution": _l("resolution")}
+
+
+def system_text(body: str) -> Markup:
+    """A ticket's system message in the page's language (its due time in the user's calendar, the exact
+    UTC time on hover); a message of another shape as it is."""
+    if m := _SYSTEM_OPENED.fullmatch(body):
+        return Markup.escape(_("Ticket #%(number)s opened (%(priority)s)", number=digits(m["number"]),
+                               priority=ticket_word(m["priority"])))
+    if m := _SYSTEM_STATUS.fullmatch(body):
+        text = _("Status changed from %(src)s to %(dst)s (%(action)s, by %(role)s)",
+                 src=status_label(m["src"].replace(" ", "_")), dst=status_label(m["dst"].replace(" ", "_")),
+                 action=word_label(m["action"]), role=word_label(m["role"]))
+        if m["code"]:
+            return Markup.escape(text) + Markup(': <code dir="ltr">%s</code>') % m["code"]
+        return Markup.escape(text)
+    if m := _SYSTEM_BREACH.fullmatch(body):
+        due = datetime.strptime(m["due"], "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+        text = Markup.escape(_("SLA breached: %(kind)s was due %(due)s", kind=str(SLA_KINDS.get(m["kind"], m["kind"])),
+                               due="\x00"))
+        when = Markup('<time datetime="%s" title="%s">%s</time>') % (due.isoformat(), persian.format_utc(due),
+                                                                    fmt_ts(due, seconds=False))
+        return Markup(str(text).replace("\x00", str(when)))
+    return Markup.escape(body)
+
+
+def word_label(value: str) -> str:
+    """A workflow word inside a refusal of the core (a ticket action, code or lower-cased label, a status,
+    a priority, a role) in the page's language; anything else as it is (names, ids and codes stay Latin)."""
+    from ..tickets import workflow
+
+    by_label = {t.label.lower(): a for a, t in workflow.ALL.items()}
+    action = value if value in TICKET_ACTION_LABELS else by_label.get(value)
+    if action:
+        return str(TICKET_ACTION_LABELS[action])
+    for labels in (STATUS_LABELS, TICKET_WORDS, ROLE_LABELS):
+        if value in labels:
+            return str(labels[value])
+    return value
 
 
 def status_label(value) -> str:
@@ -127,9 +231,11 @@ def init_app(app) -> None:
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
-    app.jinja_env.globals.update(fmt_ts=fmt_ts, utc_title=persian.format_utc, num=num, digits=digits, ago_text=ago,
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits,
+                                 ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
-                                 breaker_label=breaker_label)
+                                 breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
+                                 live_text=live_text, system_text=system_text, actor_name=actor_name)
     app.register_blueprint(bp)
 
 

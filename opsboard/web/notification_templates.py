@@ -14,7 +14,7 @@ from ..notifications import render, templates, tracking
 from ..notifications.policy import CHANNELS, policies
 from . import forms
 from .context import get_db
-from .errors import ApiError
+from .errors import ApiError, human_message
 from .security import current_scope, requires
 
 bp = Blueprint("templates", __name__, url_prefix="/templates")
@@ -94,7 +94,7 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
     try:
         declared = templates.parse_variables(form.get("variables", ""))
     except OpsError as exc:
-        declared, var_error = [], str(exc)
+        declared, var_error = [], human_message(exc)
     else:
         var_error = None
     with get_db().connection() as conn:
@@ -108,12 +108,12 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
         for loc in locales:
             if (ch, loc) == (channel, locale):
                 src = {"subject": form.get("subject", ""), "body": form.get("body", ""), "variables": declared,
-                       "origin": "editing", "sample": sample}
+                       "origin": None, "sample": sample}
             else:
                 t = drafts.get((ch, loc)) or live.get((ch, loc))
                 # Its own sample, overridden by the author's: the same payload fills every cell.
                 src = t and {"subject": t["subject"], "body": t["body"], "variables": t["variables"],
-                             "origin": f"v{t['version']} {t['status']}", "sample": {**(t["sample"] or {}), **sample}}
+                             "origin": t, "sample": {**(t["sample"] or {}), **sample}}
             if src is None:
                 cells.append({"locale": loc, "absent": True,
                               "fallback": render.pick_locale({l for (c, l) in live if c == ch},
@@ -154,7 +154,7 @@ def create():
     try:
         templates._check_ids(key, "inbox", "fa")
     except OpsError as exc:
-        raise ApiError(400, exc.code, str(exc)) from None
+        raise ApiError(400, exc.code, human_message(exc)) from None
     return redirect(url_for("templates.edit", key=key, channel=request.form.get("channel", "inbox"), locale="fa"), 303)
 
 

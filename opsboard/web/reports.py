@@ -8,7 +8,7 @@ from flask_babel import gettext as _
 from .. import dashboard, reports, schedules, storage
 from . import forms
 from .context import get_config, get_db
-from .errors import ApiError
+from .errors import ApiError, human_message
 from .security import current_scope, require_for_tenant, requires
 
 bp = Blueprint("reports", __name__, url_prefix="/reports")
@@ -53,7 +53,7 @@ def request_report():
             run = reports.request_report(conn, tenant_id, kind.name, params, forms.actor(),
                                          request_key=forms.request_key())
     except reports.ReportError as exc:
-        raise ApiError(_CORE_STATUS.get(exc.code, 400), exc.code, str(exc)) from None
+        raise ApiError(_CORE_STATUS.get(exc.code, 400), exc.code, human_message(exc)) from None
     if request.headers.get("HX-Request"):
         return render_template("reports/_runs.html", **_runs_context())
     return redirect(url_for("reports.detail", run_id=run["id"]), 303)

@@ -58,7 +58,8 @@ def _cursor_from_request() -> int | None:
 def event_text(row: dict) -> str:
     data = {"id": str(row["id"]), "cursor": row["seq"], "event_type": row["event_type"],
             "category": row["category"], "title": row["title"], "body": row["body"],
-            "created_at": row["created_at"].isoformat(), "read": row["read_at"] is not None}
+            "locale": row.get("locale"), "created_at": row["created_at"].isoformat(),
+            "read": row["read_at"] is not None}
     return f"id: {row['seq']}\nevent: notification\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 

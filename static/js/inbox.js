@@ -1,14 +1,41 @@
 // The inbox page's live updates: an EventSource on /inbox/stream (event ids = inbox cursors;
 // the browser resends Last-Event-ID on reconnect, so nothing is lost), new rows prepended,
-// the unread badge refreshed through its htmx partial.
+// the unread badge counted up.  Every word and digit comes from the page (#inbox-text, a JSON
+// script tag rendered through Babel in the user's language): this script holds no text of its own.
 (function () {
   var status = document.getElementById("live-status");
   var list = document.getElementById("inbox-items");
-  if (!status || !list || !window.EventSource) return;
+  var textTag = document.getElementById("inbox-text");
+  if (!status || !list || !textTag || !window.EventSource) return;
+  var text = JSON.parse(textTag.textContent);
+  var announce = document.getElementById("inbox-announce");
+
+  function digits(value) {
+    return String(value).replace(/[0-9]/g, function (d) { return text.digits.charAt(+d); });
+  }
+  function fill(pattern, name, value) { return pattern.split("{" + name + "}").join(value); }
+  function utcTitle(date) {  // the exact UTC time on hover, as the server writes it
+    return date.toISOString().replace("T", " ").replace("Z", " UTC");
+  }
+  function ago(date) {
+    var seconds = Math.max(0, (Date.now() - date.getTime()) / 1000);
+    var units = [["day", 86400], ["hour", 3600], ["minute", 60]];
+    for (var i = 0; i < units.length; i++) {
+      var n = Math.floor(seconds / units[i][1]);
+      if (n >= 1) return fill(text.ago[units[i][0]][n === 1 ? "one" : "other"], "n", digits(n));
+    }
+    return text.just_now;
+  }
+  function refreshTimes() {
+    var times = list.querySelectorAll("time[data-ago]");
+    for (var i = 0; i < times.length; i++) times[i].textContent = ago(new Date(times[i].getAttribute("datetime")));
+  }
+  setInterval(refreshTimes, 30000);
+
   var url = status.getAttribute("data-stream") + "?since=" + encodeURIComponent(list.getAttribute("data-latest") || "0");
   var es = new EventSource(url);
-  es.onopen = function () { status.textContent = "Live"; status.setAttribute("data-live", "1"); };
-  es.onerror = function () { status.textContent = "Reconnecting…"; status.removeAttribute("data-live"); };
+  es.onopen = function () { status.textContent = text.live; status.setAttribute("data-live", "1"); };
+  es.onerror = function () { status.textContent = text.reconnecting; status.removeAttribute("data-live"); };
   es.addEventListener("notification", function (e) {
     var n = JSON.parse(e.data);
     if (document.getElementById("n-" + n.id)) return;
@@ -18,19 +45,31 @@
     li.className = "inbox-item unread new";
     li.id = "n-" + n.id;
     li.setAttribute("data-cursor", n.cursor);
-    li.setAttribute("dir", "auto");
+    if (n.locale) li.setAttribute("lang", n.locale);   // the notification's language decides its direction
+    li.setAttribute("dir", n.locale ? (text.rtl.indexOf(n.locale) >= 0 ? "rtl" : "ltr") : "auto");
     var title = document.createElement("strong");
     title.textContent = n.title;
+    var when = document.createElement("time");
+    var created = new Date(n.created_at);
+    when.setAttribute("datetime", n.created_at);
+    when.setAttribute("title", utcTitle(created));
+    when.setAttribute("data-ago", "");
+    when.className = "muted small nowrap";
+    when.textContent = ago(created);
     var body = document.createElement("div");
     body.textContent = n.body;
     li.appendChild(title);
+    li.appendChild(document.createTextNode(" "));
+    li.appendChild(when);
     li.appendChild(body);
     list.insertBefore(li, list.firstChild);
+    if (announce) announce.textContent = fill(text.new_notification, "title", n.title);
     var badge = document.getElementById("unread-badge");
     if (badge) {
       var count = parseInt(badge.getAttribute("data-unread") || "0", 10) + 1;
       badge.setAttribute("data-unread", String(count));
-      badge.textContent = String(count);
+      badge.textContent = digits(count);
+      badge.setAttribute("aria-label", fill(text.unread, "n", digits(count)));
     }
   });
 })();
