@@ -20,8 +20,10 @@ Declare once per event type (at import time, next to the event's definition)::
 ``declare`` also subscribes the event type to the ``notifications.fanout``
 job through the outbox (subscriber ``notify``): nothing else to wire.
 
-For each recipient and channel, :func:`check` runs the rules in this order
-and the first that fails is recorded as the delivery's suppression reason:
+For each recipient and channel, the rules run in this order and the first
+that fails is recorded as the delivery's suppression reason (:func:`check`
+states them for one recipient; the fan-out evaluates the same rules for a
+whole chunk of recipients in SQL, ``notification_fanout_chunk``):
 
 1. ``permission``   -- the recipient holds the policy's permission in the tenant;
 2. ``membership``   -- the recipient's membership of the tenant is active;
