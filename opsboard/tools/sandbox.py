@@ -396,6 +396,7 @@ class _SmtpHandler:
                           message_id=str(msg.get("Message-ID", "")),
                           headers={k.lower(): str(v) for k, v in msg.items()},
                           body=body.get_content() if body is not None else "",
+                          raw=(envelope.original_content or envelope.content).decode("utf-8", "replace"),
                           user=getattr(session, "auth_data", None) and getattr(session.auth_data, "login", b"").decode(
                               "utf-8", "replace"))
         if fault is not None and fault.hold_ms:

@@ -188,8 +188,11 @@ def email_send(job):
         subject, body = render(msg["template"], msg["template_version"], msg["params"])
     except (KeyError, IndexError):
         return retry.Permanent("template_params")
+    # A message whose parameters carry an HTML rendering (notification emails) goes as multipart/alternative.
+    html = msg["params"].get("html")
     email = smtp_provider.build(cfg, str(message_id), msg["recipient"], subject, body,
-                               {"X-Opsboard-Template": f"{msg['template']}/v{msg['template_version']}"})
+                               {"X-Opsboard-Template": f"{msg['template']}/v{msg['template_version']}"},
+                               html=html if isinstance(html, str) and html else None)
     outcome = smtp_provider.send(cfg, email)
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))

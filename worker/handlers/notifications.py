@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import uuid
 
-from markupsafe import Markup
-
 from opsboard import db, providers, retry
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
@@ -70,11 +68,12 @@ def deliver(job):
         key = f"delivery:{d['id']}"
         try:
             if d["channel"] == "email":
-                # email.send sends text/plain today: the rendered (escaped, RTL-wrapped) HTML is kept
-                # for when it sends a multipart/alternative; the text part is its tag-free version.
+                # email.send sends multipart/alternative: the text part is the tag-free body, the
+                # HTML part the rendered (autoescaped, RTL-wrapped for fa) body in a <html lang dir>.
+                title = render.email_text(subject)
                 out = providers.send_email(conn, d["tenant_id"], d["email"], "notice",
-                                           {"subject": Markup(subject).striptags(),
-                                            "text": Markup(body).striptags(), "html": body},
+                                           {"subject": title, "text": render.email_text(body),
+                                            "html": render.email_document(title, body, locale)},
                                            idempotency_key=key)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
