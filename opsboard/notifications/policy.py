@@ -197,3 +197,8 @@ jobtypes.define("notifications.deliver", handler="worker.handlers.notifications:
 jobtypes.define("notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
                 fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
                 timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
+jobtypes.define("notifications.sms_status", handler="worker.handlers.notifications:sms_status",
+                fields={"delivery_id": jobtypes.Field(str)}, max_attempts=12, timeout=30, backoff_base=15.0,
+                backoff_cap=1800.0,
+                description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
+                            "delivered or failed; retried while the gateway still has it on its way.")

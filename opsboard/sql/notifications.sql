@@ -192,12 +192,32 @@ LEFT JOIN notification_profiles p ON p.user_id = d.recipient_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
 -- name: delivery_mark
--- Move a queued delivery on (sent / failed / suppressed), with what was used.
+-- Move a queued delivery on (sent / failed / suppressed), with what was used; a sent one moves on
+-- by delivery_confirm / delivery_push_confirm.
 UPDATE deliveries SET status = %(status)s, suppression_reason = %(reason)s, provider_ref = %(ref)s,
        error_code = %(error_code)s, template_version = coalesce(%(template_version)s, template_version),
        locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND status = 'queued'
 RETURNING *;
+
+-- name: delivery_confirm
+-- The provider's word after acceptance: a sent delivery becomes delivered (a receipt) or failed.
+UPDATE deliveries SET status = %(status)s, error_code = %(error_code)s,
+       updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'sent'
+RETURNING *;
+
+-- name: delivery_push_confirm
+-- A Web Push of an inbox row was accepted (delivered) or refused for good (failed) by the push
+-- service.  One device's success wins over another's failure, whatever their order.  Found through
+-- the inbox row's (recipient, event), the deliveries' unique key.
+UPDATE deliveries d SET status = %(status)s, error_code = %(error_code)s,
+       updated_at = coalesce(%(now)s::timestamptz, now())
+FROM notifications n
+WHERE n.id = %(notification_id)s AND n.tenant_id = %(tenant_id)s
+  AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.channel = 'push'
+  AND (d.status = 'sent' OR (d.status = 'failed' AND %(status)s = 'delivered'))
+RETURNING d.id, d.status;
 
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.

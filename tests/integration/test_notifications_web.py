@@ -105,3 +105,22 @@ def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, clie
     r = client.post(f"/inbox/{nid}/read", headers={"HX-Request": "true", "X-CSRFToken": client.csrf})
     assert r.status_code == 200 and 'data-unread="0"' in r.get_data(as_text=True)
     assert client.get("/templates/").status_code == 403
+
+
+def test_ops_view_shows_delivered_and_failed_with_the_providers_code(app, client, login_as):
+    from opsboard import db
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, "acme-state")
+        member = auth.create_user(c, "state@example.test", "correct horse battery", "support_agent", "acme-state")
+        ev = outbox.publish(c, "test_notice.sent", 1, aggregate=("notice", "n3"), tenant=t["id"],
+                            payload={"user_ids": [str(member["id"])]})
+        fanout.fan_out(c, ev["id"])
+        email = c.execute("SELECT id FROM deliveries WHERE event_id = %s AND channel = 'email'", (ev["id"],)).fetchone()
+        db.one(c, "delivery_mark", {"id": email["id"], "status": "sent", "reason": None, "ref": "m-1",
+                                    "error_code": None, "template_version": None, "locale": None, "now": None})
+        db.one(c, "delivery_confirm", {"id": email["id"], "tenant_id": t["id"], "status": "failed",
+                                       "error_code": "sms_undeliverable", "now": None})
+    login_as("ops")
+    html = client.get(f"/notifications/?event_id={ev['id']}").get_data(as_text=True)
+    assert 'data-channel="inbox" data-status="delivered"' in html
+    assert 'class="bad" data-channel="email" data-status="failed"' in html and "sms_undeliverable" in html

@@ -228,9 +228,23 @@ def push_send(job):
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
     with job.connection() as conn:
+        if isinstance(outcome, (retry.Success, retry.Permanent)):
+            _push_confirm(conn, job, outcome)
         if isinstance(outcome, retry.Success):
             db.execute(conn, "push_subscription_success", {"id": sub_id, "tenant_id": job.tenant_id, "now": None})
         elif isinstance(outcome, retry.Permanent) and outcome.code in ("push_404", "push_410", "push_target_refused"):
             db.one(conn, "push_subscription_invalidate", {"id": sub_id, "tenant_id": job.tenant_id,
                                                           "reason": outcome.code})
     return outcome
+
+
+def _push_confirm(conn, job, outcome) -> None:
+    """The push service's answer moves the notification's push delivery on: accepted -> delivered, refused -> failed."""
+    try:
+        notification_id = uuid.UUID(str(job.payload["notification_id"]))
+    except ValueError:
+        return  # a push that is not of an inbox row (no delivery to move)
+    ok = isinstance(outcome, retry.Success)
+    db.all_rows(conn, "delivery_push_confirm", {"notification_id": notification_id, "tenant_id": job.tenant_id,
+                                                "status": "delivered" if ok else "failed",
+                                                "error_code": None if ok else outcome.code, "now": None})
