@@ -3,27 +3,18 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from opsboard import auth, outbox, providers
 from opsboard.notifications import fanout, policy, preferences
 from opsboard.outbox import EventField
 from tests.conftest import connect
-from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
+from tests.integration.test_email_push import push_settings  # noqa: F401
+from tests.support.delivery import provider_settings, runner  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 
 outbox.define_event("test_receipt.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
                     description="Test-only: a financial notice by SMS and push.")
 policy.declare("test_receipt.sent", category="financial", channels=("inbox", "sms", "push"),
                recipients=lambda conn, event: event["payload"]["user_ids"])
-
-
-@pytest.fixture
-def push_too(sandbox):
-    private, _ = providers.generate_vapid_keys()
-    providers.use_settings(sandbox_settings(sandbox, vapid_private_key=private))
-    yield
-    providers.use_settings(None)
 
 
 def _fan_out(db_url, sandbox, phone, *, device=False):
@@ -96,7 +87,7 @@ def test_an_sms_still_on_its_way_is_asked_again_later(db_url, sandbox, runner, p
     assert _delivery(db_url, ev, "sms")["status"] == "delivered"
 
 
-def test_a_push_accepted_by_the_push_service_is_delivered(db_url, sandbox, runner, push_too):
+def test_a_push_accepted_by_the_push_service_is_delivered(db_url, sandbox, runner, push_settings):
     _, ev = _fan_out(db_url, sandbox, "+989121110004", device=True)
     assert runner.run(_delivery(db_url, ev, "push")["job_id"])["status"] == "succeeded"
     assert _delivery(db_url, ev, "push")["status"] == "sent"
@@ -104,7 +95,7 @@ def test_a_push_accepted_by_the_push_service_is_delivered(db_url, sandbox, runne
     assert _delivery(db_url, ev, "push")["status"] == "delivered"
 
 
-def test_a_push_refused_for_good_is_failed(db_url, sandbox, runner, push_too):
+def test_a_push_refused_for_good_is_failed(db_url, sandbox, runner, push_settings):
     _, ev = _fan_out(db_url, sandbox, "+989121110005", device=True)
     for sub in sandbox.state.subscriptions.values():
         sub.gone = True
