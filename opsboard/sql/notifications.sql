@@ -159,6 +159,10 @@ ON CONFLICT (user_id) DO UPDATE SET time_zone = excluded.time_zone, start_time =
     end_time = excluded.end_time, days = excluded.days, enabled = excluded.enabled
 RETURNING *;
 
+-- name: quiet_hours_get
+-- A user's quiet hours (enabled or not), for the settings page.
+SELECT * FROM quiet_hours WHERE user_id = %(user_id)s;
+
 -- name: notification_profile_set
 -- Set a user's locale, phone and time zone.
 INSERT INTO notification_profiles (user_id, locale, phone, time_zone)
