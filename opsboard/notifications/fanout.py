@@ -155,7 +155,8 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
             chunk = user_ids[start:start + CHUNK]
             if pol.variables is not None:
                 params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, chunk))
-            params.update(user_ids=chunk, inbox_ids=new_id_array(len(chunk)),
+            # Array literals: much cheaper to send than lists psycopg dumps element by element.
+            params.update(user_ids="{" + ",".join(map(str, chunk)) + "}", inbox_ids=new_id_array(len(chunk)),
                           delivery_ids=new_id_array(len(chunk) * len(pol.channels)))
             r = db.one(conn, "notification_fanout_chunk", params)
             for k in ("inbox", "deliveries", "jobs", "suppressed"):
