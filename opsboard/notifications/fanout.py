@@ -3,16 +3,20 @@
 Called by the ``notifications.fanout`` job (one per event, via the outbox
 subscriber ``notify``).  For one event:
 
-1. the policy names the recipients; their facts (roles, membership, profile,
-   quiet hours, devices) and the category's preferences load in two queries;
-2. :func:`opsboard.notifications.policy.check` decides each channel, in order;
-3. the inbox rows are written first (under a transaction lock, so the cursor
-   is commit-ordered), then one delivery per recipient x event x channel --
-   both ``ON CONFLICT DO NOTHING``: a second relay of the event adds nothing
-   and queues nothing;
-4. each new queued (or quiet-hours deferred: ``run_at`` = window end)
-   delivery gets a ``notifications.deliver`` job, inserted in one statement;
-5. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
+1. the policy names the recipients (a callable: user ids);
+2. the inbox texts are rendered once per locale key (or per recipient when
+   the policy has its own ``variables``);
+3. the recipients are taken in chunks of :data:`CHUNK`; for each chunk one
+   statement (``notification_fanout_chunk``) evaluates the policy rules in SQL
+   over the whole set -- permission, membership, preference, reachability,
+   sensitivity, quiet hours (``opsboard_quiet_until``), the same order as
+   :func:`opsboard.notifications.policy.check` -- and writes the inbox rows
+   (under a transaction lock taken first, so the cursor is commit-ordered),
+   one delivery per recipient x event x channel and a ``notifications.deliver``
+   job per new queued delivery (``run_at`` = the quiet window's end when
+   deferred), all ``ON CONFLICT DO NOTHING``: a second relay of the event adds
+   nothing and queues nothing;
+4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel
 texts are rendered by the deliver job from the same live templates.
@@ -28,12 +32,14 @@ import psycopg
 from .. import auth, db, outbox, queue
 from ..auth import TenantScope
 from ..queue import ALL_TENANTS
-from ..schema import Role, new_id
+from ..schema import new_id_array
 from . import policy as policymod
-from . import preferences, render, templates
+from . import render, templates
 from .inbox import CHANNEL
 
 BROADCAST_OVER = 200
+#: Recipients per set-based statement: bounds the statement's memory and the arrays sent.
+CHUNK = 5000
 
 
 def _uuid(value) -> uuid.UUID | None:
@@ -43,18 +49,11 @@ def _uuid(value) -> uuid.UUID | None:
         return None
 
 
-def _has_permission(roles, permission: str | None) -> bool:
-    if not roles:
-        return False
+def granting_roles(permission: str | None) -> list[str] | None:
+    """The roles that hold ``permission`` (None: any role will do)."""
     if permission is None:
-        return True
-    granted = set()
-    for r in roles:
-        try:
-            granted |= auth.ROLE_PERMISSIONS.get(Role(r), frozenset())
-        except ValueError:
-            continue
-    return permission in granted
+        return None
+    return sorted(r.value for r, perms in auth.ROLE_PERMISSIONS.items() if permission in perms)
 
 
 def variables_for(conn, pol, event: dict, user_id) -> dict:
@@ -85,6 +84,31 @@ def load_event(conn, event_id, scope: TenantScope = ALL_TENANTS) -> dict | None:
     return db.one(conn, "outbox_event_get", {"id": event_id, **scope.params})
 
 
+def _inbox_texts(conn, pol, event: dict, live: dict, tenant_locale: str, user_ids: list) -> dict:
+    """``{key: {title, body, version, locale}}`` of the inbox row, as the chunk statement looks it up.
+
+    Without per-user variables the text depends only on the locale chain: key
+    ``''`` (no own locale, or one without a template) and each live inbox
+    locale.  With them, one text per recipient, keyed by user id.
+    """
+    def text(chain, uid):
+        title, body, version, locale = render_for(live, "inbox", chain, variables_for(conn, pol, event, uid),
+                                                  event["type"])
+        return {"title": title, "body": body, "version": version, "locale": locale}
+
+    if pol.variables is None:
+        texts = {"": text(render.locale_chain(None, tenant_locale), None)}
+        for loc in inbox_locales(live):
+            texts[loc] = text(render.locale_chain(loc, tenant_locale), None)
+        return texts
+    return {str(r["user_id"]): text(render.locale_chain(r["locale"], tenant_locale), r["user_id"])
+            for r in db.all_rows(conn, "notification_recipient_locales", {"user_ids": user_ids})}
+
+
+def inbox_locales(live: dict) -> list[str]:
+    return sorted({loc for (ch, loc) in live if ch == "inbox"})
+
+
 def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``."""
     event = load_event(conn, event_id)
@@ -98,106 +122,48 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
         event = {**event, "payload": outbox.upcast(event["type"], event["version"], event["payload"], pol.version),
                  "version": pol.version}
     with conn.transaction():
-        at = db.now(conn, now)
         user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
         counts["recipients"] = len(user_ids)
         if not user_ids:
             return counts
         tenant_id = event["tenant_id"]
-        facts = {r["user_id"]: r for r in db.all_rows(conn, "notification_recipient_facts",
-                                                      {"tenant_id": tenant_id, "user_ids": user_ids})}
-        defaults, own = {}, {}
-        for p in db.all_rows(conn, "notification_preferences_for", {"tenant_id": tenant_id, "category": pol.category,
-                                                                   "user_ids": user_ids}):
-            (own.setdefault(p["user_id"], {}) if p["user_id"] else defaults)[p["channel"]] = p["enabled"]
         live = templates.live(conn, pol.template)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
-        cache: dict = {}
-        inbox_rows, plans = [], []
-        s_tenant, s_event = str(tenant_id), str(event["id"])  # str(uuid) is slow: 30,000 calls per 10,000 users
-        for uid in user_ids:
-            f = facts.get(uid)
-            quiet = None
-            if f is not None and f["quiet_start"] is not None:
-                quiet = preferences.quiet_until(at, f["quiet_time_zone"], f["quiet_start"], f["quiet_end"],
-                                                f["quiet_days"])
-            rf = policymod.RecipientFacts(
-                has_permission=f is not None and f["is_active"] and _has_permission(f["roles"], pol.permission),
-                membership_active=f is not None and f["membership_active"],
-                preferences=preferences.resolve(defaults, own.get(uid, {})),
-                quiet_until=quiet,
-                reachable={"inbox": True, "email": bool(f and f["email"]), "sms": bool(f and f["phone"]),
-                           "push": bool(f and f["devices"])})
-            decisions = {ch: policymod.check(pol, ch, rf) for ch in pol.channels}
-            chain = render.locale_chain(f["locale"] if f else None, tenant_locale)
-            inbox_id = None
-            if decisions["inbox"].status != "suppressed":
-                if pol.variables is None:
-                    key = tuple(chain)
-                    if key not in cache:
-                        cache[key] = render_for(live, "inbox", chain, variables_for(conn, pol, event, uid),
-                                                event["type"])
-                    title, body, version, locale = cache[key]
-                else:
-                    title, body, version, locale = render_for(live, "inbox", chain,
-                                                              variables_for(conn, pol, event, uid), event["type"])
-                inbox_id = new_id()
-                inbox_rows.append({"id": str(inbox_id), "tenant_id": s_tenant, "recipient_id": str(uid),
-                                   "event_id": s_event, "event_type": event["type"],
-                                   "category": pol.category, "template_key": pol.template,
-                                   "template_version": version, "locale": locale, "title": title, "body": body,
-                                   "data": {"aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"}})
-            plans.append((uid, inbox_id, decisions, chain))
-
+        cat = policymod.CATEGORIES[pol.category]
+        job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
+        # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
+        job = queue._prepare(queue.NewJob(
+            job_type, {"delivery_id": str(event["id"])}, tenant_id, idempotency_key="delivery:x",
+            correlation_id=event.get("correlation_id"), event_id=event["id"],
+            expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if cat.critical else None))
+        params = {
+            "tenant_id": tenant_id, "event_id": event["id"], "event_type": event["type"],
+            "category": pol.category, "template_key": pol.template, "tenant_locale": tenant_locale,
+            "data": json.dumps({"aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"}),
+            "granting_roles": granting_roles(pol.permission), "critical": cat.critical,
+            "sensitive_unapproved": pol.sensitivity == "sensitive" and not cat.sms_approved,
+            "channels": list(pol.channels), "per_user": pol.variables is not None,
+            "text_locales": inbox_locales(live), "job_type": job["type"], "job_version": job["version"],
+            "job_queue": job["queue"], "job_priority": job["priority"], "job_max_attempts": job["max_attempts"],
+            "job_expires_at": job["expires_at"], "correlation_id": job["correlation_id"],
+            "notify_limit": BROADCAST_OVER + 1, "now": now}
+        if pol.variables is None:
+            params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, user_ids))
         db.one(conn, "notification_insert_lock")
-        inserted = db.all_rows(conn, "notification_insert_many", {"rows": json.dumps(inbox_rows), "now": now})
-        counts["inbox"] = len(inserted)
-        # A second relay: the rows exist already; point the deliveries at them.
-        if len(inserted) == len(inbox_rows):
-            existing = {r["recipient_id"]: r["id"] for r in inserted}
-        else:  # a second relay: the rows exist already; point the deliveries at them
-            existing = {r["recipient_id"]: r["id"] for r in db.all_rows(conn, "notification_ids_for_event",
-                                                                         {"event_id": event["id"]})}
-        critical = policymod.CATEGORIES[pol.category].critical
-        job_type = "notifications.deliver_critical" if critical else "notifications.deliver"
-        delivery_rows = []
-        for uid, _, decisions, chain in plans:
-            nid = existing.get(uid)
-            s_uid, s_nid = str(uid), (str(nid) if nid else None)
-            for ch, d in decisions.items():
-                status = "delivered" if ch == "inbox" and d.status != "suppressed" else (
-                    "suppressed" if d.status == "suppressed" else "queued")
-                did = str(new_id())
-                delivery_rows.append({
-                    "id": did, "tenant_id": s_tenant, "recipient_id": s_uid,
-                    "event_id": s_event, "event_type": event["type"],
-                    "notification_id": s_nid, "channel": ch, "status": status,
-                    "suppression_reason": d.reason if d.status == "suppressed" else None,
-                    "deferred_until": d.available_at.isoformat() if d.available_at else None,
-                    "generic": d.generic, "template_key": pol.template, "template_version": None,
-                    # The deliver job's id is the delivery's id: no second write to link them.
-                    "job_id": did if status == "queued" else None,
-                    "locale": chain[0]})
-        new = db.all_rows(conn, "delivery_insert_many", {"rows": json.dumps(delivery_rows), "now": now})
-        counts["deliveries"] = len(new)
-        counts["suppressed"] = sum(1 for r in new if r["status"] == "suppressed")
-        jobs = []
-        for r in new:
-            if r["status"] != "queued":
-                continue
-            row = queue._prepare(queue.NewJob(
-                job_type, {"delivery_id": str(r["id"])}, tenant_id, idempotency_key=f"delivery:{r['id']}",
-                run_at=r["deferred_until"], correlation_id=event.get("correlation_id"), event_id=event["id"],
-                expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if critical else None))
-            row["id"] = r["id"]
-            jobs.append(row)
-        if jobs:
-            # Like the outbox relay: one statement; a delivery row is new exactly once, so is its job.
-            db.execute(conn, "job_insert_many", {"rows": "[" + ",".join(queue._row_json(j) for j in jobs) + "]"})
-        counts["jobs"] = len(jobs)
-        recipients = sorted({str(r["recipient_id"]) for r in inserted})
-        if len(recipients) > BROADCAST_OVER:
+        recipients: list[str] = []
+        for start in range(0, len(user_ids), CHUNK):
+            chunk = user_ids[start:start + CHUNK]
+            if pol.variables is not None:
+                params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, chunk))
+            # Array literals: much cheaper to send than lists psycopg dumps element by element.
+            params.update(user_ids="{" + ",".join(map(str, chunk)) + "}", inbox_ids=new_id_array(len(chunk)),
+                          delivery_ids=new_id_array(len(chunk) * len(pol.channels)))
+            r = db.one(conn, "notification_fanout_chunk", params)
+            for k in ("inbox", "deliveries", "jobs", "suppressed"):
+                counts[k] += r[k]
+            recipients += r["recipients"]
+        if counts["inbox"] > BROADCAST_OVER:
             recipients = ["*"]
         if recipients:
-            db.execute(conn, "inbox_notify", {"channel": CHANNEL, "keys": recipients})
+            db.execute(conn, "inbox_notify", {"channel": CHANNEL, "keys": sorted(recipients)})
     return counts

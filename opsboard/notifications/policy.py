@@ -20,8 +20,10 @@ Declare once per event type (at import time, next to the event's definition)::
 ``declare`` also subscribes the event type to the ``notifications.fanout``
 job through the outbox (subscriber ``notify``): nothing else to wire.
 
-For each recipient and channel, :func:`check` runs the rules in this order
-and the first that fails is recorded as the delivery's suppression reason:
+For each recipient and channel, the rules run in this order and the first
+that fails is recorded as the delivery's suppression reason (:func:`check`
+states them for one recipient; the fan-out evaluates the same rules for a
+whole chunk of recipients in SQL, ``notification_fanout_chunk``):
 
 1. ``permission``   -- the recipient holds the policy's permission in the tenant;
 2. ``membership``   -- the recipient's membership of the tenant is active;
@@ -195,3 +197,8 @@ jobtypes.define("notifications.deliver", handler="worker.handlers.notifications:
 jobtypes.define("notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
                 fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
                 timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
+jobtypes.define("notifications.sms_status", handler="worker.handlers.notifications:sms_status",
+                fields={"delivery_id": jobtypes.Field(str)}, max_attempts=12, timeout=30, backoff_base=15.0,
+                backoff_cap=1800.0,
+                description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
+                            "delivered or failed; retried while the gateway still has it on its way.")

@@ -40,13 +40,8 @@ def resolve(defaults: dict[str, bool], own: dict[str, bool]) -> dict[str, bool]:
     return {c: own.get(c, defaults.get(c, True)) for c in CHANNELS}
 
 
-def set_preference(conn: psycopg.Connection, tenant_id, user_id, category: str, channel: str,
-                   enabled: bool) -> dict:
-    """Set a user's preference (``user_id`` None: the tenant default).
-
-    A critical category's preferences are refused (``critical_category``):
-    they would be ignored anyway, and the settings page must not pretend.
-    """
+def check_choice(category: str, channel: str, enabled: bool) -> None:
+    """Raise :class:`OpsError` for an unknown category or channel, or a critical category turned off."""
     cat = CATEGORIES.get(category)
     if cat is None:
         raise OpsError(f"unknown category {category!r}", "invalid_category")
@@ -54,6 +49,16 @@ def set_preference(conn: psycopg.Connection, tenant_id, user_id, category: str, 
         raise OpsError(f"unknown channel {channel!r}", "invalid_channel")
     if cat.critical and not enabled:
         raise OpsError(f"{category} notifications cannot be turned off", "critical_category")
+
+
+def set_preference(conn: psycopg.Connection, tenant_id, user_id, category: str, channel: str,
+                   enabled: bool) -> dict:
+    """Set a user's preference (``user_id`` None: the tenant default).
+
+    A critical category's preferences are refused (``critical_category``):
+    they would be ignored anyway, and the settings page must not pretend.
+    """
+    check_choice(category, channel, enabled)
     return db.one(conn, "notification_preference_set", {"tenant_id": tenant_id, "user_id": user_id,
                                                        "category": category, "channel": channel,
                                                        "enabled": bool(enabled)})
@@ -70,6 +75,47 @@ def set_quiet_hours(conn: psycopg.Connection, user_id, time_zone: str, start: ti
         raise OpsError("quiet hours need a start and an end that differ", "invalid_window")
     return db.one(conn, "quiet_hours_set", {"user_id": user_id, "time_zone": time_zone, "start_time": start,
                                             "end_time": end, "days": list(days), "enabled": enabled})
+
+
+def grid(conn: psycopg.Connection, tenant_id, user_id) -> list[dict]:
+    """The settings page's table: per category ``{category, critical, description, channels: {channel: on}}``.
+
+    ``on`` is the effective value (own choice, else tenant default, else on);
+    a critical category is always on.
+    """
+    defaults: dict = {}
+    own: dict = {}
+    for r in db.all_rows(conn, "notification_preference_list", {"tenant_id": tenant_id, "user_id": user_id}):
+        (own if r["user_id"] else defaults).setdefault(r["category"], {})[r["channel"]] = r["enabled"]
+    return [{"category": name, "critical": cat.critical, "description": cat.description,
+             "channels": {c: True for c in CHANNELS} if cat.critical
+             else resolve(defaults.get(name, {}), own.get(name, {}))}
+            for name, cat in CATEGORIES.items()]
+
+
+def save_choices(conn: psycopg.Connection, tenant_id, user_id, choices: dict[tuple[str, str], bool]) -> dict:
+    """Save a user's ``{(category, channel): on}`` choices; returns what changed ``{"category.channel": on}``.
+
+    Only a value that differs from the effective one is written, so an
+    untouched cell keeps following the tenant default.  Everything is checked
+    before anything is written: an unknown category or channel, or a critical
+    category turned off, raises :class:`OpsError` and saves nothing.
+    """
+    for (category, channel), on in choices.items():
+        check_choice(category, channel, on)
+    current = {(row["category"], ch): on for row in grid(conn, tenant_id, user_id)
+               for ch, on in row["channels"].items()}
+    changed = {}
+    for (category, channel), on in sorted(choices.items()):
+        if current[(category, channel)] != on:
+            set_preference(conn, tenant_id, user_id, category, channel, on)
+            changed[f"{category}.{channel}"] = on
+    return changed
+
+
+def quiet_hours(conn: psycopg.Connection, user_id) -> dict | None:
+    """A user's quiet hours row (enabled or not), or None."""
+    return db.one(conn, "quiet_hours_get", {"user_id": user_id})
 
 
 def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None, phone: str | None = None,

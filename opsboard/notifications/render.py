@@ -12,7 +12,9 @@ No database here: :mod:`.templates` loads versions and calls these.
 * Locales: :func:`locale_chain` is user -> tenant default -> ``fa``.
 * Filters: ``fa_digits`` (Persian digits), ``jalali`` (a date in the Jalali
   calendar, via persiantools), ``money``.
-* Email HTML is autoescaped; ``fa`` email is wrapped right-to-left.
+* Email HTML is autoescaped; ``fa`` email is wrapped right-to-left, and
+  :func:`email_document` makes the whole ``<html lang dir>`` document sent as
+  the HTML alternative.
 * SMS: :func:`sms_parts` (GSM-7 160/153, UCS-2 70/67); push:
   :func:`push_preview` truncates like a phone's lock screen.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jinja2 import StrictUndefined, TemplateError, meta, nodes
+from markupsafe import Markup, escape
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..persian import RTL_LOCALES, fa_digits, jalali  # one implementation (issue 14)
@@ -133,6 +136,24 @@ def render(channel: str, locale: str, subject: str, body: str, variables: dict) 
     if channel == "email" and locale in RTL_LOCALES:
         out_body = f'<div dir="rtl" lang="{locale}" style="direction:rtl;text-align:right">{out_body}</div>'
     return out_subject.strip(), out_body.strip()
+
+
+def email_document(subject: str, body_html: str, locale: str) -> str:
+    """A whole HTML email around a rendered (autoescaped) body: ``<html lang dir>`` of ``locale``.
+
+    Sent as the ``text/html`` alternative of a multipart/alternative email
+    (the text part is the body without its tags).
+    """
+    direction = "rtl" if locale in RTL_LOCALES else "ltr"
+    return ('<!DOCTYPE html>\n'
+            f'<html lang="{escape(locale)}" dir="{direction}">\n'
+            f'<head><meta charset="utf-8"><title>{escape(subject)}</title></head>\n'
+            f'<body style="direction:{direction}">\n{body_html}\n</body>\n</html>\n')
+
+
+def email_text(body_html: str) -> str:
+    """The text/plain alternative of a rendered HTML email body: its text, tags removed, entities decoded."""
+    return Markup(body_html).striptags()
 
 
 def preview(channel: str, locale: str, subject: str, body: str, declared, sample: dict) -> Rendered:

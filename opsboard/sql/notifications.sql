@@ -1,25 +1,142 @@
--- name: notification_recipient_facts
--- Everything the policy checks need about a batch of recipients in one tenant.
-SELECT u.id AS user_id, u.email, u.is_active,
-       coalesce(array_agg(DISTINCT m.role::text) FILTER (WHERE m.tenant_id = %(tenant_id)s OR t.is_operator), '{}') AS roles,
-       bool_or(m.active AND (m.tenant_id = %(tenant_id)s OR t.is_operator)) IS TRUE AS membership_active,
-       p.locale, p.phone, coalesce(p.time_zone, 'Asia/Tehran') AS time_zone,
-       q.time_zone AS quiet_time_zone, q.start_time AS quiet_start, q.end_time AS quiet_end, q.days AS quiet_days,
-       (SELECT count(*) FROM push_subscriptions s
-         WHERE s.tenant_id = %(tenant_id)s AND s.user_ref = u.id::text AND s.state = 'active') AS devices
-FROM users u
-LEFT JOIN memberships m ON m.user_id = u.id
-LEFT JOIN tenants t ON t.id = m.tenant_id
-LEFT JOIN notification_profiles p ON p.user_id = u.id
-LEFT JOIN quiet_hours q ON q.user_id = u.id AND q.enabled
-WHERE u.id = ANY(%(user_ids)s::uuid[])
-GROUP BY u.id, p.user_id, q.user_id;
+-- name: notification_recipient_locales
+-- The own locale of each listed user (NULL: none), to render per-user texts before the chunk statement.
+SELECT u.id AS user_id, p.locale FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
+WHERE u.id = ANY(%(user_ids)s::uuid[]);
 
--- name: notification_preferences_for
--- A category's preferences in a tenant: the defaults (user_id NULL) and those of the listed users.
-SELECT user_id, channel, enabled FROM notification_preferences
-WHERE tenant_id = %(tenant_id)s AND category = %(category)s
-  AND (user_id IS NULL OR user_id = ANY(%(user_ids)s::uuid[]));
+-- name: notification_fanout_chunk
+-- One chunk of an event's recipients, set-based: decide every channel of every
+-- recipient and write inbox rows, deliveries and deliver jobs in one statement.
+-- The rules, in order, the first that fails being the suppression reason
+-- (opsboard.notifications.policy.check is the same rule set for one recipient):
+-- permission (active user holding a granting role in the tenant or the operator
+-- tenant; %(granting_roles)s NULL: any role) -> membership (active) -> preference
+-- (the user's, else the tenant default, else on; ignored for a critical category)
+-- -> unreachable (no email / phone / active push device) -> sensitivity (sensitive
+-- content of a category not approved for SMS: no SMS, generic push).  Quiet hours
+-- defer a non-inbox channel of a non-critical category to the window's end.
+-- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
+-- order of %(channels)s); a queued delivery's job has the delivery's id and the
+-- idempotency key delivery:<id>.  Data-modifying CTEs see the snapshot from before
+-- the statement, so `existing` holds only a previous relay's inbox rows; the
+-- foreign keys to rows inserted here are checked at the statement's end.
+WITH
+chunk AS (
+    SELECT x.user_id, x.inbox_id, x.ord
+    FROM unnest(%(user_ids)s::uuid[], %(inbox_ids)s::uuid[]) WITH ORDINALITY AS x(user_id, inbox_id, ord)
+),
+defaults AS (
+    SELECT coalesce(jsonb_object_agg(channel, enabled), '{}') AS prefs FROM notification_preferences
+    WHERE tenant_id = %(tenant_id)s AND category = %(category)s AND user_id IS NULL
+),
+devices AS (
+    SELECT s.user_ref, count(*) AS n FROM push_subscriptions s
+    WHERE s.tenant_id = %(tenant_id)s AND s.state = 'active'
+      AND s.user_ref = ANY(SELECT user_id::text FROM chunk)
+    GROUP BY s.user_ref
+),
+facts AS (
+    SELECT c.user_id, c.inbox_id, c.ord, u.email,
+           u.is_active AND mm.roles IS NOT NULL
+             AND (%(granting_roles)s::text[] IS NULL OR mm.roles && %(granting_roles)s::text[]) AS has_permission,
+           coalesce(mm.active, false) AS membership_active,
+           coalesce(own.prefs, '{}'::jsonb) AS own_prefs,
+           p.locale AS user_locale, p.phone, coalesce(dv.n, 0) AS devices,
+           CASE WHEN q.user_id IS NOT NULL
+                THEN opsboard_quiet_until(coalesce(%(now)s::timestamptz, now()), q.time_zone, q.start_time,
+                                          q.end_time, q.days) END AS quiet_until
+    FROM chunk c
+    JOIN users u ON u.id = c.user_id
+    LEFT JOIN LATERAL (
+        SELECT array_agg(DISTINCT m.role::text) AS roles, bool_or(m.active) AS active
+        FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+        WHERE m.user_id = c.user_id AND (m.tenant_id = %(tenant_id)s OR t.is_operator)
+    ) mm ON true
+    LEFT JOIN LATERAL (
+        SELECT jsonb_object_agg(np.channel, np.enabled) AS prefs FROM notification_preferences np
+        WHERE np.tenant_id = %(tenant_id)s AND np.category = %(category)s AND np.user_id = c.user_id
+    ) own ON true
+    LEFT JOIN notification_profiles p ON p.user_id = c.user_id
+    LEFT JOIN quiet_hours q ON q.user_id = c.user_id AND q.enabled
+    LEFT JOIN devices dv ON dv.user_ref = c.user_id::text
+),
+decided AS (
+    SELECT f.*, ch.channel, ch.idx,
+           CASE WHEN NOT f.has_permission THEN 'permission'
+                WHEN NOT f.membership_active THEN 'membership'
+                WHEN NOT %(critical)s
+                     AND NOT coalesce((f.own_prefs ->> ch.channel)::boolean,
+                                      ((SELECT prefs FROM defaults) ->> ch.channel)::boolean, true)
+                     THEN 'preference'
+                WHEN (ch.channel = 'email' AND coalesce(f.email, '') = '')
+                     OR (ch.channel = 'sms' AND coalesce(f.phone, '') = '')
+                     OR (ch.channel = 'push' AND f.devices = 0) THEN 'unreachable'
+                WHEN %(sensitive_unapproved)s AND ch.channel = 'sms' THEN 'sensitivity'
+           END AS reason
+    FROM facts f CROSS JOIN unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, idx)
+),
+texts AS (
+    -- The inbox text of each recipient: keyed by user id (per-user variables) or by locale key.
+    SELECT d.user_id, d.inbox_id,
+           %(texts)s::jsonb -> (CASE WHEN %(per_user)s THEN d.user_id::text
+                                     WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale
+                                     ELSE '' END) AS t
+    FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL
+),
+new_inbox AS (
+    INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
+                               template_version, locale, title, body, data, created_at)
+    SELECT x.inbox_id, %(tenant_id)s, x.user_id, %(event_id)s, %(event_type)s, %(category)s, %(template_key)s,
+           (x.t ->> 'version')::integer, x.t ->> 'locale', x.t ->> 'title', x.t ->> 'body', %(data)s::jsonb,
+           coalesce(%(now)s::timestamptz, now())
+    FROM texts x
+    ORDER BY x.user_id
+    ON CONFLICT (recipient_id, event_id) DO NOTHING
+    RETURNING id, recipient_id
+),
+existing AS (
+    SELECT n.id, n.recipient_id FROM notifications n
+    WHERE n.event_id = %(event_id)s AND n.recipient_id = ANY(%(user_ids)s::uuid[])
+),
+new_deliveries AS (
+    INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
+                            suppression_reason, deferred_until, generic, template_key, template_version, locale,
+                            job_id, created_at, updated_at)
+    SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
+           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, coalesce(ni.id, ex.id), d.channel,
+           CASE WHEN d.reason IS NOT NULL THEN 'suppressed' WHEN d.channel = 'inbox' THEN 'delivered'
+                ELSE 'queued' END,
+           d.reason,
+           CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
+           d.reason IS NULL AND %(sensitive_unapproved)s AND d.channel = 'push',
+           %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
+           CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
+                THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
+           coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
+    FROM decided d
+    LEFT JOIN new_inbox ni ON ni.recipient_id = d.user_id
+    LEFT JOIN existing ex ON ex.recipient_id = d.user_id
+    ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
+    RETURNING id, status, deferred_until
+),
+new_jobs AS (
+    -- Like job_insert_many: a live job holding the idempotency key wins.
+    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, payload, max_attempts,
+                      available_at, expires_at, correlation_id, event_id)
+    SELECT nd.id, %(job_type)s, %(job_version)s, %(tenant_id)s, %(job_queue)s, %(job_priority)s,
+           'delivery:' || nd.id, jsonb_build_object('delivery_id', nd.id::text), %(job_max_attempts)s,
+           coalesce(nd.deferred_until, now()), %(job_expires_at)s::timestamptz, %(correlation_id)s,
+           %(event_id)s
+    FROM new_deliveries nd WHERE nd.status = 'queued'
+    ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
+    DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM new_inbox) AS inbox,
+       (SELECT count(*) FROM new_deliveries) AS deliveries,
+       (SELECT count(*) FROM new_deliveries WHERE status = 'suppressed') AS suppressed,
+       (SELECT count(*) FROM new_jobs) AS jobs,
+       (SELECT coalesce(array_agg(recipient_id::text ORDER BY recipient_id), '{}') FROM
+          (SELECT recipient_id FROM new_inbox LIMIT %(notify_limit)s) r) AS recipients;
 
 -- name: notification_preference_set
 -- Set one preference (user_id NULL: the tenant default).
@@ -41,6 +158,10 @@ VALUES (%(user_id)s, %(time_zone)s, %(start_time)s, %(end_time)s, %(days)s, %(en
 ON CONFLICT (user_id) DO UPDATE SET time_zone = excluded.time_zone, start_time = excluded.start_time,
     end_time = excluded.end_time, days = excluded.days, enabled = excluded.enabled
 RETURNING *;
+
+-- name: quiet_hours_get
+-- A user's quiet hours (enabled or not), for the settings page.
+SELECT * FROM quiet_hours WHERE user_id = %(user_id)s;
 
 -- name: notification_profile_set
 -- Set a user's locale, phone and time zone.
@@ -65,38 +186,6 @@ RETURNING *;
 -- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.
 SELECT pg_advisory_xact_lock(7957911069121085795);
 
--- name: notification_insert_many
--- Write inbox rows (one per recipient x event); a relayed-twice event inserts nothing.
-INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
-                           template_version, locale, title, body, data, created_at)
-SELECT r.id, r.tenant_id, r.recipient_id, r.event_id, r.event_type, r.category, r.template_key,
-       r.template_version, r.locale, r.title, r.body, r.data, coalesce(%(now)s::timestamptz, now())
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id uuid, tenant_id uuid, recipient_id uuid, event_id uuid,
-     event_type text, category text, template_key text, template_version integer, locale text, title text,
-     body text, data jsonb)
-ORDER BY r.recipient_id
-ON CONFLICT (recipient_id, event_id) DO NOTHING
-RETURNING id, recipient_id, seq;
-
--- name: notification_ids_for_event
--- The inbox rows an event already made (for a second relay of the same event).
-SELECT id, recipient_id, seq FROM notifications WHERE event_id = %(event_id)s;
-
--- name: delivery_insert_many
--- One row per recipient x event x channel; a second relay inserts nothing.
-INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
-                        suppression_reason, deferred_until, generic, template_key, template_version, locale,
-                        job_id, created_at, updated_at)
-SELECT r.id, r.tenant_id, r.recipient_id, r.event_id, r.event_type, r.notification_id, r.channel, r.status,
-       r.suppression_reason, r.deferred_until, r.generic, r.template_key, r.template_version, r.locale,
-       r.job_id, coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id uuid, tenant_id uuid, recipient_id uuid, event_id uuid,
-     event_type text, notification_id uuid, channel text, status text, suppression_reason text,
-     deferred_until timestamptz, generic boolean, template_key text, template_version integer, locale text,
-     job_id uuid)
-ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
-RETURNING id, recipient_id, channel, status, deferred_until;
-
 -- name: delivery_load
 -- A delivery with its inbox row and the recipient's contact details, for the deliver job.
 SELECT d.*, n.title AS inbox_title, n.body AS inbox_body, n.category, u.email, p.phone, p.locale AS user_locale
@@ -107,12 +196,32 @@ LEFT JOIN notification_profiles p ON p.user_id = d.recipient_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
 -- name: delivery_mark
--- Move a queued delivery on (sent / failed / suppressed), with what was used.
+-- Move a queued delivery on (sent / failed / suppressed), with what was used; a sent one moves on
+-- by delivery_confirm / delivery_push_confirm.
 UPDATE deliveries SET status = %(status)s, suppression_reason = %(reason)s, provider_ref = %(ref)s,
        error_code = %(error_code)s, template_version = coalesce(%(template_version)s, template_version),
        locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND status = 'queued'
 RETURNING *;
+
+-- name: delivery_confirm
+-- The provider's word after acceptance: a sent delivery becomes delivered (a receipt) or failed.
+UPDATE deliveries SET status = %(status)s, error_code = %(error_code)s,
+       updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'sent'
+RETURNING *;
+
+-- name: delivery_push_confirm
+-- A Web Push of an inbox row was accepted (delivered) or refused for good (failed) by the push
+-- service.  One device's success wins over another's failure, whatever their order.  Found through
+-- the inbox row's (recipient, event), the deliveries' unique key.
+UPDATE deliveries d SET status = %(status)s, error_code = %(error_code)s,
+       updated_at = coalesce(%(now)s::timestamptz, now())
+FROM notifications n
+WHERE n.id = %(notification_id)s AND n.tenant_id = %(tenant_id)s
+  AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.channel = 'push'
+  AND (d.status = 'sent' OR (d.status = 'failed' AND %(status)s = 'delivered'))
+RETURNING d.id, d.status;
 
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.

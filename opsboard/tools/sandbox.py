@@ -117,6 +117,8 @@ class State:
     records: list = field(default_factory=list)
     faults: list = field(default_factory=list)
     subscriptions: dict = field(default_factory=dict)
+    #: number -> the final status the SMS status query reports for it (default "delivered").
+    sms_status: dict = field(default_factory=dict)
     seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     fault_seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     max_records: int = 100_000
@@ -331,7 +333,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "done" or self._fault_after(fault):
             return
         found = [r for r in self.state.select("sms") if r["client_id"] == client_id and not r["refused"]]
-        self._send(200, {"messages": [{"id": r["id"], "client_id": client_id, "status": "delivered"}
+        # The handset's receipt: "delivered" unless a test set another final status for the number.
+        self._send(200, {"messages": [{"id": r["id"], "client_id": client_id,
+                                       "status": self.state.sms_status.get(r["to"], "delivered")}
                                       for r in found]})
 
     # -- Web Push
@@ -396,6 +400,7 @@ class _SmtpHandler:
                           message_id=str(msg.get("Message-ID", "")),
                           headers={k.lower(): str(v) for k, v in msg.items()},
                           body=body.get_content() if body is not None else "",
+                          raw=(envelope.original_content or envelope.content).decode("utf-8", "replace"),
                           user=getattr(session, "auth_data", None) and getattr(session.auth_data, "login", b"").decode(
                               "utf-8", "replace"))
         if fault is not None and fault.hold_ms:
@@ -533,6 +538,10 @@ class Sandbox:
 
     def clear_faults(self) -> None:
         self.state.clear_faults()
+
+    def sms_final_status(self, number: str, status: str) -> None:
+        """What the status query reports for SMS to ``number`` from now on (``failed``, ``queued``...)."""
+        self.state.sms_status[number] = status
 
     def new_push_subscription(self, base_url: str | None = None) -> dict:
         """A Web Push subscription this sandbox can decrypt: ``{endpoint, keys: {p256dh, auth}}``."""

@@ -77,13 +77,19 @@ def test_publish_is_audited_and_refuses_missing_variables_then_rolls_back(app, c
     assert r.status_code == 400
 
 
-def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, client, login_as):
+def _fanned_out(app, slug, email):
+    """A support agent of tenant ``slug`` and one test notice to them, fanned out: (tenant, event)."""
     with connect(app.extensions["test_db_url"]) as c:
-        t = auth.ensure_tenant(c, "acme-web")
-        member = auth.create_user(c, "member@example.test", "correct horse battery", "support_agent", "acme-web")
-        ev = outbox.publish(c, "test_notice.sent", 1, aggregate=("notice", "n1"), tenant=t["id"],
+        t = auth.ensure_tenant(c, slug)
+        member = auth.create_user(c, email, "correct horse battery", "support_agent", slug)
+        ev = outbox.publish(c, "test_notice.sent", 1, aggregate=("notice", uuid.uuid4().hex), tenant=t["id"],
                             payload={"user_ids": [str(member["id"])]})
         fanout.fan_out(c, ev["id"])
+    return t, ev
+
+
+def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, client, login_as):
+    t, ev = _fanned_out(app, "acme-web", "member@example.test")
     login_as("ops")
     html = client.get(f"/notifications/?event_id={ev['id']}").get_data(as_text=True)
     assert html.count('data-channel="') == 4
@@ -105,3 +111,18 @@ def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, clie
     r = client.post(f"/inbox/{nid}/read", headers={"HX-Request": "true", "X-CSRFToken": client.csrf})
     assert r.status_code == 200 and 'data-unread="0"' in r.get_data(as_text=True)
     assert client.get("/templates/").status_code == 403
+
+
+def test_ops_view_shows_delivered_and_failed_with_the_providers_code(app, client, login_as):
+    from opsboard import db
+    t, ev = _fanned_out(app, "acme-state", "state@example.test")
+    with connect(app.extensions["test_db_url"]) as c:
+        email = c.execute("SELECT id FROM deliveries WHERE event_id = %s AND channel = 'email'", (ev["id"],)).fetchone()
+        db.one(c, "delivery_mark", {"id": email["id"], "status": "sent", "reason": None, "ref": "m-1",
+                                    "error_code": None, "template_version": None, "locale": None, "now": None})
+        db.one(c, "delivery_confirm", {"id": email["id"], "tenant_id": t["id"], "status": "failed",
+                                       "error_code": "sms_undeliverable", "now": None})
+    login_as("ops")
+    html = client.get(f"/notifications/?event_id={ev['id']}").get_data(as_text=True)
+    assert 'data-channel="inbox" data-status="delivered"' in html
+    assert 'class="bad" data-channel="email" data-status="failed"' in html and "sms_undeliverable" in html

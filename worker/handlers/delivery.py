@@ -188,8 +188,11 @@ def email_send(job):
         subject, body = render(msg["template"], msg["template_version"], msg["params"])
     except (KeyError, IndexError):
         return retry.Permanent("template_params")
+    # A message whose parameters carry an HTML rendering (notification emails) goes as multipart/alternative.
+    html = msg["params"].get("html")
     email = smtp_provider.build(cfg, str(message_id), msg["recipient"], subject, body,
-                               {"X-Opsboard-Template": f"{msg['template']}/v{msg['template_version']}"})
+                               {"X-Opsboard-Template": f"{msg['template']}/v{msg['template_version']}"},
+                               html=html if isinstance(html, str) and html else None)
     outcome = smtp_provider.send(cfg, email)
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
@@ -225,9 +228,23 @@ def push_send(job):
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
     with job.connection() as conn:
+        if isinstance(outcome, (retry.Success, retry.Permanent)):
+            _push_confirm(conn, job, outcome)
         if isinstance(outcome, retry.Success):
             db.execute(conn, "push_subscription_success", {"id": sub_id, "tenant_id": job.tenant_id, "now": None})
         elif isinstance(outcome, retry.Permanent) and outcome.code in ("push_404", "push_410", "push_target_refused"):
             db.one(conn, "push_subscription_invalidate", {"id": sub_id, "tenant_id": job.tenant_id,
                                                           "reason": outcome.code})
     return outcome
+
+
+def _push_confirm(conn, job, outcome) -> None:
+    """The push service's answer moves the notification's push delivery on: accepted -> delivered, refused -> failed."""
+    try:
+        notification_id = uuid.UUID(str(job.payload["notification_id"]))
+    except ValueError:
+        return  # a push that is not of an inbox row (no delivery to move)
+    ok = isinstance(outcome, retry.Success)
+    db.all_rows(conn, "delivery_push_confirm", {"notification_id": notification_id, "tenant_id": job.tenant_id,
+                                                "status": "delivered" if ok else "failed",
+                                                "error_code": None if ok else outcome.code, "now": None})

@@ -11,19 +11,29 @@ categories) through an ``outbound_messages`` row with the built-in
 active device (generic title when the delivery is marked generic).  The
 delivery becomes ``sent`` with the template version and locale used; a
 delivery that is no longer queued is left alone (idempotent).
+
+After ``sent``: ``notifications.sms_status {delivery_id}`` (queued by the
+deliver job, first run 30 s later) asks the SMS gateway by client id and moves
+the delivery to ``delivered`` or ``failed`` (retried while the SMS is on its
+way); a Web Push answer moves the push delivery (``push.send``, via
+``delivery_push_confirm``).  Email stays ``sent``: SMTP gives no receipt.
 """
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
-from markupsafe import Markup
-
-from opsboard import db, providers, retry
+from opsboard import db, providers, queue, retry
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
 from opsboard.notifications import policy, render, templates
+from worker.providers import sms as sms_provider
 
 GENERIC_TITLE = "New notification"
+#: First look at an SMS's fate this long after the deliver job (then the job type's backoff).
+SMS_STATUS_AFTER = timedelta(seconds=30)
+#: The gateway's words for an SMS lost after acceptance.
+SMS_FAILED = frozenset({"failed", "undeliverable", "expired", "rejected"})
 
 
 def _uuid(value, field: str) -> uuid.UUID:
@@ -70,11 +80,12 @@ def deliver(job):
         key = f"delivery:{d['id']}"
         try:
             if d["channel"] == "email":
-                # email.send sends text/plain today: the rendered (escaped, RTL-wrapped) HTML is kept
-                # for when it sends a multipart/alternative; the text part is its tag-free version.
+                # email.send sends multipart/alternative: the text part is the tag-free body, the
+                # HTML part the rendered (autoescaped, RTL-wrapped for fa) body in a <html lang dir>.
+                title = render.email_text(subject)
                 out = providers.send_email(conn, d["tenant_id"], d["email"], "notice",
-                                           {"subject": Markup(subject).striptags(),
-                                            "text": Markup(body).striptags(), "html": body},
+                                           {"subject": title, "text": render.email_text(body),
+                                            "html": render.email_document(title, body, locale)},
                                            idempotency_key=key)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
@@ -82,6 +93,10 @@ def deliver(job):
                                          {"subject": "", "text": body}, idempotency_key=key, otp=critical,
                                          expires_in=policy.CRITICAL_TTL.total_seconds())
                 ref = str(out["message"]["id"])
+                # The gateway's receipt comes later: ask for it once the SMS has had time to arrive.
+                queue.enqueue(conn, "notifications.sms_status", {"delivery_id": str(d["id"])}, tenant=d["tenant_id"],
+                              idempotency_key=f"sms_status:{d['id']}",
+                              run_at=db.now(conn) + SMS_STATUS_AFTER, event_id=d["event_id"])
             elif d["channel"] == "push":
                 title = GENERIC_TITLE if d["generic"] else render.push_preview(subject, body)["title"]
                 subs = db.all_rows(conn, "user_push_subscriptions", {"tenant_id": d["tenant_id"],
@@ -100,3 +115,43 @@ def deliver(job):
             return retry.Permanent("invalid_recipient")
         _mark(conn, d, "sent", ref=ref, version=version, locale=locale)
     return None
+
+
+def _confirm(conn, d, status, error_code=None):
+    return db.one(conn, "delivery_confirm", {"id": d["id"], "tenant_id": d["tenant_id"], "status": status,
+                                             "error_code": error_code, "now": None})
+
+
+def sms_status(job):
+    """A sent SMS delivery -> delivered / failed from the gateway's status query by client id.
+
+    Retryable while the provider job has not sent it yet or the gateway has it
+    on its way; a delivery no longer ``sent`` is left alone (idempotent).
+    """
+    delivery_id = _uuid(job.payload["delivery_id"], "delivery_id")
+    with job.connection() as conn:
+        d = db.one(conn, "delivery_load", {"id": delivery_id, "tenant_id": job.tenant_id})
+        if d is None:
+            return retry.Permanent("delivery_gone")
+        if d["channel"] != "sms" or d["status"] != "sent":
+            return None
+        msg = db.one(conn, "outbound_message_get", {"id": _uuid(d["provider_ref"], "provider_ref"),
+                                                    "tenant_id": d["tenant_id"]})
+        if msg is None:
+            return retry.Permanent("message_gone")
+        if msg["status"] == "failed":            # the gateway refused it: sms.send ended permanent
+            _confirm(conn, d, "failed", "sms_refused")
+            return None
+    if msg["status"] != "sent":
+        return retry.Retryable("sms_not_sent_yet")
+    try:
+        found = sms_provider.lookup(providers.settings(), str(msg["id"]))
+    except sms_provider.StatusUnavailable as exc:
+        return retry.Retryable(str(exc))
+    status = (found or {}).get("status")
+    if status == "delivered" or status in SMS_FAILED:
+        with job.connection() as conn:
+            _confirm(conn, d, "delivered" if status == "delivered" else "failed",
+                     None if status == "delivered" else f"sms_{status}")
+        return None
+    return retry.Retryable("sms_pending" if found else "sms_not_found")

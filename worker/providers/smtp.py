@@ -12,6 +12,7 @@ import smtplib
 import socket
 import ssl
 from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
 
 from opsboard import retry
 from opsboard.providers import ProviderSettings
@@ -24,13 +25,17 @@ def message_id(key: str, sender: str) -> str:
     return f"<{key}@{domain}>"
 
 
-def build(settings: ProviderSettings, key: str, to: str, subject: str, body: str, headers: dict | None = None) -> EmailMessage:
+def build(settings: ProviderSettings, key: str, to: str, subject: str, body: str, headers: dict | None = None,
+          html: str | None = None) -> EmailMessage:
+    """The message: text/plain, or multipart/alternative (text, then ``html``) when ``html`` is given."""
     msg = EmailMessage()
     msg["From"], msg["To"], msg["Subject"] = settings.smtp_from, to, subject
     msg["Message-ID"] = message_id(key, settings.smtp_from)
     for k, v in (headers or {}).items():
         msg[k] = v
     msg.set_content(body)
+    if html is not None:
+        msg.add_alternative(html, subtype="html")
     return msg
 
 
@@ -56,7 +61,9 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
             if code not in (250, 251):
                 return _by_code(code)
             data_sent = True
-            code, reply = client.data(msg.as_bytes())
+            # CRLF line ends (RFC 5321): smtplib sends bytes as they are, and a server reads bare-LF
+            # text as one line, refusing any message over 1,000 bytes as "line too long".
+            code, reply = client.data(msg.as_bytes(policy=SMTP_POLICY))
             if code != 250:
                 return _by_code(code)
             m = _QUEUED.search(reply or b"")
