@@ -42,13 +42,13 @@ FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(id, ord), generate_series(
 ON CONFLICT (tenant_id, slug) DO NOTHING
 """
 
-# One year of tickets, newest last; g % 1000 picks the tenant, g / 1000 numbers it in its tenant.
+# One year of tickets, newest last; g % 1000 picks the tenant, (g - 1) / 1000 + 1 numbers it in its tenant.
 _TICKETS_SQL = f"""
 INSERT INTO tickets (id, tenant_id, number, subject, category_id, priority, status, requester_id, assignee_id,
                      team, sla_policy_id, first_response_due_at, resolution_due_at, first_responded_at, paused_at,
                      first_response_breached_at, resolution_breached_at, resolution_code, resolution_summary,
                      resolved_at, closed_at, created_at, updated_at)
-SELECT {_UUID7.format(ts="s.ts", g="s.g", salt="t")}, s.tenant_id, s.g / %(n_tenants)s + 1, s.subject, c.id,
+SELECT {_UUID7.format(ts="s.ts", g="s.g", salt="t")}, s.tenant_id, (s.g - 1) / %(n_tenants)s + 1, s.subject, c.id,
        s.priority, s.st::ticket_status, %(requester)s,
        CASE WHEN s.g %% 3 = 0 THEN CASE WHEN s.ti = %(agent_tenant)s THEN %(agent)s::uuid ELSE %(ops)s::uuid END END,
        'support', p.id, s.fr_due, s.res_due, s.responded,
