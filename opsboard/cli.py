@@ -86,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
+    b.add_argument("--database", metavar="URL",
+                   help="run in this existing database and keep it (tickets reuses its seed) instead of a scratch one")
     b.add_argument("--peers", action="store_true",
                    help="opsboard beside pgqueuer (extra 'bench') and a bare SKIP LOCKED loop, same method, one run")
 
@@ -231,7 +233,7 @@ def cmd_bench(config: Config, args) -> int:
         return run_peers(config, jobs=args.jobs, json_path=args.json_path)
     from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
-                     list_only=args.list)
+                     list_only=args.list, database=args.database)
 
 
 def cmd_sandbox(config: Config, args) -> int:

@@ -88,36 +88,66 @@ RETURNING *;
 
 -- name: ticket_list
 -- The agents' queue: newest first, keyset on id, every filter optional, inside a tenant scope.
--- The status/tenant/assignee indexes serve the common filters; the SLA state is computed per row.
-SELECT * FROM (
-    SELECT tk.id, tk.tenant_id, tk.number, tk.subject, tk.priority, tk.status, tk.assignee_id, tk.team,
-           tk.created_at, tk.updated_at, tk.first_response_due_at, tk.resolution_due_at,
-           tn.slug AS tenant_slug, c.slug AS category_slug, c.name AS category_name, au.email AS assignee_email,
-           ticket_sla_state(tk.status, tk.first_response_due_at, tk.resolution_due_at, tk.first_responded_at,
-                            tk.paused_at, tk.first_response_breached_at, tk.resolution_breached_at,
-                            p.first_response_minutes, p.resolution_minutes,
-                            coalesce(%(now)s::timestamptz, now())) AS sla_state
-    FROM tickets tk
-    JOIN tenants tn ON tn.id = tk.tenant_id
-    LEFT JOIN users au ON au.id = tk.assignee_id
-    LEFT JOIN ticket_categories c ON c.id = tk.category_id
-    LEFT JOIN sla_policies p ON p.id = tk.sla_policy_id
-    WHERE (%(scope_all)s OR tk.tenant_id = ANY(%(scope_ids)s::uuid[]))
-      AND (%(tenant_id)s::uuid IS NULL OR tk.tenant_id = %(tenant_id)s::uuid)
-      AND (%(status)s::ticket_status IS NULL OR tk.status = %(status)s::ticket_status)
-      AND (%(open_only)s IS NOT TRUE OR tk.status IN ('new', 'triaged', 'in_progress', 'waiting_on_customer'))
-      AND (%(category)s::text IS NULL OR c.slug = %(category)s::text)
-      AND (%(assignee_id)s::uuid IS NULL OR tk.assignee_id = %(assignee_id)s::uuid)
-      AND (%(unassigned)s IS NOT TRUE OR tk.assignee_id IS NULL)
-      AND (%(search)s::text IS NULL OR tk.subject_search ILIKE %(search_pattern)s::text
-           OR tk.number::text = %(search)s::text)
-      AND (%(after_id)s::uuid IS NULL OR tk.id < %(after_id)s::uuid)
-    ORDER BY tk.id DESC
-    LIMIT CASE WHEN %(sla_state)s::text IS NULL THEN %(limit)s::bigint END
+-- service.list_queue runs it unprepared: each optional filter "%(x)s IS NULL OR ..." then folds away
+-- in a plan made for the values given, so that each combination finds its index (0012: status,
+-- tenant, assignee; 0015: trigram search; 0020: category, number, SLA state).  The SLA filter is
+-- written as the 0020 partial indexes' predicates (same text, so the planner matches them) to find
+-- the candidates in id order; ticket_sla_state still decides the badge.  The page's rows are chosen
+-- first and only then joined to names: a misestimated filter cannot turn those joins into a
+-- nested loop over every candidate.
+SELECT q.*, tn.slug AS tenant_slug, c.slug AS category_slug, c.name AS category_name, au.email AS assignee_email
+FROM (
+SELECT tk.id, tk.tenant_id, tk.number, tk.subject, tk.priority, tk.status, tk.assignee_id, tk.team,
+       tk.category_id, tk.created_at, tk.updated_at, tk.first_response_due_at, tk.resolution_due_at,
+       ticket_sla_state(tk.status, tk.first_response_due_at, tk.resolution_due_at, tk.first_responded_at,
+                        tk.paused_at, tk.first_response_breached_at, tk.resolution_breached_at,
+                        p.first_response_minutes, p.resolution_minutes,
+                        coalesce(%(now)s::timestamptz, now())) AS sla_state
+FROM tickets tk
+LEFT JOIN sla_policies p ON p.id = tk.sla_policy_id
+WHERE (%(scope_all)s OR tk.tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(tenant_id)s::uuid IS NULL OR tk.tenant_id = %(tenant_id)s::uuid)
+  AND (%(status)s::ticket_status IS NULL OR tk.status = %(status)s::ticket_status)
+  AND (%(open_only)s IS NOT TRUE OR tk.status IN ('new', 'triaged', 'in_progress', 'waiting_on_customer'))
+  AND (%(category)s::text IS NULL
+       OR tk.category_id IN (SELECT cc.id FROM ticket_categories cc WHERE cc.slug = %(category)s::text))
+  AND (%(assignee_id)s::uuid IS NULL OR tk.assignee_id = %(assignee_id)s::uuid)
+  AND (%(unassigned)s IS NOT TRUE OR tk.assignee_id IS NULL)
+  AND (%(search)s::text IS NULL OR tk.subject_search ILIKE %(search_pattern)s::text
+       OR (%(search_number)s::bigint IS NOT NULL AND tk.number = %(search_number)s::bigint))
+  AND (%(after_id)s::uuid IS NULL OR tk.id < %(after_id)s::uuid)
+  AND (%(sla_state)s::text IS NULL
+       OR (%(sla_state)s::text = 'breached'
+           AND (tk.first_response_breached_at IS NOT NULL OR tk.resolution_breached_at IS NOT NULL))
+       OR (%(sla_state)s::text IN ('breached', 'at_risk', 'on_track')
+           AND tk.first_response_breached_at IS NULL AND tk.resolution_breached_at IS NULL AND tk.paused_at IS NULL
+           AND tk.status IN ('new', 'triaged', 'in_progress', 'waiting_on_customer')
+           AND (%(sla_state)s::text <> 'breached'
+                OR (CASE WHEN tk.first_responded_at IS NULL THEN tk.first_response_due_at ELSE tk.resolution_due_at END)
+                   <= coalesce(%(now)s::timestamptz, now()))
+           -- at risk: due within the next quarter of the longest target of any policy
+           AND (%(sla_state)s::text <> 'at_risk'
+                OR (CASE WHEN tk.first_responded_at IS NULL THEN tk.first_response_due_at ELSE tk.resolution_due_at END)
+                   BETWEEN coalesce(%(now)s::timestamptz, now())
+                       AND coalesce(%(now)s::timestamptz, now()) + make_interval(secs => 15 * (
+                           SELECT coalesce(max(greatest(sp.first_response_minutes, sp.resolution_minutes)), 0)
+                           FROM sla_policies sp))))
+       OR (%(sla_state)s::text = 'paused'
+           AND tk.first_response_breached_at IS NULL AND tk.resolution_breached_at IS NULL AND tk.paused_at IS NOT NULL
+           AND tk.status IN ('new', 'triaged', 'in_progress', 'waiting_on_customer'))
+       OR (%(sla_state)s::text = 'met' AND tk.status IN ('resolved', 'closed', 'cancelled')))
+  AND (%(sla_state)s::text IS NULL
+       OR ticket_sla_state(tk.status, tk.first_response_due_at, tk.resolution_due_at, tk.first_responded_at,
+                           tk.paused_at, tk.first_response_breached_at, tk.resolution_breached_at,
+                           p.first_response_minutes, p.resolution_minutes,
+                           coalesce(%(now)s::timestamptz, now())) = %(sla_state)s::text)
+ORDER BY tk.id DESC
+LIMIT %(limit)s
 ) q
-WHERE %(sla_state)s::text IS NULL OR q.sla_state = %(sla_state)s::text
-ORDER BY q.id DESC
-LIMIT %(limit)s;
+JOIN tenants tn ON tn.id = q.tenant_id
+LEFT JOIN users au ON au.id = q.assignee_id
+LEFT JOIN ticket_categories c ON c.id = q.category_id
+ORDER BY q.id DESC;
 
 -- name: ticket_list_for_requester
 -- A requester's own tickets in one tenant, newest first (keyset on id).

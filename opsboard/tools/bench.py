@@ -133,6 +133,30 @@ def percentile(values: list[float], q: float) -> float:
     return s[f] + (s[c] - s[f]) * (k - f)
 
 
+def web_login(app, email: str, password: str = "bench-password"):
+    """A test client of the web ``app`` signed in as ``email`` (the scenarios time real views)."""
+    client = app.test_client()
+    client.get("/login")
+    with client.session_transaction() as sess:
+        token = sess.get("_csrf")
+    r = client.post("/login", data={"email": email, "password": password, "csrf_token": token})
+    if r.status_code != 302:
+        raise RuntimeError(f"bench login of {email} failed: {r.status_code}")
+    return client
+
+
+def median_get_ms(client, path: str, runs: int = 5) -> float:
+    """Median server time of ``runs`` GETs of ``path`` (ms); anything but 200 is an error."""
+    times = []
+    for _ in range(runs):
+        t1 = time.perf_counter()
+        r = client.get(path)
+        times.append((time.perf_counter() - t1) * 1000)
+        if r.status_code != 200:
+            raise RuntimeError(f"{path} answered {r.status_code}")
+    return statistics.median(times)
+
+
 # ---------------------------------------------------------------- scenarios
 
 def enqueue_single(b: Bench) -> None:
@@ -389,14 +413,7 @@ def dashboard(b: Bench) -> None:
         app = create_app({"OPSBOARD": b.config.replace(database_url=b.url, mode="test",
                                                        secret_key="bench-" + "x" * 32),
                           "DATABASE": database})
-        client = app.test_client()
-        client.get("/login")
-        with client.session_transaction() as sess:
-            token = sess.get("_csrf")
-        r = client.post("/login", data={"email": "bench@opsboard.local", "password": "bench-password",
-                                        "csrf_token": token})
-        if r.status_code != 302:
-            raise RuntimeError(f"bench login failed: {r.status_code}")
+        client = web_login(app, "bench@opsboard.local")
         pages = [("queue health", "/queues/_health"), ("tenants", "/tenants/_backlog"),
                  ("job list, newest", "/jobs/_rows"), ("job list, status=dead", "/jobs/_rows?status=dead"),
                  ("job list, one tenant", f"/jobs/_rows?tenant={tenants[7]}"),
@@ -405,15 +422,8 @@ def dashboard(b: Bench) -> None:
                  ("dead letters", "/dead/_groups"), ("job detail", f"/jobs/{dead_id}"),
                  ("audit", "/audit/_rows")]
         for label, path in pages:
-            times = []
-            for _ in range(5):
-                t1 = time.perf_counter()
-                r = client.get(path)
-                times.append((time.perf_counter() - t1) * 1000)
-                if r.status_code != 200:
-                    raise RuntimeError(f"{path} answered {r.status_code}")
             shown = path.split("?")[0].replace(str(dead_id), "<id>")
-            b.add("dashboard", f"{label} ({shown})", statistics.median(times), "ms",
+            b.add("dashboard", f"{label} ({shown})", median_get_ms(client, path), "ms",
                   f"median of 5 at {total:,} jobs")
     finally:
         database.close()
@@ -456,7 +466,7 @@ def sse(b: Bench) -> None:
 
 
 def tickets(b: Bench) -> None:
-    """Agents' ticket queue and detail: server time at 100,000 tickets by default (--jobs N tickets)."""
+    """Agents' ticket queue (every filter) and detail at 100,000 tickets x 10 messages (--jobs N tickets)."""
     from .bench_tickets import run
     run(b)
 
@@ -500,7 +510,9 @@ def machine_info(url: str) -> dict:
 
 
 def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | None = None,
-              json_path: str | None = None, list_only: bool = False) -> int:
+              json_path: str | None = None, list_only: bool = False, database: str | None = None) -> int:
+    """Run ``scenarios`` in a scratch database dropped afterwards, or in ``database`` (a URL of an
+    existing database, migrated and kept: the ``tickets`` scenario reuses a large seed there)."""
     if list_only:
         for name, fn in SCENARIOS.items():
             print(f"{name:<18} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
@@ -512,11 +524,13 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
     if jobs is not None and jobs < 1:
         from ..errors import UsageError
         raise UsageError("--jobs must be at least 1")
-    server = resolve_url(config)
     name = f"opsboard_bench_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = make_conninfo(server, dbname=name)
+    server = url = database
+    if not database:
+        server = resolve_url(config)
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        url = make_conninfo(server, dbname=name)
     bench = Bench(url, config, jobs)
     try:
         migrate(url, log=lambda *_: None)
@@ -528,8 +542,9 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
             SCENARIOS[s](bench)
     finally:
         bench.stop_workers()
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not database:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"machine": machine, "results": [r.__dict__ for r in bench.results]}, f, indent=2)

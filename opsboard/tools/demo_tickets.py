@@ -33,11 +33,7 @@ _TICKETS = [
 
 def seed_tickets(conn, tenants: dict, agent_email: str = "support@opsboard.demo") -> int:
     """Create the demo tickets once (skipped when the demo tenants have tickets already)."""
-    if db.one(conn, "ticket_list", {"scope_all": False, "scope_ids": [tenants["acme"], tenants["parsian"]],
-                                    "tenant_id": None, "status": None, "open_only": None, "category": None,
-                                    "assignee_id": None, "unassigned": None, "search": None, "search_pattern": None,
-                                    "after_id": None,
-                                    "sla_state": None, "limit": 1, "now": None}):
+    if service.list_queue(conn, auth.TenantScope(all=False, ids=(tenants["acme"], tenants["parsian"])), limit=1):
         return 0
     user = db.one(conn, "user_get_by_email", {"email": agent_email})
     agent = auth.load_principal(conn, user["id"]) if user else None

@@ -251,6 +251,50 @@ def test_queue_filters_and_keyset(conn, desk):
         service.list_queue(conn, desk.scope, status="bogus")
 
 
+def test_sla_filter_finds_exactly_the_tickets_with_that_badge(conn, desk):
+    """The queue's SLA filter (written as the 0020 partial indexes' predicates) agrees with the badge
+    (ticket_sla_state) for every state, at several injected times, across keyset pages."""
+    agent = desk.caller("support_agent")
+    urgent = [_open(conn, desk, priority="urgent", now=T0 + timedelta(minutes=m)) for m in (0, 5, 10)]
+    low = [_open(conn, desk, priority="low", now=T0 + timedelta(minutes=m)) for m in (0, 1)]
+    service.act(conn, urgent[0]["id"], "start", agent, scope=desk.scope, now=T0 + timedelta(minutes=1))
+    service.act(conn, urgent[0]["id"], "reply", agent, scope=desk.scope, fields={"body": "On it"},
+                now=T0 + timedelta(minutes=2))  # answered: the resolution target counts now
+    service.act(conn, low[0]["id"], "start", agent, scope=desk.scope, now=T0 + timedelta(minutes=1))
+    service.act(conn, low[0]["id"], "wait_on_customer", agent, scope=desk.scope, now=T0 + timedelta(minutes=2))
+    service.act(conn, low[1]["id"], "cancel", desk.caller("admin"), scope=desk.scope, now=T0 + timedelta(minutes=3))
+    due = urgent[1]["first_response_due_at"]
+    service.check_breach(conn, urgent[1]["id"], "first_response", due, now=due)  # marked by the breach job
+    for at in (T0 + timedelta(minutes=3), T0 + timedelta(minutes=14), T0 + timedelta(minutes=22), T0 + timedelta(days=2)):
+        everything = service.list_queue(conn, desk.scope, now=at, limit=100)
+        seen = set()
+        for state in service.SLA_STATES:
+            expected = [r["id"] for r in everything if r["sla_state"] == state]
+            got, after = [], None
+            while True:  # keyset pages of one
+                page = service.list_queue(conn, desk.scope, sla_state=state, now=at, limit=1, after_id=after)
+                if not page:
+                    break
+                got += [r["id"] for r in page]
+                after = page[-1]["id"]
+            assert got == expected, (at, state)
+            if got:
+                seen.add(state)
+        assert len(everything) == len(urgent) + len(low)
+    assert seen >= {"breached", "paused", "met"}
+    states_at_22 = {r["sla_state"] for r in service.list_queue(conn, desk.scope, now=T0 + timedelta(minutes=22))}
+    assert states_at_22 == {"on_track", "at_risk", "breached", "paused", "met"}
+
+
+def test_queue_search_by_number_and_category(conn, desk):
+    tickets = [_open(conn, desk, category=c) for c in ("billing", "access", "billing")]
+    number = str(tickets[1]["number"])
+    assert [r["id"] for r in service.list_queue(conn, desk.scope, search=number)] == [tickets[1]["id"]]
+    assert [r["id"] for r in service.list_queue(conn, desk.scope, category="billing")] == [
+        tickets[2]["id"], tickets[0]["id"]]
+    assert service.list_queue(conn, desk.scope, category="no-such") == []
+
+
 def test_demo_tickets_show_every_badge_in_both_languages(conn):
     from opsboard import auth
     from opsboard.tools.demo_tickets import seed_tickets
