@@ -39,8 +39,7 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
-#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue;
-#: never more than the queue's slots either.
+#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue.
 PREFETCH_MAX = 192
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
@@ -88,9 +87,11 @@ class QueueState:
         if avg is None:  # nothing measured yet: claim for the free slots only
             return self.slots
         drain = lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4)
-        # At most one buffered job per slot: a worker that dies holds at most
-        # twice its slots (the supervisor releases them spread out in time).
-        return self.slots + int(min(PREFETCH_MAX, self.slots, drain))
+        # Not capped by the slots: a worker with few slots still claims in
+        # bulk.  A dying worker's buffered jobs cost little: its supervisor
+        # releases unstarted jobs at once (worker.running_file), and the lease
+        # bounds them otherwise (they drain within a share of it).
+        return self.slots + int(min(PREFETCH_MAX, drain))
 
     def observe(self, seconds: float) -> None:
         """Fold one handler run's duration into :attr:`avg_seconds` (no lock: a racy average is fine)."""
