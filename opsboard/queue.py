@@ -112,6 +112,11 @@ _ROW = ('{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priori
         '"payload":%s}')
 
 
+_ROW_PLAIN = '{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priority":%d,"max_attempts":%d,"payload":%s}'
+#: Job type names as JSON strings (the registry's names: a small, fixed set).
+_TYPE_JSON: dict[str, str] = {}
+
+
 def _json_or_null(value) -> str:
     return "null" if value is None else _ENCODE(str(value))
 
@@ -123,7 +128,15 @@ def _row_json(r: dict) -> str:
     hex digits, which PostgreSQL reads as uuids; cheaper than ``str``), numbers
     and the queue name are safe as they are; every free-form string is encoded.
     """
-    return _ROW % (r["id"].hex, _ENCODE(r["type"]), r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
+    type_json = _TYPE_JSON.get(r["type"])
+    if type_json is None:
+        type_json = _TYPE_JSON[r["type"]] = _ENCODE(r["type"])
+    if (r["idempotency_key"] is None and r["group_key"] is None and r["run_at"] is None and r["expires_at"] is None
+            and r["correlation_id"] is None and r["event_id"] is None):
+        # The common job: keys left out read as NULL (jsonb_to_recordset), a shorter document.
+        return _ROW_PLAIN % (r["id"].hex, type_json, r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
+                             r["max_attempts"], r["payload_json"])
+    return _ROW % (r["id"].hex, type_json, r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
                    _json_or_null(r["idempotency_key"]), _json_or_null(r["group_key"]), r["max_attempts"],
                    _json_or_null(_iso(r["run_at"])), _json_or_null(_iso(r["expires_at"])),
                    _json_or_null(r["correlation_id"]), _json_or_null(r["event_id"]), r["payload_json"])

@@ -11,7 +11,10 @@ from the handlers' measured duration: a buffered job is expected to start
 within a quarter of the lease (a job found past that when a slot takes it is
 released, not run; see :meth:`worker.executor.Executor.run_job`), and only
 while the completer keeps up (a slow database still holds the claims back).
-Shutdown releases the buffer at once.
+Shutdown releases the buffer at once; so does the supervisor when a worker
+process dies (it tells buffered jobs from running ones by
+:mod:`worker.running_file`); an unsupervised worker's buffer comes back with
+its lease, like its running jobs.
 
 Each worker starts its tenant walk at its own point (a hash of its id), so
 that with more tenants than a claim visits, workers do not all claim from
