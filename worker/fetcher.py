@@ -8,7 +8,8 @@ A claim is not capped by the free slots: the queue keeps a bounded prefetch
 buffer (:meth:`QueueState.capacity`), so a worker with 8 slots still claims
 in bulk.  Prefetched jobs are leased from their claim, so the buffer is sized
 from the handlers' measured duration: a buffered job is expected to start
-within a quarter of the lease (a job found past that when a slot takes it is
+within a quarter of the lease and a quarter of a second (so that slow jobs are
+not hoarded away from other workers) (a job found past that when a slot takes it is
 released, not run; see :meth:`worker.executor.Executor.run_job`), and only
 while the completer keeps up (a slow database still holds the claims back).
 Shutdown releases the buffer at once; so does the supervisor when a worker
@@ -46,6 +47,10 @@ CLAIM_BATCH_MAX = 200
 PREFETCH_MAX = 192
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
+#: ... and within this many seconds: the buffer only has to cover a claim's
+#: round trip, and a worker that buffered minutes of slow jobs would leave
+#: nothing for the workers beside it (or for one that starts later).
+PREFETCH_SECONDS = 0.25
 
 
 def walk_origin(worker_id: str) -> uuid.UUID:
@@ -85,11 +90,12 @@ class QueueState:
 
     def capacity(self, lease: float) -> int:
         """Jobs this queue may hold (running + buffered): the slots plus a prefetch
-        buffer that the slots are expected to drain within a share of the lease."""
+        buffer that the slots are expected to drain within a share of the lease
+        and within :data:`PREFETCH_SECONDS`."""
         avg = self.avg_seconds
         if avg is None:  # nothing measured yet: claim for the free slots only
             return self.slots
-        drain = lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4)
+        drain = min(lease * PREFETCH_LEASE_SHARE, PREFETCH_SECONDS) * self.slots / max(avg, 1e-4)
         # Not capped by the slots: a worker with few slots still claims in
         # bulk.  A dying worker's buffered jobs cost little: its supervisor
         # releases unstarted jobs at once (worker.running_file), and the lease
