@@ -8,8 +8,7 @@ waiting for their leases:
 * the **suspect** (the job most likely to have killed it) gets a counted
   attempt with code ``crashed_worker``, and is ``dead`` after its max attempts;
 * the **innocent** jobs running beside it are released without counting the
-  attempt (code ``crash_suspect`` in their history).
-
+  attempt (code ``crash_suspect`` in their history);
 * the jobs it had claimed but **not started** (the prefetch buffer, told
   apart by the slots' running file, :mod:`worker.running_file`) go back to
   ``pending`` at once, uncounted (code ``crash_unstarted``): they cannot have
@@ -18,11 +17,12 @@ waiting for their leases:
 A job is the suspect when it was the only one running, or when it alone has
 the most earlier crashes and no other kind of end (see :meth:`Supervisor.suspects`).
 With several jobs in a first crash, all are released uncounted; the poison
-job is the one found in the next crash too.  Released running jobs are spread out in time (``RELEASE_STAGGER``), so that the
-poison job does not run beside the same neighbours again.  Without a readable
-running file every held job counts as running (the older, slower settling).  The supervisor
-restarts the process with backoff (0.5 s doubling to 30 s, reset after a
-minute of good health) and forwards SIGTERM / SIGINT to its children.
+job is the one found in the next crash too.  Released running jobs are spread
+out in time (``RELEASE_STAGGER``), so that the poison job does not run beside
+the same neighbours again.  Without a readable running file every held job
+counts as running (the older, slower settling).  The supervisor restarts the
+process with backoff (0.5 s doubling to 30 s, reset after a minute of good
+health) and forwards SIGTERM / SIGINT to its children.
 """
 from __future__ import annotations
 
