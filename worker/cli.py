@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit at once when the database is unreachable at start (default: wait for it)")
     p.add_argument("--processes", type=int, default=0,
                    help="supervise N worker processes, restarting any that dies (default: one, unsupervised)")
+    # Set by the supervisor for its children (worker.running_file), not by people.
+    p.add_argument("--running-file", help=argparse.SUPPRESS)
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
@@ -47,7 +49,8 @@ def run(config: Config, args: argparse.Namespace) -> int:
         from .supervisor import supervise
         child = (["--queues", args.queues] if args.queues else []) + (["--no-services"] if args.no_services else [])
         return supervise(config, resolve_url(config), args.processes, child, base_id=args.id)
-    w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services)
+    w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services,
+               running_file=args.running_file)
     w.wait_for_database = not args.exit_without_database
     w.install_signals()
     return w.run()

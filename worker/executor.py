@@ -56,8 +56,19 @@ class Slot(threading.Thread):
     def __init__(self, executor: "Executor", qs: "QueueState", n: int):
         super().__init__(name=f"slot-{qs.name}-{n}", daemon=True)
         self.executor, self.qs, self.retired = executor, qs, False
+        rf = executor.worker.running_file
+        #: This slot's record in the supervisor's running file (see worker.running_file).
+        self.record = rf.take_index() if rf is not None else None
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            rf = self.executor.worker.running_file
+            if rf is not None:
+                rf.give_back(self.record)
+
+    def _run(self) -> None:
         while not self.retired:
             item = self.qs.work.get()
             if item is None:
@@ -144,6 +155,9 @@ class Executor:
                 expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline)
             with w.running_lock:
                 w.running[row["id"]] = r
+            if w.running_file is not None:
+                # From here on a crash may be this job's doing (the supervisor reads it).
+                w.running_file.mark(slot.record, row["id"])
             try:
                 waiting = self.rate_limited(jt)
                 if waiting is not None:
@@ -166,6 +180,8 @@ class Executor:
             if not r.abandoned:
                 self.finish(r, outcome)
         finally:
+            if w.running_file is not None:
+                w.running_file.clear(slot.record)
             self.free_slot(r)
 
     def rate_limited(self, jt: jobtypes.JobType) -> retry.Snooze | None:

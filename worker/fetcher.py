@@ -8,10 +8,14 @@ A claim is not capped by the free slots: the queue keeps a bounded prefetch
 buffer (:meth:`QueueState.capacity`), so a worker with 8 slots still claims
 in bulk.  Prefetched jobs are leased from their claim, so the buffer is sized
 from the handlers' measured duration: a buffered job is expected to start
-within a quarter of the lease (a job found past that when a slot takes it is
+within a quarter of the lease and a quarter of a second (so that slow jobs are
+not hoarded away from other workers) (a job found past that when a slot takes it is
 released, not run; see :meth:`worker.executor.Executor.run_job`), and only
 while the completer keeps up (a slow database still holds the claims back).
-Shutdown releases the buffer at once.
+Shutdown releases the buffer at once; so does the supervisor when a worker
+process dies (it tells buffered jobs from running ones by
+:mod:`worker.running_file`); an unsupervised worker's buffer comes back with
+its lease, like its running jobs.
 
 Each worker starts its tenant walk at its own point (a hash of its id), so
 that with more tenants than a claim visits, workers do not all claim from
@@ -39,11 +43,14 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
-#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue;
-#: never more than the queue's slots either.
+#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue.
 PREFETCH_MAX = 192
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
+#: ... and within this many seconds: the buffer only has to cover a claim's
+#: round trip, and a worker that buffered minutes of slow jobs would leave
+#: nothing for the workers beside it (or for one that starts later).
+PREFETCH_SECONDS = 0.25
 
 
 def walk_origin(worker_id: str) -> uuid.UUID:
@@ -83,14 +90,17 @@ class QueueState:
 
     def capacity(self, lease: float) -> int:
         """Jobs this queue may hold (running + buffered): the slots plus a prefetch
-        buffer that the slots are expected to drain within a share of the lease."""
+        buffer that the slots are expected to drain within a share of the lease
+        and within :data:`PREFETCH_SECONDS`."""
         avg = self.avg_seconds
         if avg is None:  # nothing measured yet: claim for the free slots only
             return self.slots
-        drain = lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4)
-        # At most one buffered job per slot: a worker that dies holds at most
-        # twice its slots (the supervisor releases them spread out in time).
-        return self.slots + int(min(PREFETCH_MAX, self.slots, drain))
+        drain = min(lease * PREFETCH_LEASE_SHARE, PREFETCH_SECONDS) * self.slots / max(avg, 1e-4)
+        # Not capped by the slots: a worker with few slots still claims in
+        # bulk.  A dying worker's buffered jobs cost little: its supervisor
+        # releases unstarted jobs at once (worker.running_file), and the lease
+        # bounds them otherwise (they drain within a share of it).
+        return self.slots + int(min(PREFETCH_MAX, drain))
 
     def observe(self, seconds: float) -> None:
         """Fold one handler run's duration into :attr:`avg_seconds` (no lock: a racy average is fine)."""

@@ -48,6 +48,7 @@ from .fetcher import Fetcher, QueueState
 from .keeper import Keeper
 from .leader import Leader
 from .listener import Listener
+from .running_file import RunningFile
 
 log = logging.getLogger("worker")
 
@@ -59,7 +60,7 @@ class Worker:
     """One worker process: ``start()`` its threads, ``run()`` until a signal, ``shutdown()``."""
 
     def __init__(self, config: Config, url: str, *, queues: dict[str, int] | None = None,
-                 worker_id: str | None = None, run_services: bool = True):
+                 worker_id: str | None = None, run_services: bool = True, running_file: str | None = None):
         self.config = config
         self.url = url
         self.queues = {name: QueueState(name, n) for name, n in (queues or config.worker_queues).items()}
@@ -75,6 +76,9 @@ class Worker:
         handler_max = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
         self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
                                          name=f"handlers-{self.id}", timeout=10)
+        #: Under a supervisor: the file that tells it which jobs the slots run (see worker.running_file).
+        self.running_file = RunningFile(running_file, sum(q.slots + q.abandoned_max for q in self.queues.values())
+                                        + 16) if running_file else None
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.running: dict[uuid.UUID, Running] = {}

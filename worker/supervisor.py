@@ -8,15 +8,21 @@ waiting for their leases:
 * the **suspect** (the job most likely to have killed it) gets a counted
   attempt with code ``crashed_worker``, and is ``dead`` after its max attempts;
 * the **innocent** jobs running beside it are released without counting the
-  attempt (code ``crash_suspect`` in their history).
+  attempt (code ``crash_suspect`` in their history);
+* the jobs it had claimed but **not started** (the prefetch buffer, told
+  apart by the slots' running file, :mod:`worker.running_file`) go back to
+  ``pending`` at once, uncounted (code ``crash_unstarted``): they cannot have
+  killed it.
 
 A job is the suspect when it was the only one running, or when it alone has
 the most earlier crashes and no other kind of end (see :meth:`Supervisor.suspects`).
 With several jobs in a first crash, all are released uncounted; the poison
-job is the one found in the next crash too.  Released jobs are spread out in time (``RELEASE_STAGGER``), so that the
-poison job does not run beside the same neighbours again.  The supervisor
-restarts the process with backoff (0.5 s doubling to 30 s, reset after a
-minute of good health) and forwards SIGTERM / SIGINT to its children.
+job is the one found in the next crash too.  Released running jobs are spread
+out in time (``RELEASE_STAGGER``), so that the poison job does not run beside
+the same neighbours again.  Without a readable running file every held job
+counts as running (the older, slower settling).  The supervisor restarts the
+process with backoff (0.5 s doubling to 30 s, reset after a minute of good
+health) and forwards SIGTERM / SIGINT to its children.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 
@@ -33,6 +40,8 @@ import psycopg
 
 from opsboard import db, jobtypes, queue, retry
 from opsboard.config import Config
+
+from .running_file import read_running
 
 log = logging.getLogger("worker.supervisor")
 
@@ -66,11 +75,16 @@ class Supervisor:
         self.base_id = base_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
         self.restarts = 0
+        self.files = tempfile.TemporaryDirectory(prefix="opsboard-supervisor-")
+
+    def running_path(self, worker_id: str) -> str:
+        return os.path.join(self.files.name, worker_id.replace("/", "_") + ".running")
 
     def spawn(self, child: Child) -> None:
         child.generation += 1
         child.worker_id = f"{self.base_id}-{child.n}.{child.generation}"
-        child.proc = subprocess.Popen([sys.executable, "-m", "worker", *self.child_args, "--id", child.worker_id])
+        child.proc = subprocess.Popen([sys.executable, "-m", "worker", *self.child_args, "--id", child.worker_id,
+                                       "--running-file", self.running_path(child.worker_id)])
         child.started = time.monotonic()
         log.info("started worker %s (pid %d)", child.worker_id, child.proc.pid)
 
@@ -107,6 +121,10 @@ class Supervisor:
                 except psycopg.Error as exc:
                     log.warning("worker %s died (%s); its jobs are left to the lease reaper (%s)",
                                 c.worker_id, how, type(exc).__name__)
+                try:
+                    os.unlink(self.running_path(c.worker_id))
+                except OSError:
+                    pass
                 c.restart_at = now + c.delay
                 self.restarts += 1
                 log.warning("restarting worker %d in %.1f s", c.n, c.delay)
@@ -120,6 +138,7 @@ class Supervisor:
                     log.warning("worker %s outlived its grace: killing it", c.worker_id)
                     c.proc.kill()
                     c.proc.wait()
+        self.files.cleanup()
         log.info("supervisor stopped")
         return 0
 
@@ -143,12 +162,17 @@ class Supervisor:
 
     def settle(self, worker_id: str, how: str) -> list[dict]:
         """Settle the jobs a dead worker held (see the module docstring); returns them."""
+        started = read_running(self.running_path(worker_id))
         with db.connect(self.url) as conn:
             rows = db.all_rows(conn, "job_running_by_worker", {"worker": worker_id})
-            suspects = self.suspects(rows)
+            ran = rows if started is None else [r for r in rows if r["id"] in started]
+            suspects = self.suspects(ran)
             records, now, rank = [], datetime.now(timezone.utc), 0
             for r in rows:
-                if r in suspects:
+                if started is not None and r["id"] not in started:
+                    records.append(queue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
+                                                       code="crash_unstarted"))
+                elif r in suspects:
                     try:
                         policy = jobtypes.get(r["type"], r["version"]).policy
                     except jobtypes.UnknownJobType:
@@ -163,10 +187,16 @@ class Supervisor:
                     rank += 1
             applied = queue.record_outcomes(conn, worker_id, records) if records else set()
             db.execute(conn, "worker_delete", {"id": worker_id})
-        if not rows:
+        unstarted = sum(1 for rec in records if rec.code == "crash_unstarted" and rec.job_id in applied)
+        if unstarted:
+            log.warning("worker %s died (%s): released %d job(s) it had claimed but not started", worker_id, how,
+                        unstarted)
+        if len(ran) == 0:
             log.warning("worker %s died (%s) while running no job", worker_id, how)
         for r, rec in zip(rows, records):
             if rec.job_id not in applied:
+                continue
+            if rec.code == "crash_unstarted":
                 continue
             if rec.kind == "released":
                 log.warning("worker %s died (%s) while running job %s (%s); released it without counting "

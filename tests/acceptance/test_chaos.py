@@ -170,9 +170,11 @@ def test_poison_jobs_die_while_other_types_and_tenants_finish(db_url, db, start_
 
 
 def test_sigterm_mid_run_hands_every_claimed_job_back(db_url, db, start_worker):
-    total = scaled(1500)
+    # Enough work that the stayer alone (4 slots with a prefetch buffer: about
+    # 800 jobs/s of 5 ms) cannot finish it before the third leaver is busy.
+    total = scaled(6000)
     t = auth.ensure_tenant(db, "acme")
-    queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 3}, t["id"]) for i in range(total)])
+    queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 5}, t["id"]) for i in range(total)])
     env = {**LEASE, "OPSBOARD_LEASE_SECONDS": "600", "OPSBOARD_SHUTDOWN_GRACE_SECONDS": "1"}
     stayer = start_worker(db_url, "--queues", "default=4", "--id", "stayer", "--no-services", **env)
     succeeded = lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'")
