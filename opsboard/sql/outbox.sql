@@ -40,6 +40,10 @@ ORDER BY b.id;
 UPDATE outbox_events SET relayed_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
 
+-- name: outbox_pending
+-- Is any event waiting for a relay?  The relay's cheap poll while recently active.
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE relayed_at IS NULL) AS pending;
+
 -- name: outbox_event_get
 -- One event by id, inside a tenant scope.
 SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));

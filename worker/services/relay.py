@@ -4,14 +4,24 @@ Not leader-only: batches are claimed with ``FOR UPDATE SKIP LOCKED``, so the
 relays of all workers share the work.  Each pass (:meth:`Relay.run_once`)
 relays batches until none is full, each in one transaction
 (:func:`opsboard.outbox.relay_events`).  The loop waits on ``LISTEN
-opsboard_outbox`` on its own connection (a trigger notifies once per
-inserting statement) and polls every ``poll_interval`` as a fallback, so a
-lost notification or a dropped connection delays events, never loses them.
+opsboard_outbox`` on its own connection and polls every ``poll_interval`` as
+a fallback, so a lost notification or a dropped connection delays events,
+never loses them.
+
+A producer's session notifies at most once per ``opsboard.outbox_notify_interval_ms``
+(100 ms; migration 0017), so that publishers do not queue on PostgreSQL's
+notify lock at commit: a transaction committed less than that after its
+session's notified one sends nothing.  So once woken (or after relaying
+anything) the relay polls every ``active_poll`` for ``active_window``
+seconds -- far longer than the notify interval -- with one cheap query (is any
+event waiting?), and only then falls back to ``poll_interval``: a suppressed
+notification costs at most ``active_poll``.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,6 +40,10 @@ class RelayConfig:
     poll_interval: float = 1.0
     #: Events per transaction.
     batch: int = 500
+    #: After a notification, or a pass that relayed events, check this often (one cheap query) ...
+    active_poll: float = 0.005
+    #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
+    active_window: float = 2.0
 
 
 class Relay:
@@ -55,25 +69,36 @@ class Relay:
                 return total
 
     def loop(self, url: str, pool, stopping: threading.Event) -> None:
-        """Run passes until ``stopping``: on each notification, else every ``poll_interval``."""
-        listener, failures = None, 0
+        """Run passes until ``stopping``: on each notification; while recently active, whenever a cheap
+        check every ``active_poll`` finds an event waiting; else every ``poll_interval``."""
+        listener, failures, active_until, due = None, 0, 0.0, True
         while not stopping.is_set():
             try:
                 if listener is None:
                     listener = db.connect(url)
                     listener.execute(f"LISTEN {CHANNEL}")
-                with pool.connection() as conn:
-                    n = self.run_once(conn)
-                if n:
-                    log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
+                    active_until, due = time.monotonic() + self.config.active_window, True
+                if due:
+                    with pool.connection() as conn:
+                        n = self.run_once(conn)
+                    if n:
+                        log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
+                        active_until = time.monotonic() + self.config.active_window
                 failures = 0
                 # Drain what arrived during the pass, then wait for the next one.
-                for _ in listener.notifies(timeout=self.interval, stop_after=1):
-                    pass
+                active = time.monotonic() < active_until
+                due = not active  # the fallback poll: a full pass
+                for _ in listener.notifies(timeout=self.config.active_poll if active else self.interval,
+                                           stop_after=1):
+                    active_until, due = time.monotonic() + self.config.active_window, True
+                if not due:
+                    with pool.connection() as conn:
+                        due = db.one(conn, "outbox_pending")["pending"]
             except Exception as exc:  # a relay failure must not stop the worker's claim loops
                 if stopping.is_set():
                     break  # the worker is closing its pool
                 failures += 1
+                due = True
                 log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
                 if listener is not None:
                     listener.close()
@@ -103,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m worker.services.relay")
     p.add_argument("--batch", type=int, default=RelayConfig.batch)
     p.add_argument("--poll", type=float, default=RelayConfig.poll_interval)
+    p.add_argument("--active-window", type=float, default=RelayConfig.active_window)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     url = os.environ["DATABASE_URL"]
     with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
                                                              "options": db.SESSION_OPTIONS}) as pool:
-        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch)).loop(url, pool, threading.Event())
+        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch, active_window=args.active_window)).loop(url, pool, threading.Event())
     return 0
 
 
