@@ -39,7 +39,7 @@ class RelayConfig:
     #: Seconds between polls when no notification arrives.
     poll_interval: float = 1.0
     #: Events per transaction.
-    batch: int = 500
+    batch: int = 1000
     #: After a notification, or a pass that relayed events, check this often (one cheap query) ...
     active_poll: float = 0.005
     #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
