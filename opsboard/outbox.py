@@ -398,7 +398,9 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
     once.  Events whose every subscription the database can route
     (:func:`sql_routes`: default job payload, no upcast) are claimed, turned
     into jobs and marked relayed by ONE statement, with no per-event Python
-    work; the batch's other events are routed here by :func:`jobs_for`.  An event that cannot be routed (an unknown job type, an upcaster
+    work -- on an idle autocommit connection that statement is the whole
+    transaction, one round trip; the other events are then routed by
+    :func:`jobs_for` in a transaction of their own.  An event that cannot be routed (an unknown job type, an upcaster
     missing, a job payload its job type refuses, a job row the database
     refuses) is reported in ``failed`` and stays unrelayed, so that a deploy
     that is still rolling out can route it on a later pass; the others go on.
@@ -409,10 +411,23 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
     the operator finds it (metrics ``opsboard_outbox_parked_24h``, the queue
     health page, the audit log).
     """
+    done, set_based = {"events": 0, "jobs": 0}, True
+    if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # The common case in one round trip: the statement is its own transaction.
+        try:
+            left, done = _relay_plain(conn, limit, now, set_based=True)
+        except _SetBasedRefused:
+            set_based = False
+        else:
+            if not left:
+                return RelayResult(events=done["events"], jobs=done["jobs"])
     try:
-        return _relay_batch(conn, limit, now, park_after, set_based=True)
+        result = _relay_batch(conn, limit, now, park_after, set_based=set_based)
     except _SetBasedRefused:  # rolled back: the same batch again, every event through jobs_for
-        return _relay_batch(conn, limit, now, park_after, set_based=False)
+        result = _relay_batch(conn, limit, now, park_after, set_based=False)
+    result.events += done["events"]
+    result.jobs += done["jobs"]
+    return result
 
 
 class _SetBasedRefused(Exception):

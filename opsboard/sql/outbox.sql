@@ -21,12 +21,14 @@ RETURNING *;
 -- relayed.  %(routes)s is a JSON array of one object per (event type/version,
 -- subscriber); %(plain)s the type/version keys routed here (with or without
 -- subscribers); %(ordered)s those with an ordered subscriber, whose events are
--- routed here only when the group key fits in 200 characters.  Returns the
+-- routed here only when the group key fits in 200 characters, and only before
+-- the first event of their aggregate that is not routed here.  Returns the
 -- kept events left for Python's routing (outbox.jobs_for; they stay locked by
 -- this transaction), in id order, each with the counts of events and jobs
 -- relayed here -- or one row of counts with NULL event columns when none is
 -- left.  With an empty %(plain)s it only locks and fences: every kept event
--- is left.
+-- is left.  In autocommit it is a whole relay pass in one round trip (the
+-- events left are unlocked again, for a transaction that routes them).
 WITH batch AS (
     SELECT id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at, correlation_id, payload
     FROM outbox_events
@@ -45,10 +47,19 @@ WITH batch AS (
     SELECT b.*, b.type || '/' || b.version AS key
     FROM batch b JOIN fence f USING (tenant_id, aggregate_type, aggregate_id)
     WHERE f.first_outside IS NULL OR b.id < f.first_outside
+), flagged AS MATERIALIZED (
+    SELECT e.*, e.key = ANY(%(plain)s::text[])
+                AND (e.key <> ALL(%(ordered)s::text[]) OR length(e.aggregate_type) + length(e.aggregate_id) <= 138)
+                AS sql_routed
+    FROM ready e
 ), plain AS MATERIALIZED (
-    SELECT * FROM ready e
-    WHERE e.key = ANY(%(plain)s::text[])
-      AND (e.key <> ALL(%(ordered)s::text[]) OR length(e.aggregate_type) + length(e.aggregate_id) <= 138)
+    -- Only up to an aggregate's first event left for Python: run in autocommit, this statement's
+    -- jobs must not overtake an earlier event's jobs of the same aggregate (an ordered group).
+    SELECT * FROM flagged e
+    WHERE e.sql_routed
+      AND NOT EXISTS (SELECT 1 FROM flagged p
+                      WHERE NOT p.sql_routed AND p.tenant_id = e.tenant_id AND p.aggregate_type = e.aggregate_type
+                        AND p.aggregate_id = e.aggregate_id AND p.id < e.id)
 ), routed AS MATERIALIZED (
     SELECT e.*, r.*
     FROM plain e
@@ -84,10 +95,6 @@ ORDER BY r.id;
 -- Mark events relayed, in the transaction that inserted their jobs.
 UPDATE outbox_events SET relayed_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
-
--- name: outbox_pending
--- Is any event waiting for a relay?  The relay's cheap poll while recently active.
-SELECT EXISTS (SELECT 1 FROM outbox_events WHERE relayed_at IS NULL) AS pending;
 
 -- name: outbox_event_get
 -- One event by id, inside a tenant scope.

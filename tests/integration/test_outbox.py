@@ -266,3 +266,28 @@ def test_an_ordered_event_whose_group_key_would_be_too_long_is_refused_as_before
     result = outbox.relay_events(conn, 10)
     assert result.events == 0 and [eid for eid, _ in result.failed] == [e["id"]]
     assert "group_key" in result.failed[0][1] and _job_rows(conn, e["id"]) == {}
+
+
+def test_in_autocommit_the_one_statement_pass_never_commits_jobs_ahead_of_an_earlier_event(
+        db_url, make_tenant, sql_routed, monkeypatch):
+    # On an idle autocommit connection the set-based statement is a transaction of its own, and the
+    # events it leaves go through Python afterwards: it must leave an aggregate's later events too.
+    with connect(db_url) as c, connect(db_url) as observer:
+        tenant = make_tenant(c)
+        first = outbox.publish(c, "test.py_routed", 1, aggregate=("thing", "a"), tenant=tenant["id"], payload={"n": 1})
+        later = outbox.publish(c, "test.sql_routed", 1, aggregate=("thing", "a"), tenant=tenant["id"], payload={"n": 2})
+        other = outbox.publish(c, "test.sql_routed", 1, aggregate=("thing", "b"), tenant=tenant["id"], payload={"n": 3})
+        relayed = "SELECT relayed_at IS NOT NULL AS done FROM outbox_events WHERE id = %s"
+        seen = {}
+        jobs_for = outbox.jobs_for
+
+        def spy(event):
+            if event["id"] == first["id"]:
+                seen.update({e["id"]: observer.execute(relayed, (e["id"],)).fetchone()["done"]
+                             for e in (later, other)})
+            return jobs_for(event)
+        monkeypatch.setattr(outbox, "jobs_for", spy)
+        result = outbox.relay_events(c, 10)
+        assert (result.events, result.jobs) == (3, 5)
+        assert seen == {later["id"]: False, other["id"]: True}  # "b" went ahead in one statement; "a" waited
+        assert c.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"] == 0

@@ -13,9 +13,10 @@ A producer's session notifies at most once per ``opsboard.outbox_notify_interval
 notify lock at commit: a transaction committed less than that after its
 session's notified one sends nothing.  So once woken (or after relaying
 anything) the relay polls every ``active_poll`` for ``active_window``
-seconds -- far longer than the notify interval -- with one cheap query (is any
-event waiting?), and only then falls back to ``poll_interval``: a suppressed
-notification costs at most ``active_poll``.
+seconds -- far longer than the notify interval -- and only then falls back to
+``poll_interval``: a suppressed notification costs at most ``active_poll``.  An
+empty pass is one statement (:func:`opsboard.outbox.relay_events` in
+autocommit), so that polling is cheap.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class RelayConfig:
     poll_interval: float = 1.0
     #: Events per transaction.
     batch: int = 1000
-    #: After a notification, or a pass that relayed events, check this often (one cheap query) ...
+    #: After a notification, or a pass that relayed events, pass this often (empty: one statement) ...
     active_poll: float = 0.005
     #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
     active_window: float = 2.0
@@ -52,6 +53,7 @@ class Relay:
     def __init__(self, config: RelayConfig = RelayConfig()):
         self.config = config
         self.interval = config.poll_interval
+        self._logged: dict = {}
 
     def run_once(self, conn: psycopg.Connection, now: datetime | None = None) -> int:
         """Relay until no full batch is left; returns the number of events relayed."""
@@ -59,7 +61,8 @@ class Relay:
         while True:
             result = outbox.relay_events(conn, self.config.batch, now)
             for event_id, reason in result.failed:
-                log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
+                if self._first_in_a_while(event_id):  # passes come every active_poll while events flow
+                    log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
             for event_id, reason in result.parked:
                 log.error("event %s parked as unroutable (relayed without jobs, audited): %s", event_id, reason,
                           extra={"event_id": event_id})
@@ -68,37 +71,43 @@ class Relay:
             if handled + len(result.failed) < self.config.batch or not handled:
                 return total
 
+    #: An event that cannot be relayed is logged at most this often (seconds).
+    FAILURE_LOG_EVERY = 10.0
+
+    def _first_in_a_while(self, event_id) -> bool:
+        now = time.monotonic()
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        if now - self._logged.get(event_id, -self.FAILURE_LOG_EVERY) < self.FAILURE_LOG_EVERY:
+            return False
+        self._logged[event_id] = now
+        return True
+
     def loop(self, url: str, pool, stopping: threading.Event) -> None:
-        """Run passes until ``stopping``: on each notification; while recently active, whenever a cheap
-        check every ``active_poll`` finds an event waiting; else every ``poll_interval``."""
-        listener, failures, active_until, due = None, 0, 0.0, True
+        """Run passes until ``stopping``: on each notification, every ``active_poll`` while recently
+        active (an empty pass is one read-only statement), else every ``poll_interval``."""
+        listener, failures, active_until = None, 0, 0.0
         while not stopping.is_set():
             try:
                 if listener is None:
                     listener = db.connect(url)
                     listener.execute(f"LISTEN {CHANNEL}")
-                    active_until, due = time.monotonic() + self.config.active_window, True
-                if due:
-                    with pool.connection() as conn:
-                        n = self.run_once(conn)
-                    if n:
-                        log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
-                        active_until = time.monotonic() + self.config.active_window
+                    active_until = time.monotonic() + self.config.active_window
+                with pool.connection() as conn:
+                    n = self.run_once(conn)
+                if n:
+                    log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
+                    active_until = time.monotonic() + self.config.active_window
                 failures = 0
                 # Drain what arrived during the pass, then wait for the next one.
                 active = time.monotonic() < active_until
-                due = not active  # the fallback poll: a full pass
                 for _ in listener.notifies(timeout=self.config.active_poll if active else self.interval,
                                            stop_after=1):
-                    active_until, due = time.monotonic() + self.config.active_window, True
-                if not due:
-                    with pool.connection() as conn:
-                        due = db.one(conn, "outbox_pending")["pending"]
+                    active_until = time.monotonic() + self.config.active_window
             except Exception as exc:  # a relay failure must not stop the worker's claim loops
                 if stopping.is_set():
                     break  # the worker is closing its pool
                 failures += 1
-                due = True
                 log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
                 if listener is not None:
                     listener.close()
