@@ -47,19 +47,18 @@ WITH batch AS (
     SELECT b.*, b.type || '/' || b.version AS key
     FROM batch b JOIN fence f USING (tenant_id, aggregate_type, aggregate_id)
     WHERE f.first_outside IS NULL OR b.id < f.first_outside
-), flagged AS MATERIALIZED (
-    SELECT e.*, e.key = ANY(%(plain)s::text[])
-                AND (e.key <> ALL(%(ordered)s::text[]) OR length(e.aggregate_type) + length(e.aggregate_id) <= 138)
-                AS sql_routed
-    FROM ready e
 ), plain AS MATERIALIZED (
     -- Only up to an aggregate's first event left for Python: run in autocommit, this statement's
     -- jobs must not overtake an earlier event's jobs of the same aggregate (an ordered group).
-    SELECT * FROM flagged e
-    WHERE e.sql_routed
-      AND NOT EXISTS (SELECT 1 FROM flagged p
-                      WHERE NOT p.sql_routed AND p.tenant_id = e.tenant_id AND p.aggregate_type = e.aggregate_type
-                        AND p.aggregate_id = e.aggregate_id AND p.id < e.id)
+    SELECT * FROM (
+        SELECT f.*, bool_or(NOT f.sql_routed) OVER (PARTITION BY f.tenant_id, f.aggregate_type, f.aggregate_id
+                                                    ORDER BY f.id) AS after_left
+        FROM (SELECT e.*, e.key = ANY(%(plain)s::text[])
+                          AND (e.key <> ALL(%(ordered)s::text[])
+                               OR length(e.aggregate_type) + length(e.aggregate_id) <= 138) AS sql_routed
+              FROM ready e) f
+    ) w
+    WHERE w.sql_routed AND NOT w.after_left
 ), routed AS MATERIALIZED (
     SELECT e.*, r.*
     FROM plain e
