@@ -395,7 +395,12 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
 
     All in one transaction: a relay killed anywhere leaves either nothing or
     the whole batch done, so every committed event yields its jobs exactly
-    once.  An event that cannot be routed (an unknown job type, an upcaster
+    once.  Events whose every subscription the database can route
+    (:func:`sql_routes`: default job payload, no upcast) are claimed, turned
+    into jobs and marked relayed by ONE statement, with no per-event Python
+    work -- on an idle autocommit connection that statement is the whole
+    transaction, one round trip; the other events are then routed by
+    :func:`jobs_for` in a transaction of their own.  An event that cannot be routed (an unknown job type, an upcaster
     missing, a job payload its job type refuses, a job row the database
     refuses) is reported in ``failed`` and stays unrelayed, so that a deploy
     that is still rolling out can route it on a later pass; the others go on.
@@ -406,9 +411,34 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
     the operator finds it (metrics ``opsboard_outbox_parked_24h``, the queue
     health page, the audit log).
     """
+    done, set_based = {"events": 0, "jobs": 0}, True
+    if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # The common case in one round trip: the statement is its own transaction.
+        try:
+            left, done = _relay_plain(conn, limit, now, set_based=True)
+        except _SetBasedRefused:
+            set_based = False
+        else:
+            if not left:
+                return RelayResult(events=done["events"], jobs=done["jobs"])
+    try:
+        result = _relay_batch(conn, limit, now, park_after, set_based=set_based)
+    except _SetBasedRefused:  # rolled back: the same batch again, every event through jobs_for
+        result = _relay_batch(conn, limit, now, park_after, set_based=False)
+    result.events += done["events"]
+    result.jobs += done["jobs"]
+    return result
+
+
+class _SetBasedRefused(Exception):
+    pass
+
+
+def _relay_batch(conn: psycopg.Connection, limit: int, now: datetime | None, park_after: timedelta, *,
+                 set_based: bool) -> RelayResult:
     result = RelayResult()
     with conn.transaction():
-        events = db.all_rows(conn, "outbox_relay_batch", {"limit": limit})
+        events, plain = _relay_plain(conn, limit, now, set_based)
         routed: list[tuple[dict, list[dict]]] = []
         failed: list[tuple[dict, str]] = []
         for event in events:
@@ -442,8 +472,91 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
         done = [e["id"] for e, _ in routed] + [eid for eid, _ in result.parked]
         if done:
             db.execute(conn, "outbox_mark_relayed", {"ids": done, "now": now})
-        result.events, result.jobs = len(routed), sum(len(rs) for _, rs in routed)
+        result.events = plain["events"] + len(routed)
+        result.jobs = plain["jobs"] + sum(len(rs) for _, rs in routed)
     return result
+
+
+def _relay_plain(conn: psycopg.Connection, limit: int, now: datetime | None,
+                 set_based: bool) -> tuple[list[dict], dict]:
+    """The set-based part of a batch (``outbox_relay_plain``): returns the batch's events left for
+    :func:`jobs_for` (locked, in id order) and the counts of events and jobs relayed in SQL.
+
+    Should the statement fail (a job row the database refuses), :class:`_SetBasedRefused` rolls
+    the transaction back (no savepoint round trips on the common path) and :func:`relay_events`
+    routes the batch through Python, which isolates the culprit; so does ``set_based=False``.
+    """
+    plain, routes, ordered = sql_routes() if set_based else ([], "[]", [])
+    try:
+        rows = db.all_rows(conn, "outbox_relay_plain", {"limit": limit, "now": now, "routes": routes,
+                                                        "plain": plain, "ordered": ordered})
+    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+        if not set_based:
+            raise
+        raise _SetBasedRefused() from exc
+    counts = {"events": rows[0]["events"], "jobs": rows[0]["jobs"]}
+    return [{k: v for k, v in r.items() if k not in counts} for r in rows if r["id"] is not None], counts
+
+
+#: The default job payload's fields, their JSON type and longest value (see :func:`default_job_payload`).
+_ENVELOPE_FIELDS = {"event_id": (str, 36), "event_type": (str, 100), "event_version": (int, None),
+                    "aggregate": (str, 251), "data": (dict, None)}
+
+
+def _plain_job_type(sub: Subscription) -> jobtypes.JobType | None:
+    """The job type of ``sub`` when the database may build its jobs (default payload, the job type
+    surely accepts it, a valid queue), else ``None``."""
+    if sub.payload is not None or (sub.queue is not None and sub.queue not in queue.QUEUE_NAMES):
+        return None
+    try:
+        jt = jobtypes.get(sub.job_type, sub.job_version)
+    except jobtypes.JobTypeError:
+        return None
+    if jt.check is not None or jobtypes.MAX_PAYLOAD_BYTES < MAX_PAYLOAD_BYTES + 2048:
+        return None
+    if jt.fields:
+        if not set(_ENVELOPE_FIELDS) <= set(jt.fields):
+            return None
+        for name, spec in jt.fields.items():
+            if name not in _ENVELOPE_FIELDS:
+                if spec.required:
+                    return None
+                continue
+            kind, longest = _ENVELOPE_FIELDS[name]
+            types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+            if kind not in types or spec.choices is not None or (
+                    spec.max_length is not None and (longest is None or spec.max_length < longest)):
+                return None
+    return jt
+
+
+def sql_routes() -> tuple[list[str], str, list[str]]:
+    """The routing table of ``outbox_relay_plain``: the ``type/version`` keys whose every subscription
+    the database can route, their routes (JSON), and the keys with an ordered subscriber.
+
+    A subscription is routed in SQL when it reads the event's own version (no upcast) with the
+    default job payload into a job type that surely accepts that payload; an event of any other
+    key goes through :func:`jobs_for`, which also reports its errors.
+    """
+    plain, routes, ordered = [], [], []
+    for (name, version) in _types:
+        key, rows = f"{name}/{version}", []
+        for sub in _subscriptions.get(name, []):
+            jt = _plain_job_type(sub) if sub.version == version else None
+            if jt is None:
+                break
+            policy = jt.policy
+            rows.append({"route": key, "subscriber": sub.subscriber, "suffix": _id_suffix(sub.subscriber),
+                         "job_type": jt.name, "job_version": jt.version, "queue": sub.queue or policy.queue,
+                         "priority": policy.priority, "max_attempts": policy.max_attempts,
+                         "ordered": sub.ordered,
+                         "expires_in": f"{sub.expires_in.total_seconds()} seconds" if sub.expires_in else None})
+        else:
+            plain.append(key)
+            routes.extend(rows)
+            if any(r["ordered"] for r in rows):
+                ordered.append(key)
+    return plain, jobtypes._ENCODER.encode(routes), ordered
 
 
 def _insert_jobs(conn: psycopg.Connection, rows: list[dict]) -> None:

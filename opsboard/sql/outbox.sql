@@ -1,20 +1,34 @@
 -- name: outbox_event_insert
--- Append one event in the caller's transaction (the statement trigger wakes relays).
+-- Append one event in the caller's transaction (its commit may wake the relays: migration 0017).
 INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
                            correlation_id, payload)
 VALUES (%(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s,
         coalesce(%(now)s::timestamptz, now()), %(correlation_id)s, %(payload)s)
 RETURNING *;
 
--- name: outbox_relay_batch
--- Lock up to %(limit)s unrelayed events, oldest first, and return those this
--- relay may route now.  SKIP LOCKED lets every worker's relay take its own
--- batch without waiting on the others.  An event is held back (left for a
--- later pass) while an earlier event of its aggregate is unrelayed outside
--- this batch (locked by another relay, or not seen): otherwise two relays
--- could commit one aggregate's jobs out of order.  The fence is one walk of
--- the partial index per aggregate, stopping at its first event outside the
--- batch, so its cost follows the batch, not the backlog.
+-- name: outbox_relay_plain
+-- One relay batch, set-based, in ONE statement.  Lock up to %(limit)s
+-- unrelayed events, oldest first, and keep those this relay may route now.
+-- SKIP LOCKED lets every worker's relay take its own batch without waiting on
+-- the others.  An event is held back (left for a later pass) while an earlier
+-- event of its aggregate is unrelayed outside this batch (locked by another
+-- relay, or not seen): otherwise two relays could commit one aggregate's jobs
+-- out of order.  The fence is one walk of the partial index per aggregate,
+-- stopping at its first event outside the batch, so its cost follows the
+-- batch, not the backlog.  Of those kept, insert the jobs of those whose every subscription is "plain" (the default
+-- job payload, no upcast: outbox.sql_routes), with idempotency key
+-- <event id>:<subscriber> and the job id of outbox.job_id_for, and mark them
+-- relayed.  %(routes)s is a JSON array of one object per (event type/version,
+-- subscriber); %(plain)s the type/version keys routed here (with or without
+-- subscribers); %(ordered)s those with an ordered subscriber, whose events are
+-- routed here only when the group key fits in 200 characters, and only before
+-- the first event of their aggregate that is not routed here.  Returns the
+-- kept events left for Python's routing (outbox.jobs_for; they stay locked by
+-- this transaction), in id order, each with the counts of events and jobs
+-- relayed here -- or one row of counts with NULL event columns when none is
+-- left.  With an empty %(plain)s it only locks and fences: every kept event
+-- is left.  In autocommit it is a whole relay pass in one round trip (the
+-- events left are unlocked again, for a transaction that routes them).
 WITH batch AS (
     SELECT id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at, correlation_id, payload
     FROM outbox_events
@@ -29,11 +43,52 @@ WITH batch AS (
               AND o.aggregate_id = a.aggregate_id AND o.id NOT IN (SELECT id FROM batch)
             ORDER BY o.id LIMIT 1) AS first_outside
     FROM (SELECT DISTINCT tenant_id, aggregate_type, aggregate_id FROM batch) a
+), ready AS MATERIALIZED (
+    SELECT b.*, b.type || '/' || b.version AS key
+    FROM batch b JOIN fence f USING (tenant_id, aggregate_type, aggregate_id)
+    WHERE f.first_outside IS NULL OR b.id < f.first_outside
+), plain AS MATERIALIZED (
+    -- Only up to an aggregate's first event left for Python: run in autocommit, this statement's
+    -- jobs must not overtake an earlier event's jobs of the same aggregate (an ordered group).
+    SELECT * FROM (
+        SELECT f.*, bool_or(NOT f.sql_routed) OVER (PARTITION BY f.tenant_id, f.aggregate_type, f.aggregate_id
+                                                    ORDER BY f.id) AS after_left
+        FROM (SELECT e.*, e.key = ANY(%(plain)s::text[])
+                          AND (e.key <> ALL(%(ordered)s::text[])
+                               OR length(e.aggregate_type) + length(e.aggregate_id) <= 138) AS sql_routed
+              FROM ready e) f
+    ) w
+    WHERE w.sql_routed AND NOT w.after_left
+), routed AS MATERIALIZED (
+    SELECT e.*, r.*
+    FROM plain e
+    JOIN jsonb_to_recordset(%(routes)s::jsonb)
+         AS r(route text, subscriber text, suffix bigint, job_type text, job_version smallint, queue text,
+              priority smallint, max_attempts int, ordered boolean, expires_in interval)
+      ON r.route = e.key
+), ins AS (
+    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
+                      max_attempts, available_at, expires_at, correlation_id, event_id)
+    SELECT (left(x.id::text, 28) || lpad(to_hex(x.suffix), 8, '0'))::uuid, x.job_type, x.job_version, x.tenant_id,
+           x.queue, x.priority, x.id::text || ':' || x.subscriber,
+           CASE WHEN x.ordered THEN x.aggregate_type || ':' || x.aggregate_id || ':' || x.subscriber END,
+           jsonb_build_object('event_id', x.id::text, 'event_type', x.type, 'event_version', x.version,
+                              'aggregate', x.aggregate_type || ':' || x.aggregate_id, 'data', x.payload),
+           x.max_attempts, now(), x.occurred_at + x.expires_in, x.correlation_id, x.id
+    FROM routed x
+    ORDER BY x.id, x.subscriber
+    ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
+    DO NOTHING
+), marked AS (
+    UPDATE outbox_events o SET relayed_at = coalesce(%(now)s::timestamptz, now())
+    FROM plain e WHERE o.id = e.id
+    RETURNING 1
 )
-SELECT b.*
-FROM batch b JOIN fence f USING (tenant_id, aggregate_type, aggregate_id)
-WHERE f.first_outside IS NULL OR b.id < f.first_outside
-ORDER BY b.id;
+SELECT n.events, n.jobs, r.id, r.type, r.version, r.aggregate_type, r.aggregate_id, r.tenant_id, r.occurred_at,
+       r.correlation_id, r.payload
+FROM (SELECT (SELECT count(*) FROM marked)::int AS events, (SELECT count(*) FROM routed)::int AS jobs) n
+LEFT JOIN (SELECT * FROM ready WHERE id NOT IN (SELECT id FROM plain)) r ON true
+ORDER BY r.id;
 
 -- name: outbox_mark_relayed
 -- Mark events relayed, in the transaction that inserted their jobs.

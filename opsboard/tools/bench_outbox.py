@@ -44,6 +44,10 @@ def relay(b: Bench) -> None:
     b.add("relay", "events relayed to jobs, 1 relay", relayed / elapsed, "events/s", f"{relayed} events, batch 1000")
     with b.conn() as c:
         c.execute("TRUNCATE outbox_events, jobs CASCADE")
+    commits = _publishers(b, tenant, 8, float(os.environ.get("OPSBOARD_BENCH_PUBLISH_SECONDS", "3")))
+    b.add("relay", "8 publishers, 1 event per transaction", commits, "commits/s", "no relay running")
+    with b.conn() as c:
+        c.execute("TRUNCATE outbox_events, jobs CASCADE")
     # Commit -> job: a steady producer (~150 events/s, one per transaction) and one worker's relay (NOTIFY-woken).
     b.start_workers(1, "critical=1,default=4,bulk=1")
     time.sleep(0.5)
@@ -66,6 +70,32 @@ def relay(b: Bench) -> None:
     b.add("relay", "commit->job created p99 (worker relay)", percentile(lat, 99), "ms", f"{len(lat)} events")
     with b.conn() as c:
         c.execute("TRUNCATE outbox_events, jobs, job_attempts, demo_effects CASCADE")
+
+
+def _publishers(b: Bench, tenant, threads: int, seconds: float) -> float:
+    """Commits per second of ``threads`` sessions each publishing one event per transaction (the notify lock)."""
+    import threading
+    from .. import outbox
+    counts = [0] * threads
+    go, end = threading.Barrier(threads + 1), [0.0]
+
+    def publisher(k: int) -> None:
+        with b.conn() as c:
+            go.wait()
+            while time.monotonic() < end[0]:
+                with c.transaction():
+                    outbox.publish(c, "bench.happened", 1, aggregate=("thing", k), tenant=tenant,
+                                   payload={"n": counts[k]})
+                counts[k] += 1
+
+    workers = [threading.Thread(target=publisher, args=(k,)) for k in range(threads)]
+    for t in workers:
+        t.start()
+    end[0] = time.monotonic() + seconds
+    go.wait()
+    for t in workers:
+        t.join()
+    return sum(counts) / seconds
 
 
 def _load(url: str, secret: str, seconds: float, clients: int, rate: float | None = None) -> list[tuple]:

@@ -47,6 +47,23 @@ def test_auth_is_required_and_checked(client, key_for, app):
     assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 401
 
 
+def test_a_key_revoked_by_another_process_stops_working_within_the_cache_time(client, key_for, app, monkeypatch):
+    secret, tenant = key_for()
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 202
+    with connect(app.extensions["test_db_url"]) as c:  # as the dashboard of another gunicorn worker would
+        c.execute("UPDATE api_keys SET revoked_at = now() WHERE tenant_id = %s", (tenant["id"],))
+    # This process found the key less than CACHE_SECONDS ago: it still trusts it ...
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 202
+    # ... and asks the database again once that is over.
+    later = apikeys._clock() + apikeys.CACHE_SECONDS
+    monkeypatch.setattr(apikeys, "_clock", lambda: later)
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 401
+    # A refused key is not cached: restored, it works at once.
+    with connect(app.extensions["test_db_url"]) as c:
+        c.execute("UPDATE api_keys SET revoked_at = NULL WHERE tenant_id = %s", (tenant["id"],))
+    assert client.post("/api/v1/events", json=ORDER, headers=bearer(secret)).status_code == 202
+
+
 def test_event_is_stored_for_the_keys_tenant_and_relayed(client, key_for, app):
     secret, tenant = key_for()
     r = client.post("/api/v1/events", json={**ORDER, "correlation_id": "c-1"}, headers=bearer(secret))

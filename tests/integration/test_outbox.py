@@ -204,3 +204,90 @@ def test_relay_backlog_on_metrics_and_the_queue_health_page(app, client, login_a
     login_as("ops")
     part = client.get("/queues/_health").get_data(as_text=True)
     assert 'id="outbox-backlog"' in part and "Outbox: 1 event waiting for the relay" in part
+
+
+@pytest.fixture
+def sql_routed(monkeypatch):
+    """``test.sql_routed`` v1 with two subscriptions the database can route (one ordered, on the
+    critical queue, expiring) and ``test.py_routed`` whose subscription builds its own payload."""
+    for name in ("test.sql_routed", "test.py_routed"):
+        monkeypatch.setitem(outbox._types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
+    monkeypatch.setitem(outbox._subscriptions, "test.sql_routed", [
+        outbox.Subscription("plain", "test.sql_routed", "diag.noop"),
+        outbox.Subscription("in-order", "test.sql_routed", "diag.noop", ordered=True, queue="critical",
+                            expires_in=timedelta(minutes=2))])
+    monkeypatch.setitem(outbox._subscriptions, "test.py_routed", [
+        outbox.Subscription("own", "test.py_routed", "diag.noop", payload=lambda e: {"event_id": str(e["id"])})])
+
+
+_JOB_COLUMNS = ("id", "type", "version", "tenant_id", "queue", "priority", "group_key", "payload", "max_attempts",
+                "expires_at", "correlation_id", "event_id")
+
+
+def _job_rows(conn, event_id):
+    return {j["idempotency_key"]: {c: j[c] for c in _JOB_COLUMNS}
+            for j in conn.execute("SELECT * FROM jobs WHERE event_id = %s", (event_id,))}
+
+
+def test_the_set_based_relay_makes_the_jobs_python_routing_makes(conn, tenant, sql_routed, monkeypatch):
+    plain, _, ordered = outbox.sql_routes()
+    assert "test.sql_routed/1" in plain and "test.sql_routed/1" in ordered and "test.py_routed/1" not in plain
+    events = [outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", f"t-{i % 2}"), tenant=tenant["id"],
+                             payload={"n": i}, correlation_id=f"c-{i}") for i in range(3)]
+    own = outbox.publish(conn, "test.py_routed", 1, aggregate=("thing", "t-0"), tenant=tenant["id"], payload={"n": 9})
+    jobs_for, routed_in_python = outbox.jobs_for, []
+    monkeypatch.setattr(outbox, "jobs_for", lambda e: routed_in_python.append(e["id"]) or jobs_for(e))
+    result = outbox.relay_events(conn, 10)
+    assert (result.events, result.jobs, result.failed) == (4, 7, [])
+    assert routed_in_python == [own["id"]]  # the others by the one statement
+    for e in events + [own]:
+        expected = {r["idempotency_key"]: {c: r[c] for c in _JOB_COLUMNS} for r in jobs_for(e)}
+        assert _job_rows(conn, e["id"]) == expected
+    assert _job_rows(conn, events[0]["id"])[f"{events[0]['id']}:in-order"]["group_key"] == "thing:t-0:in-order"
+    assert outbox.relay_events(conn, 10).events == 0
+    assert conn.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"] == 0
+
+
+def test_a_batch_the_set_based_statement_cannot_insert_goes_through_python(conn, tenant, sql_routed, monkeypatch):
+    # A route the jobs table refuses (its queue CHECK): the statement's savepoint is rolled back and the
+    # same batch is routed in Python, which checks each job.
+    real = outbox.sql_routes
+    monkeypatch.setattr(outbox, "sql_routes", lambda: (real()[0], real()[1].replace('"critical"', '"nowhere"'),
+                                                      real()[2]))
+    e = outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", "t"), tenant=tenant["id"], payload={"n": 1})
+    result = outbox.relay_events(conn, 10)
+    assert (result.events, result.jobs) == (1, 2)
+    assert {j["queue"] for j in _job_rows(conn, e["id"]).values()} == {"default", "critical"}
+
+
+def test_an_ordered_event_whose_group_key_would_be_too_long_is_refused_as_before(conn, tenant, sql_routed):
+    e = outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", "x" * 190), tenant=tenant["id"],
+                       payload={"n": 1})
+    result = outbox.relay_events(conn, 10)
+    assert result.events == 0 and [eid for eid, _ in result.failed] == [e["id"]]
+    assert "group_key" in result.failed[0][1] and _job_rows(conn, e["id"]) == {}
+
+
+def test_in_autocommit_the_one_statement_pass_never_commits_jobs_ahead_of_an_earlier_event(
+        db_url, make_tenant, sql_routed, monkeypatch):
+    # On an idle autocommit connection the set-based statement is a transaction of its own, and the
+    # events it leaves go through Python afterwards: it must leave an aggregate's later events too.
+    with connect(db_url) as c, connect(db_url) as observer:
+        tenant = make_tenant(c)
+        first = outbox.publish(c, "test.py_routed", 1, aggregate=("thing", "a"), tenant=tenant["id"], payload={"n": 1})
+        later = outbox.publish(c, "test.sql_routed", 1, aggregate=("thing", "a"), tenant=tenant["id"], payload={"n": 2})
+        other = outbox.publish(c, "test.sql_routed", 1, aggregate=("thing", "b"), tenant=tenant["id"], payload={"n": 3})
+        relayed = "SELECT relayed_at IS NOT NULL AS done FROM outbox_events WHERE id = %s"
+        seen = {}
+        jobs_for = outbox.jobs_for
+
+        def spy(event):
+            if event["id"] == first["id"]:
+                seen.update({e["id"]: observer.execute(relayed, (e["id"],)).fetchone()["done"]
+                             for e in (later, other)})
+            return jobs_for(event)
+        monkeypatch.setattr(outbox, "jobs_for", spy)
+        result = outbox.relay_events(c, 10)
+        assert (result.events, result.jobs) == (3, 5)
+        assert seen == {later["id"]: False, other["id"]: True}  # "b" went ahead in one statement; "a" waited
+        assert c.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"] == 0

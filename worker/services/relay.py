@@ -4,14 +4,25 @@ Not leader-only: batches are claimed with ``FOR UPDATE SKIP LOCKED``, so the
 relays of all workers share the work.  Each pass (:meth:`Relay.run_once`)
 relays batches until none is full, each in one transaction
 (:func:`opsboard.outbox.relay_events`).  The loop waits on ``LISTEN
-opsboard_outbox`` on its own connection (a trigger notifies once per
-inserting statement) and polls every ``poll_interval`` as a fallback, so a
-lost notification or a dropped connection delays events, never loses them.
+opsboard_outbox`` on its own connection and polls every ``poll_interval`` as
+a fallback, so a lost notification or a dropped connection delays events,
+never loses them.
+
+A producer's session notifies at most once per ``opsboard.outbox_notify_interval_ms``
+(100 ms; migration 0017), so that publishers do not queue on PostgreSQL's
+notify lock at commit: a transaction committed less than that after its
+session's notified one sends nothing.  So once woken (or after relaying
+anything) the relay polls every ``active_poll`` for ``active_window``
+seconds -- far longer than the notify interval -- and only then falls back to
+``poll_interval``: a suppressed notification costs at most ``active_poll``.  An
+empty pass is one statement (:func:`opsboard.outbox.relay_events` in
+autocommit), so that polling is cheap.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,7 +40,11 @@ class RelayConfig:
     #: Seconds between polls when no notification arrives.
     poll_interval: float = 1.0
     #: Events per transaction.
-    batch: int = 500
+    batch: int = 1000
+    #: After a notification, or a pass that relayed events, pass this often (empty: one statement) ...
+    active_poll: float = 0.005
+    #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
+    active_window: float = 2.0
 
 
 class Relay:
@@ -38,6 +53,7 @@ class Relay:
     def __init__(self, config: RelayConfig = RelayConfig()):
         self.config = config
         self.interval = config.poll_interval
+        self._logged: dict = {}
 
     def run_once(self, conn: psycopg.Connection, now: datetime | None = None) -> int:
         """Relay until no full batch is left; returns the number of events relayed."""
@@ -45,7 +61,8 @@ class Relay:
         while True:
             result = outbox.relay_events(conn, self.config.batch, now)
             for event_id, reason in result.failed:
-                log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
+                if self._first_in_a_while(event_id):  # passes come every active_poll while events flow
+                    log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})
             for event_id, reason in result.parked:
                 log.error("event %s parked as unroutable (relayed without jobs, audited): %s", event_id, reason,
                           extra={"event_id": event_id})
@@ -54,22 +71,39 @@ class Relay:
             if handled + len(result.failed) < self.config.batch or not handled:
                 return total
 
+    #: An event that cannot be relayed is logged at most this often (seconds).
+    FAILURE_LOG_EVERY = 10.0
+
+    def _first_in_a_while(self, event_id) -> bool:
+        now = time.monotonic()
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        if now - self._logged.get(event_id, -self.FAILURE_LOG_EVERY) < self.FAILURE_LOG_EVERY:
+            return False
+        self._logged[event_id] = now
+        return True
+
     def loop(self, url: str, pool, stopping: threading.Event) -> None:
-        """Run passes until ``stopping``: on each notification, else every ``poll_interval``."""
-        listener, failures = None, 0
+        """Run passes until ``stopping``: on each notification, every ``active_poll`` while recently
+        active (an empty pass is one read-only statement), else every ``poll_interval``."""
+        listener, failures, active_until = None, 0, 0.0
         while not stopping.is_set():
             try:
                 if listener is None:
                     listener = db.connect(url)
                     listener.execute(f"LISTEN {CHANNEL}")
+                    active_until = time.monotonic() + self.config.active_window
                 with pool.connection() as conn:
                     n = self.run_once(conn)
                 if n:
                     log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
+                    active_until = time.monotonic() + self.config.active_window
                 failures = 0
                 # Drain what arrived during the pass, then wait for the next one.
-                for _ in listener.notifies(timeout=self.interval, stop_after=1):
-                    pass
+                active = time.monotonic() < active_until
+                for _ in listener.notifies(timeout=self.config.active_poll if active else self.interval,
+                                           stop_after=1):
+                    active_until = time.monotonic() + self.config.active_window
             except Exception as exc:  # a relay failure must not stop the worker's claim loops
                 if stopping.is_set():
                     break  # the worker is closing its pool
@@ -103,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m worker.services.relay")
     p.add_argument("--batch", type=int, default=RelayConfig.batch)
     p.add_argument("--poll", type=float, default=RelayConfig.poll_interval)
+    p.add_argument("--active-window", type=float, default=RelayConfig.active_window)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     url = os.environ["DATABASE_URL"]
     with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
                                                              "options": db.SESSION_OPTIONS}) as pool:
-        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch)).loop(url, pool, threading.Event())
+        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch, active_window=args.active_window)).loop(url, pool, threading.Event())
     return 0
 
 

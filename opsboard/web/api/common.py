@@ -48,8 +48,8 @@ def authenticate() -> dict:
     if scheme.lower() != "bearer" or not secret.strip():
         raise Problem(401, "unauthorized", "Send an API key: Authorization: Bearer obk_...",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard"'})
-    with get_db().connection() as conn:
-        key = apikeys.authenticate(conn, secret.strip())
+    database = get_db()
+    key = apikeys.authenticate_cached(database.connection, secret.strip(), database.url)
     if key is None:
         raise Problem(401, "unauthorized", "The API key is unknown or revoked.",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard", error="invalid_token"'})
