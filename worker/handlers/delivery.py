@@ -26,7 +26,8 @@ from worker.providers import webhook as webhook_provider
 
 
 # A started webhook is reconciled by sending again with the same webhook-id: its
-# started row need not wait for the WAL flush (see queue.relax_effect_durability).
+# started row need not wait for the WAL flush (see queue.relax_effect_durability;
+# webhook_prepare writes a batch's rows the same way).
 queue.relax_effect_durability("webhooks")
 
 
@@ -95,10 +96,17 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
             batch.append((row, endpoint_id, event_id, key))
     if not batch:
         return
-    found = db.all_rows(conn, "webhook_deliveries_begin", {
+    params = {
         "job_ids": [r["id"] for r, *_ in batch], "attempts": [r["attempts"] for r, *_ in batch],
         "tenant_ids": [r["tenant_id"] for r, *_ in batch], "endpoint_ids": [b[1] for b in batch],
-        "event_ids": [b[2] for b in batch], "keys": [b[3] for b in batch], "worker": worker_id, "now": None})
+        "event_ids": [b[2] for b in batch], "keys": [b[3] for b in batch], "worker": worker_id, "now": None}
+    # Committed before any POST, without waiting for the WAL flush (see the
+    # relax_effect_durability call above): SET LOCAL, the statement and COMMIT in one round trip.
+    with conn.pipeline():
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            cur = db.execute(conn, "webhook_deliveries_begin", params)
+    found = cur.fetchall()
     by_job = {r["job_id"]: r for r in found if r["attempt_it"] and r["effect_state"] is not None}
     for row, *_ in batch:
         ep = by_job.get(row["id"])
