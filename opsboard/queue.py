@@ -305,6 +305,14 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
         # (the wrap-around claim is a claim of its own), without the BEGIN and
         # COMMIT round trips.
         rows = run()
+    elif conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE \
+            and psycopg.Pipeline.is_supported():
+        # The limit locks: BEGIN, the locks and the claim go out in one round
+        # trip (pipeline mode), COMMIT in a second.  Still separate statements:
+        # the claim's snapshot is taken after the locks are held.
+        with conn.pipeline(), conn.transaction():
+            db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+            rows = run()
     else:
         with conn.transaction():
             if not limits.empty:

@@ -52,6 +52,8 @@ class JobContext:
     #: Set when the lease was lost or the timeout passed: stop as soon as you can.
     cancelled: threading.Event = field(default_factory=threading.Event)
     has_effects: bool = False
+    #: What the handler's ``prepare_batch`` hook loaded for this job with its claimed batch, if anything.
+    prepared: Any = None
     #: ``time.monotonic()`` by which the handler must be done (its timeout); 0 for none.
     deadline: float = 0.0
     _n_held: int = field(default=0, repr=False)

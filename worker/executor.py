@@ -50,6 +50,26 @@ class Running:
     freed: bool = False
 
 
+class _Batch:
+    """The jobs of one claim sharing a ``prepare_batch`` hook, run once by the first slot to need it."""
+
+    def __init__(self, hook: Callable, rows: list[dict]):
+        self.hook, self.rows, self.lock, self.done = hook, rows, threading.Lock(), False
+
+    def ensure(self, worker: "Worker") -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            try:
+                with worker.handler_pool.connection() as conn:
+                    self.hook(conn, worker.id, self.rows)
+            except Exception:
+                log.warning("prepare_batch failed; its jobs run unprepared", exc_info=True)
+                for row in self.rows:
+                    row.pop("prepared", None)
+
+
 class Slot(threading.Thread):
     """One handler thread of a queue."""
 
@@ -146,13 +166,17 @@ class Executor:
                           UNKNOWN_TYPE_SNOOZE, extra={"job_id": row["id"], "tenant_id": row["tenant_id"]})
                 self.finish(r, retry.Snooze(seconds=UNKNOWN_TYPE_SNOOZE, code="unknown_job_type"))
                 return
+            batch = row.pop("batch", None)
+            if batch is not None:
+                batch.ensure(w)
             r.deadline = r.started_mono + jt.policy.timeout
             r.ctx = JobContext(
                 id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
                 queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
                 max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                 group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
-                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline)
+                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline,
+                prepared=row.pop("prepared", None))
             with w.running_lock:
                 w.running[row["id"]] = r
             if w.running_file is not None:
@@ -183,6 +207,29 @@ class Executor:
             if w.running_file is not None:
                 w.running_file.clear(slot.record)
             self.free_slot(r)
+
+    def prepare(self, rows: list[dict]) -> None:
+        """Mark the jobs of a claimed batch whose handler has a ``prepare_batch`` hook.
+
+        The hook does in one statement what each job would otherwise do on its
+        own before its side effect (load, begin the effect), leaving ``prepared``
+        in the rows it did.  It runs in the first slot that starts one of them
+        (not in the claim loop), for all of them at once; a hook that fails
+        leaves the rows as they were (their handlers do it all themselves).
+        """
+        by_hook: dict[Callable, list[dict]] = {}
+        for row in rows:
+            try:
+                hook = getattr(self.handler(jobtypes.get(row["type"], row["version"]).handler), "prepare_batch",
+                               None)
+            except Exception:  # unknown type, handler not importable: run_job deals with it
+                continue
+            if hook is not None:
+                by_hook.setdefault(hook, []).append(row)
+        for hook, group in by_hook.items():
+            batch = _Batch(hook, group)
+            for row in group:
+                row["batch"] = batch
 
     def rate_limited(self, jt: jobtypes.JobType) -> retry.Snooze | None:
         """Take the provider's token; without one, snooze until the next (attempt not counted)."""

@@ -150,6 +150,7 @@ class Fetcher:
                     w.executor.release(row, "shutdown")
                 return
             claimed_at = time.monotonic()
+            w.executor.prepare(rows)
             with qs.lock:
                 qs.in_flight += len(rows)
             for row in rows:

@@ -208,3 +208,44 @@ SELECT * FROM gone;
 -- name: webhook_endpoint_breaker_reset
 -- Forget an endpoint's breaker (enabled again by its owner: start from closed).
 DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text;
+
+-- name: webhook_deliveries_begin
+-- A claimed batch of deliveries in one statement (one round trip, one commit):
+-- for each job this worker still holds (the check of effect_begin_held, job
+-- rows share-locked), the endpoint (tenant-scoped), the event and the endpoint
+-- breaker's state as webhook_delivery_load, and, when the delivery will be
+-- attempted (endpoint enabled, event of the job's tenant, breaker closed or
+-- absent), its effect recorded as started (or adopted when an earlier attempt
+-- started it) as effect_begin_held does.  Committed before any request goes
+-- out.  The caller passes each effect key once.  Rows come back only for held
+-- jobs whose endpoint exists; effect_state is NULL when no effect was begun.
+WITH input AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[], %(tenant_ids)s::uuid[],
+                         %(endpoint_ids)s::uuid[], %(event_ids)s::uuid[], %(keys)s::text[])
+             AS i(job_id, attempt, tenant_id, endpoint_id, event_id, key)
+), held AS (
+    SELECT i.* FROM input i JOIN jobs j ON j.id = i.job_id
+    WHERE j.status = 'running' AND j.locked_by = %(worker)s AND j.attempts = i.attempt
+      AND j.locked_until > coalesce(%(now)s::timestamptz, now())
+    FOR SHARE OF j
+), loaded AS (
+    SELECT h.job_id, h.attempt, h.tenant_id, h.key, e.id, e.url, e.secrets, e.enabled, ev.id AS event_id,
+           ev.type AS event_type, ev.tenant_id AS event_tenant_id, ev.occurred_at, ev.payload,
+           b.state AS breaker_state,
+           (e.enabled AND ev.tenant_id = h.tenant_id AND coalesce(b.state, 'closed') = 'closed') AS attempt_it
+    FROM held h
+    JOIN webhook_endpoints e ON e.id = h.endpoint_id AND e.tenant_id = h.tenant_id
+    LEFT JOIN outbox_events ev ON ev.id = h.event_id
+    LEFT JOIN circuit_breakers b ON b.name = 'endpoint:' || e.id::text
+), up AS (
+    INSERT INTO effects (key, job_id, tenant_id, provider, attempt)
+    SELECT l.key, l.job_id, l.tenant_id, 'webhooks', l.attempt FROM loaded l WHERE l.attempt_it
+    ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, attempt = excluded.attempt
+        WHERE effects.state = 'started' AND effects.tenant_id = excluded.tenant_id
+    RETURNING key, state, provider_ref, (xmax = 0) AS created
+)
+SELECT l.*, coalesce(up.state, ex.state) AS effect_state, coalesce(up.provider_ref, ex.provider_ref) AS provider_ref,
+       coalesce(up.created, false) AS effect_created
+FROM loaded l
+LEFT JOIN up ON up.key = l.key
+LEFT JOIN effects ex ON l.attempt_it AND up.key IS NULL AND ex.key = l.key AND ex.tenant_id = l.tenant_id;

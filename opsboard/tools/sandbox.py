@@ -167,6 +167,10 @@ class State:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "opsboard-sandbox/1"
     protocol_version = "HTTP/1.1"
+    # The headers and the body go out in two writes: with Nagle's algorithm the
+    # second waits for the client's (delayed, up to 40 ms) ACK of the first on a
+    # kept-alive connection.  TCP_NODELAY sends both at once.
+    disable_nagle_algorithm = True
 
     @property
     def state(self) -> State:

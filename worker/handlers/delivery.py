@@ -26,7 +26,8 @@ from worker.providers import webhook as webhook_provider
 
 
 # A started webhook is reconciled by sending again with the same webhook-id: its
-# started row need not wait for the WAL flush (see queue.relax_effect_durability).
+# started row need not wait for the WAL flush (see queue.relax_effect_durability;
+# webhook_prepare writes a batch's rows the same way).
 queue.relax_effect_durability("webhooks")
 
 
@@ -68,24 +69,77 @@ def webhook_fanout(job):
     return retry.Success(ref=f"{len(jobs)} endpoint(s)")
 
 
+def _webhook_key(event_id, endpoint_id) -> str:
+    return f"webhook:{event_id}:{endpoint_id}"
+
+
+def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
+    """Begin the deliveries of a claimed batch in one statement (``webhook_deliveries_begin``).
+
+    For each job this worker holds whose delivery will be attempted (endpoint
+    enabled, event there, breaker closed), the endpoint and event are loaded and
+    the effect is recorded as started, committed before any request goes out;
+    the row gets ``prepared`` and its handler makes no database round trip
+    before the POST.  Any other job (and a second job with the same effect key)
+    is left as it is: its handler loads and begins on its own, as before.
+    """
+    batch, keys = [], set()
+    for row in rows:
+        try:
+            endpoint_id = uuid.UUID(str(row["payload"]["endpoint_id"]))
+            event_id = uuid.UUID(str(row["payload"]["event_id"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        key = _webhook_key(event_id, endpoint_id)
+        if key not in keys:
+            keys.add(key)
+            batch.append((row, endpoint_id, event_id, key))
+    if not batch:
+        return
+    params = {
+        "job_ids": [r["id"] for r, *_ in batch], "attempts": [r["attempts"] for r, *_ in batch],
+        "tenant_ids": [r["tenant_id"] for r, *_ in batch], "endpoint_ids": [b[1] for b in batch],
+        "event_ids": [b[2] for b in batch], "keys": [b[3] for b in batch], "worker": worker_id, "now": None}
+    # Committed before any POST, without waiting for the WAL flush (see the
+    # relax_effect_durability call above): SET LOCAL, the statement and COMMIT in one round trip.
+    with conn.pipeline():
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            cur = db.execute(conn, "webhook_deliveries_begin", params)
+    found = cur.fetchall()
+    by_job = {r["job_id"]: r for r in found if r["attempt_it"] and r["effect_state"] is not None}
+    for row, *_ in batch:
+        ep = by_job.get(row["id"])
+        if ep is not None:
+            row["prepared"] = ep
+
+
 def webhook_deliver(job):
     cfg = providers.settings()
     endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
     event_id = _uuid(job.payload["event_id"], "event_id")
-    with job.connection() as conn:
-        ep = db.one(conn, "webhook_delivery_load", {"endpoint_id": endpoint_id, "event_id": event_id,
-                                                    "tenant_id": job.tenant_id})
-    if ep is None:
-        return retry.Permanent("endpoint_gone")
-    if not ep["enabled"]:
-        return retry.Permanent("endpoint_disabled")
-    if ep["event_id"] is None or ep["event_tenant_id"] != job.tenant_id:
-        return retry.Permanent("event_gone")
     name = f"endpoint:{endpoint_id}"
-    healthy = ep["breaker_state"] is None  # no breaker row: never failed, nothing to count on success
-    if ep["breaker_state"] not in (None, "closed"):
-        _gate(job, name)
-    eff = job.begin_effect("webhooks", key=f"webhook:{event_id}:{endpoint_id}")
+    key = _webhook_key(event_id, endpoint_id)
+    ep = job.prepared
+    if ep is not None:
+        # Loaded and begun with its claimed batch (webhook_prepare): the effect is already started.
+        job.has_effects = True
+        healthy = ep["breaker_state"] is None
+        eff = {"state": ep["effect_state"], "provider_ref": ep["provider_ref"]}
+    else:
+        with job.connection() as conn:
+            ep = db.one(conn, "webhook_delivery_load", {"endpoint_id": endpoint_id, "event_id": event_id,
+                                                        "tenant_id": job.tenant_id})
+        if ep is None:
+            return retry.Permanent("endpoint_gone")
+        if not ep["enabled"]:
+            return retry.Permanent("endpoint_disabled")
+        if ep["event_id"] is None or ep["event_tenant_id"] != job.tenant_id:
+            return retry.Permanent("event_gone")
+        healthy = ep["breaker_state"] is None  # no breaker row: never failed, nothing to count on success
+        if ep["breaker_state"] not in (None, "closed"):
+            _gate(job, name)
+        eff = job.begin_effect("webhooks", key=key)
     if eff["state"] == "confirmed":
         return retry.Success(ref=eff.get("provider_ref"))
     # Started before without confirmation: resending with the same webhook-id is the reconciliation.
@@ -248,3 +302,7 @@ def _push_confirm(conn, job, outcome) -> None:
     db.all_rows(conn, "delivery_push_confirm", {"notification_id": notification_id, "tenant_id": job.tenant_id,
                                                 "status": "delivered" if ok else "failed",
                                                 "error_code": None if ok else outcome.code, "now": None})
+
+
+#: The executor begins a claimed batch of deliveries in one statement (see webhook_prepare).
+webhook_deliver.prepare_batch = webhook_prepare

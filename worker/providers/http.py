@@ -51,7 +51,7 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
 class _Pool:
     """Idle keep-alive connections, keyed by (scheme, host, port, checked address)."""
 
-    PER_KEY = 4
+    PER_KEY = 32
     TOTAL = 256
     IDLE_SECONDS = 10.0
 

@@ -1,0 +1,98 @@
+"""A claimed batch of webhook deliveries is loaded and begun in one statement (webhook_prepare):
+the effects are started (committed) before any request goes out, only for jobs this worker
+holds and will attempt; the handler of a prepared job makes no database round trip before its POST."""
+from __future__ import annotations
+
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from opsboard import auth, db, queue, retry, webhooks
+from tests.conftest import connect
+from tests.support.delivery import insert_event, provider_settings  # noqa: F401
+from tests.support.sandbox import sandbox  # noqa: F401
+from worker.context import JobContext
+from worker.handlers import delivery
+
+
+def _ctx(row, pool, worker="w1"):
+    return JobContext(id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
+                      queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
+                      max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
+                      group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
+                      expires_at=row["expires_at"], worker_id=worker, pool=pool, prepared=row.pop("prepared", None))
+
+
+def _effects(c):
+    return {r["job_id"]: r for r in c.execute("SELECT job_id, key, state, attempt FROM effects").fetchall()}
+
+
+def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_settings):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        eps = [webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/b{i}") for i in range(4)]
+        ev = insert_event(c, t)
+        webhooks.fanout(c, ev)
+        # After the fan-out: one endpoint disabled, one with an open breaker.
+        webhooks.disable_endpoint(c, t, eps[2]["id"], "test")
+        c.execute("INSERT INTO circuit_breakers (name, tenant_id, state, open_until) "
+                  "VALUES (%s, %s, 'open', now() + interval '1 hour')", (f"endpoint:{eps[3]['id']}", t))
+        rows = queue.claim_batch(c, "default", "w1", 100, 60)
+        assert len(rows) == 4
+        delivery.webhook_prepare(c, "w1", rows)
+        by_ep = {r["payload"]["endpoint_id"]: r for r in rows}
+        prepared = [by_ep[str(e["id"])] for e in eps[:2]]
+        assert all(r.get("prepared") for r in prepared)
+        assert not by_ep[str(eps[2]["id"])].get("prepared") and not by_ep[str(eps[3]["id"])].get("prepared")
+        # Started and committed (seen from this autocommit connection) before any request went out.
+        eff = _effects(c)
+        assert set(eff) == {r["id"] for r in prepared}
+        assert all(e["state"] == "started" and e["attempt"] == 1 for e in eff.values())
+        assert sandbox.records("webhook") == []
+
+    pool = ConnectionPool(db_url, min_size=1, max_size=2, open=True,
+                          kwargs={"autocommit": True, "row_factory": dict_row, "options": db.SESSION_OPTIONS})
+    try:
+        for row in prepared:
+            ctx = _ctx(row, pool)
+            outcome = delivery.webhook_deliver(ctx)
+            assert isinstance(outcome, retry.Success) and ctx.has_effects
+            with pool.connection() as c:
+                queue.record_outcomes(c, "w1", [queue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
+                                                                    row["started_at"], has_effects=True)])
+        # The unprepared ones take the handler's own path: disabled -> permanent, open breaker -> snooze.
+        outcome = delivery.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool))
+        assert isinstance(outcome, retry.Permanent) and outcome.code == "endpoint_disabled"
+        try:
+            delivery.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool))
+            raise AssertionError("an open breaker must snooze")
+        except retry.Snooze as s:
+            assert s.code == "circuit_open"
+    finally:
+        pool.close()
+    recs = sandbox.records("webhook")
+    assert sorted(r["route"] for r in recs) == sorted(f"/hooks/b{i}" for i in range(2))
+    assert {r["headers"]["webhook-id"] for r in recs} == {webhooks.message_id(ev)}
+    with connect(db_url) as c:
+        assert {e["state"] for e in _effects(c).values()} == {"confirmed"}
+
+
+def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        ep = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/x")
+        ev = insert_event(c, t)
+        payload = {"endpoint_id": str(ep["id"]), "event_id": str(ev)}
+        # Two jobs for the same delivery (same effect key), one for another event.
+        queue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="one")
+        queue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="two")
+        ev2 = insert_event(c, t)
+        queue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)}, tenant=t)
+        rows = queue.claim_batch(c, "default", "w1", 100, 60)
+        assert len(rows) == 3
+        # A worker that does not hold them begins nothing.
+        delivery.webhook_prepare(c, "someone-else", rows)
+        assert not any(r.get("prepared") for r in rows) and _effects(c) == {}
+        delivery.webhook_prepare(c, "w1", rows)
+        same = [r for r in rows if r["payload"]["event_id"] == str(ev)]
+        assert sum(1 for r in same if r.get("prepared")) == 1      # the second one begins on its own
+        assert len(_effects(c)) == 2
