@@ -236,12 +236,17 @@ def test_denied_replay_and_resolve_are_audited_once_a_minute(app, client, login_
 
 # ---------------------------------------------------------------- 6. operator staff anonymous to tenants
 
+def _staff(c, email: str):
+    """An ops member of the operator tenant; returns their user id."""
+    auth.ensure_tenant(c, "operator", is_operator=True)
+    auth.create_user(c, email, PASSWORD, "ops", "operator")
+    return c.execute("SELECT id FROM users WHERE email = %s", (email,)).fetchone()["id"]
+
+
 def test_tenant_viewers_see_operator_staff_by_role(app, client, login_as, db):
     with connect(db) as c:
         t = seed.tenant(c, "acme")
-        auth.ensure_tenant(c, "operator", is_operator=True)
-        auth.create_user(c, "alice.staff@example.test", PASSWORD, "ops", "operator")
-        staff = c.execute("SELECT id FROM users WHERE email = 'alice.staff@example.test'").fetchone()["id"]
+        staff = _staff(c, "alice.staff@example.test")
         from opsboard import audit
         audit.record(c, audit.Actor("alice.staff@example.test", staff), "job.replay", target_type="job",
                      target_id="x", tenant_id=t, reason="staff-did-this",
@@ -467,10 +472,7 @@ def test_tenant_viewers_see_staff_by_role_on_alerts_and_job_resolutions(app, cli
     from opsboard.schema import new_id
     with connect(db) as c:
         t = seed.tenant(c, "acme")
-        auth.ensure_tenant(c, "operator", is_operator=True)
-        auth.create_user(c, "bob.staff@example.test", PASSWORD, "ops", "operator")
-        staff = c.execute("SELECT id FROM users WHERE email = 'bob.staff@example.test'").fetchone()["id"]
-        bob = audit.Actor("bob.staff@example.test", staff)
+        bob = audit.Actor("bob.staff@example.test", _staff(c, "bob.staff@example.test"))
         alert = c.execute(
             "INSERT INTO alerts (id, rule, key, tenant_id, severity, summary, details, opened_at, last_seen_at) "
             "VALUES (%s, 'dead_rising', 'acme', %s, 'warning', 'dead jobs rising', '{}', now(), now()) RETURNING id",
