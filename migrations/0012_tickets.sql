@@ -109,6 +109,17 @@ CREATE TABLE ticket_attachments (
 CREATE INDEX ticket_attachments_message_idx ON ticket_attachments (message_id);
 CREATE INDEX ticket_attachments_ticket_idx ON ticket_attachments (ticket_id);
 
+-- Minimal user bearer tokens for the customer ticket API (/api/v1/tickets): the sha256 of
+-- the secret, bound to one user and one tenant.
+CREATE TABLE ticket_user_tokens (
+    id          uuid PRIMARY KEY,
+    token_hash  bytea NOT NULL UNIQUE,
+    user_id     uuid NOT NULL REFERENCES users (id),
+    tenant_id   uuid NOT NULL REFERENCES tenants (id),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    revoked_at  timestamptz
+);
+
 -- The SLA badge, one definition for lists, filters and the detail page: breached (marked by the
 -- breach job, or past the due time that still matters), met (closed out), paused (waiting on the
 -- customer), at_risk (the last quarter of the target), else on_track.

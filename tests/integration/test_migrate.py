@@ -282,3 +282,17 @@ def test_readyz_when_the_migration_files_are_invalid(db_url, probe, monkeypatch)
     assert r.status_code == 503
     assert r.json["error"] == "migrations_invalid"  # not blamed on the database
     assert "0003-oops.sql" in r.json["detail"]
+
+
+def test_a_database_that_applied_the_mistaken_0012_edit_upgrades_to_the_same_schema(db_url):
+    """0012 shipped for a while without ticket_user_tokens; both histories end alike."""
+    with connect(db_url) as c:
+        assert m.status(c).current  # fresh history: the file as it first landed, then 0023
+        assert c.execute("SELECT to_regclass('ticket_user_tokens') AS t").fetchone()["t"] is None
+        # The other history: 0012 applied from the edited file (its checksum) is not "changed"...
+        c.execute("UPDATE schema_migrations SET checksum = %s WHERE version = 12",
+                  (next(iter(m.SUPERSEDED_CHECKSUMS[12])),))
+        assert m.status(c).current
+        # ...while any other checksum still is.
+        c.execute("UPDATE schema_migrations SET checksum = 'x' WHERE version = 12")
+        assert [x.version for x in m.status(c).changed] == [12]
