@@ -123,6 +123,15 @@ def _as_url(conninfo: str) -> str:
     return f"postgresql://{auth_part}@{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d['dbname']}"
 
 
+def _record_run(row, workers: int, rate: float, reports: list[dict]) -> None:
+    """One processing run's rate into ``row`` (1 or 2 workers; with 2, each worker's share)."""
+    if workers == 1:
+        row.p1 = rate
+    else:
+        row.p2 = rate
+        row.split = sorted((r.get("handled", 0) for r in reports), reverse=True)
+
+
 def _wait(url: str, sql: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(url, autocommit=True) as c:
@@ -251,12 +260,7 @@ def bare_system(url: str, jobs: int, single: int, lat: int) -> Row:
         finally:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(finished_at))::float8 FROM bare_jobs")
-        rate = jobs / (end - go)
-        if k == 1:
-            row.p1 = rate
-        else:
-            row.p2 = rate
-            row.split = sorted((r.get("handled", 0) for r in reports), reverse=True)
+        _record_run(row, k, jobs / (end - go), reports)
         _exec(url, "TRUNCATE bare_jobs")
     procs = Procs()
     try:
@@ -352,12 +356,7 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(created))::float8 FROM pgqueuer_log "
                            "WHERE status = 'successful'")
-        rate = jobs / (end - go)
-        if k == 1:
-            row.p1 = rate
-        else:
-            row.p2 = rate
-            row.split = sorted((r.get("handled", 0) for r in reports), reverse=True)
+        _record_run(row, k, jobs / (end - go), reports)
         _exec(url, "TRUNCATE pgqueuer, pgqueuer_log")
     procs = Procs()
     try:
