@@ -271,6 +271,18 @@ class Claim:
     next_after_tenant: uuid.UUID = ZERO_TENANT
 
 
+def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *,
+                 after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
+                 now: datetime | None = None) -> dict:
+    """The parameters of ``job_claim_many`` for one claim (see :func:`claim`)."""
+    limits = jobtypes.concurrency_limits(queue)
+    return {"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
+            "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
+            "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
+            "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
+            "limit_group_limits": list(limits.group_limits)}
+
+
 def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float, *,
           after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
           now: datetime | None = None) -> Claim:
@@ -286,11 +298,9 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
         return Claim([], after_tenant or ZERO_TENANT)
     limits = jobtypes.concurrency_limits(queue)
     max_tenants = max_tenants or max(1, limit)
-    params = {"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
-              "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants,
-              "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
-              "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
-              "limit_group_limits": list(limits.group_limits)}
+    params = claim_params(queue, worker_id, limit, lease_seconds, after_tenant=after_tenant,
+                          max_tenants=max_tenants, now=now)
+
     def run() -> list[dict]:
         rows = db.all_rows(conn, "job_claim_many", params)
         if not rows and params["after_tenant"] != ZERO_TENANT:

@@ -136,13 +136,20 @@ WITH RECURSIVE tenants_ready AS (
     -- Lock candidates in order, one primary-key probe each, until the batch is
     -- full; rows another claim holds are skipped (the LATERAL keeps this an
     -- index nested loop whatever the planner estimates for the CTEs above).
+    -- The status is checked on the locked row, outside the LATERAL (OFFSET 0
+    -- keeps it out): inside, it let the planner probe the ready partial index
+    -- (whole, for every candidate) when statistics call it empty.  A row
+    -- another claim took since this statement's snapshot is locked, found
+    -- running, and left.
     SELECT l.id
     FROM (SELECT id FROM allowed ORDER BY round, priority, available_at, id) a
     CROSS JOIN LATERAL (
-        SELECT j.id FROM jobs j
-        WHERE j.id = a.id AND j.status IN ('pending', 'retryable')
+        SELECT j.id, j.status FROM jobs j
+        WHERE j.id = a.id
+        OFFSET 0
         FOR UPDATE SKIP LOCKED
     ) l
+    WHERE l.status IN ('pending', 'retryable')
     LIMIT %(limit)s
 )
 UPDATE jobs j
@@ -169,6 +176,15 @@ FROM unnest(%(names)s::text[]) AS name;
 -- a worker whose lease was reclaimed writes nothing.  kind is succeeded,
 -- retryable, dead, snoozed or released; snoozed and released give the
 -- attempt back.  One job_attempts row is written per applied outcome.
+--
+-- Every step is driven by the batch, never by a join the planner could turn
+-- around: held finds and locks each outcome's job by primary key (LATERAL);
+-- the updates reach those rows by id = ANY(array), as the claim does; the
+-- values of the outcomes other than a plain success are looked up per row in
+-- one jsonb map.  (Joining the batch to jobs let the planner start from "this
+-- worker's running jobs", which statistics taken while little ran put at one
+-- row: a nested loop over every running job for every outcome, 0.4 s for a
+-- batch of 1,000 with 1,500 jobs running.)
 WITH d AS (
     -- One row per (job, token), the first in the batch: a timeout and the
     -- handler's late result can arrive together, and must write one attempt.
@@ -178,35 +194,60 @@ WITH d AS (
                 %(durations)b::int[]) WITH ORDINALITY
          AS d(id, token, kind, delay, code, detail, started_at, duration_ms, n)
     ORDER BY id, token, n
-), upd AS (
+), held AS MATERIALIZED (
+    -- The outcomes whose job this worker still holds, each job locked: from
+    -- here to the end of the statement nobody else can change it.  No status
+    -- here: locked_by is set exactly while a job runs (a check constraint),
+    -- and a status would let the planner scan the "running" partial indexes
+    -- for every outcome instead of probing the primary key.
+    SELECT d.*
+    FROM d CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs j
+        WHERE j.id = d.id AND j.locked_by = %(worker)s AND j.attempts = d.token
+        FOR UPDATE
+    ) l
+), ok AS (
     UPDATE jobs j
-    SET status = (CASE d.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'dead' THEN 'dead'
-                              WHEN 'retryable' THEN 'retryable' ELSE 'pending' END)::job_status,
-        attempts = CASE WHEN d.kind IN ('snoozed', 'released') THEN j.attempts - 1 ELSE j.attempts END,
-        available_at = CASE WHEN d.kind IN ('retryable', 'snoozed', 'released')
-                            THEN coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => d.delay)
+    SET status = 'succeeded', finished_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+        locked_by = NULL, locked_until = NULL
+    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind = 'succeeded'))
+    RETURNING j.id
+), other AS (
+    -- x.m -> j.id::text: this job's [kind, delay, code].
+    UPDATE jobs j
+    SET status = (CASE x.m -> j.id::text ->> 0 WHEN 'dead' THEN 'dead' WHEN 'retryable' THEN 'retryable'
+                                            ELSE 'pending' END)::job_status,
+        attempts = CASE WHEN x.m -> j.id::text ->> 0 IN ('snoozed', 'released') THEN j.attempts - 1
+                        ELSE j.attempts END,
+        available_at = CASE WHEN x.m -> j.id::text ->> 0 IN ('retryable', 'snoozed', 'released')
+                            THEN coalesce(%(now)s::timestamptz, statement_timestamp())
+                                 + make_interval(secs => (x.m -> j.id::text ->> 1)::float8)
                             ELSE j.available_at END,
-        last_error_code = CASE WHEN d.kind = 'succeeded' THEN j.last_error_code
-                               WHEN d.kind = 'released' THEN j.last_error_code ELSE d.code END,
-        finished_at = CASE WHEN d.kind IN ('succeeded', 'dead') THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+        last_error_code = CASE WHEN x.m -> j.id::text ->> 0 = 'released' THEN j.last_error_code
+                               ELSE x.m -> j.id::text ->> 2 END,
+        finished_at = CASE WHEN x.m -> j.id::text ->> 0 = 'dead'
+                           THEN coalesce(%(now)s::timestamptz, statement_timestamp()) END,
         locked_by = NULL,
         locked_until = NULL
-    FROM d
-    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by = %(worker)s AND j.attempts = d.token
-    RETURNING j.id, d.n
+    FROM (SELECT jsonb_object_agg(id::text, jsonb_build_array(kind, delay, code)) AS m
+          FROM held WHERE kind <> 'succeeded') x
+    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind <> 'succeeded'))
+    RETURNING j.id
 ), att AS (
     INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail,
                               duration_ms)
     SELECT d.id, d.token, %(worker)s, d.started_at, coalesce(%(now)s::timestamptz, statement_timestamp()), d.kind, d.code,
            d.detail, d.duration_ms
-    FROM d JOIN upd ON upd.n = d.n
+    FROM held d
 ), eff AS (
     UPDATE effects e SET state = 'confirmed', confirmed_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-    FROM d JOIN upd ON upd.n = d.n
+    FROM held d
     WHERE d.kind = 'succeeded' AND d.id = ANY(%(effect_job_ids)b::uuid[]) AND e.job_id = d.id
       AND e.state = 'started'
 )
-SELECT id FROM upd;
+SELECT id FROM ok
+UNION ALL
+SELECT id FROM other;
 
 -- name: job_heartbeat_many
 -- Extend the leases of running jobs this worker still holds; returns those extended.
