@@ -37,7 +37,7 @@ def locked_scans(node: dict, under_lock: bool = False) -> list[str]:
 def explain(conn, name: str, params: dict) -> dict:
     """EXPLAIN ANALYZE with the generic plan: the worker's statements are prepared, and after five runs
     the server may keep a plan made without the parameters' values (the estimates that mislead)."""
-    conn.execute("SET LOCAL plan_cache_mode = auto")
+    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     try:
         return conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + db.queries[name], params).fetchone()["QUERY PLAN"][0]
     finally:
