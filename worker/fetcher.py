@@ -43,8 +43,11 @@ log = logging.getLogger("worker")
 
 #: Jobs claimed in one statement at most.
 CLAIM_BATCH_MAX = 200
-#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue.
-PREFETCH_MAX = 192
+#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue:
+#: two claims' worth, so that a full claim can be in flight while the slots
+#: still have a claim's worth to run (with one, the slots ran dry during every
+#: claim and claims came back half full).
+PREFETCH_MAX = 2 * CLAIM_BATCH_MAX
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
 #: ... and within this many seconds: the buffer only has to cover a claim's
@@ -102,6 +105,12 @@ class QueueState:
         # bounds them otherwise (they drain within a share of it).
         return self.slots + int(min(PREFETCH_MAX, drain))
 
+    def refill_at(self, cap: int) -> int:
+        """Free room at which the fetcher claims again: a full claim's worth once
+        the buffer holds more than one claim, else half the buffer; without a
+        buffer, one free slot."""
+        return max(1, min(CLAIM_BATCH_MAX, (cap - self.slots) // 2))
+
     def observe(self, seconds: float) -> None:
         """Fold one handler run's duration into :attr:`avg_seconds` (no lock: a racy average is fine)."""
         avg = self.avg_seconds
@@ -123,9 +132,9 @@ class Fetcher:
             with qs.lock:
                 cap = qs.capacity(w.lease) if w.completer.keeping_up() else qs.slots
                 free = cap - qs.in_flight
-            # Refill the buffer when half of it is gone (a claim per freed slot
-            # would be a round trip per job); without a buffer, at one free slot.
-            if free < max(1, (cap - qs.slots) // 2):
+            # Refill in whole claims (a claim per freed slot would be a round
+            # trip per job; see QueueState.refill_at).
+            if free < qs.refill_at(cap):
                 qs.slot_freed.wait(w.config.poll_interval)
                 qs.slot_freed.clear()
                 continue

@@ -5,7 +5,7 @@
 -- OR ...)" folds away at plan time and each filter can use its index: the
 -- primary key for the plain list and for time ranges (UUIDv7 ids sort by
 -- creation, so created_at bounds become id bounds with a slack for clock skew
--- between hosts), jobs_tenant_idx, jobs_status_idx, jobs_dead_idx,
+-- between hosts), jobs_tenant_idx, jobs_status_listed_idx, jobs_running_idx, jobs_dead_idx,
 -- jobs_correlation_idx.  The search first gathers the matching ids from the
 -- two trigram indexes (where pg_trgm exists; attempt details through the
 -- normalised detail_search column of 0014, the term normalised the same way), then fetches those rows by

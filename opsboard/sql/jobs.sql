@@ -254,7 +254,7 @@ SELECT id FROM other;
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::uuid[], %(tokens)s::int[]) AS d(id, token)
-WHERE j.id = d.id AND j.status = 'running' AND j.locked_by = %(worker)s AND j.attempts = d.token
+WHERE j.id = d.id AND j.locked_by = %(worker)s AND j.attempts = d.token  -- running (see job_record_outcomes)
 RETURNING j.id;
 
 -- name: job_rescue_expired

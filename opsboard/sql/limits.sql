@@ -13,8 +13,13 @@ WITH fresh AS (
     SELECT queue, type, tenant_id, status, count(*) AS jobs,
            min(available_at) FILTER (WHERE status IN ('pending', 'retryable')
                                        AND available_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready
-    FROM jobs
-    WHERE status IN ('pending', 'running', 'retryable', 'dead')
+    -- Two arms, each read through its partial index (jobs_status_listed_idx,
+    -- jobs_running_idx): one IN list of all four statuses matches neither, and
+    -- the table is mostly succeeded jobs.
+    FROM (SELECT queue, type, tenant_id, status, available_at FROM jobs
+          WHERE status IN ('pending', 'retryable', 'dead')
+          UNION ALL
+          SELECT queue, type, tenant_id, status, available_at FROM jobs WHERE status = 'running') j
     GROUP BY queue, type, tenant_id, status
 ), gone AS (
     DELETE FROM queue_depth d

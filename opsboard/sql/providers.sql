@@ -225,7 +225,7 @@ WITH input AS (
              AS i(job_id, attempt, tenant_id, endpoint_id, event_id, key)
 ), held AS (
     SELECT i.* FROM input i JOIN jobs j ON j.id = i.job_id
-    WHERE j.status = 'running' AND j.locked_by = %(worker)s AND j.attempts = i.attempt
+    WHERE j.locked_by = %(worker)s AND j.attempts = i.attempt  -- running: locked_by is set (see job_still_held)
       AND j.locked_until > coalesce(%(now)s::timestamptz, now())
     FOR SHARE OF j
 ), loaded AS (

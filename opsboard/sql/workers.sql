@@ -12,9 +12,13 @@ SELECT service, errors, last_error_at FROM service_errors ORDER BY service;
 -- name: job_still_held
 -- Whether this attempt still holds its job: running, fenced by (locked_by,
 -- attempts), and the lease not yet run out (even if no reaper has noticed).
+-- "Running" is read from locked_by, which is set exactly while a job runs (a
+-- check constraint): with status = 'running' here the planner may read the
+-- whole running partial index, which statistics taken while little ran call
+-- empty, instead of one primary-key probe (so in the statements below too).
 SELECT EXISTS (
     SELECT 1 FROM jobs
-    WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s AND attempts = %(attempt)s
+    WHERE id = %(id)s AND locked_by = %(worker)s AND attempts = %(attempt)s  -- locked_by: running (see below)
       AND locked_until > coalesce(%(now)s::timestamptz, now())
 ) AS held;
 
@@ -27,7 +31,7 @@ SELECT EXISTS (
 WITH held AS (
     SELECT EXISTS (
         SELECT 1 FROM jobs
-        WHERE id = %(job_id)s AND status = 'running' AND locked_by = %(worker)s AND attempts = %(attempt)s
+        WHERE id = %(job_id)s AND locked_by = %(worker)s AND attempts = %(attempt)s
           AND locked_until > coalesce(%(now)s::timestamptz, now())
         FOR SHARE
     ) AS held
