@@ -91,22 +91,24 @@ WITH RECURSIVE tenants_ready AS (
            least(%(limit)s::int, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight) AS take
     FROM picked
 ), cand AS (
-    SELECT c.id, c.type, c.priority, c.available_at, q.tenant_id,
-           ceil(row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.priority, c.available_at, c.id)::float8
-                / q.weight) AS round
+    -- Each tenant's next jobs, numbered in the index's own order (no sort).
+    SELECT c.id, c.type, c.priority, c.available_at, q.tenant_id, ceil(c.rn::float8 / q.weight) AS round
     FROM quota q
     CROSS JOIN LATERAL (
-        SELECT j.id, j.type, j.priority, j.available_at FROM jobs j
-        WHERE j.queue = %(queue)s AND j.tenant_id = q.tenant_id
-          AND j.status IN ('pending', 'retryable')
-          AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
-          AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp()))
-          AND (j.group_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM jobs g
-                WHERE g.tenant_id = j.tenant_id AND g.group_key = j.group_key
-                  AND g.status IN ('pending', 'running', 'retryable') AND g.id < j.id))
-        ORDER BY j.priority, j.available_at, j.id
-        LIMIT q.take
+        SELECT s.*, row_number() OVER (ORDER BY s.priority, s.available_at, s.id) AS rn
+        FROM (
+            SELECT j.id, j.type, j.priority, j.available_at FROM jobs j
+            WHERE j.queue = %(queue)s AND j.tenant_id = q.tenant_id
+              AND j.status IN ('pending', 'retryable')
+              AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
+              AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp()))
+              AND (j.group_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM jobs g
+                    WHERE g.tenant_id = j.tenant_id AND g.group_key = j.group_key
+                      AND g.status IN ('pending', 'running', 'retryable') AND g.id < j.id))
+            ORDER BY j.priority, j.available_at, j.id
+            LIMIT q.take
+        ) s
     ) c
 ), limits AS (
     -- Remaining room per limited type and per limited provider.
@@ -119,17 +121,23 @@ WITH RECURSIVE tenants_ready AS (
     SELECT g.grp, g.lim - coalesce((SELECT count(*) FROM jobs r JOIN limits l2 ON l2.type = r.type
                                     WHERE r.status = 'running' AND l2.grp = g.grp), 0) AS room
     FROM unnest(%(limit_groups)s::text[], %(limit_group_limits)s::int[]) AS g(grp, lim)
-), ranked AS (
-    SELECT cand.*, l.type_room, gr.room AS group_room,
-           row_number() OVER (PARTITION BY cand.type ORDER BY cand.round, cand.priority, cand.available_at, cand.id)
-               AS type_rank,
-           row_number() OVER (PARTITION BY l.grp ORDER BY cand.round, cand.priority, cand.available_at, cand.id)
-               AS group_rank
-    FROM cand
-    LEFT JOIN limits l ON l.type = cand.type
-    LEFT JOIN group_room gr ON gr.grp = l.grp AND l.grp <> ''
 ), allowed AS (
-    SELECT * FROM ranked
+    -- Candidates of types without a limit, as they are; those of limited
+    -- types (usually none) ranked per type and per provider, and kept while
+    -- there is room.  Only the second arm sorts.
+    SELECT id, round, priority, available_at FROM cand
+    WHERE cand.type <> ALL (%(limit_types)s::text[])
+    UNION ALL
+    SELECT id, round, priority, available_at FROM (
+        SELECT cand.*, l.type_room, gr.room AS group_room,
+               row_number() OVER (PARTITION BY cand.type
+                                  ORDER BY cand.round, cand.priority, cand.available_at, cand.id) AS type_rank,
+               row_number() OVER (PARTITION BY l.grp
+                                  ORDER BY cand.round, cand.priority, cand.available_at, cand.id) AS group_rank
+        FROM cand
+        JOIN limits l ON l.type = cand.type
+        LEFT JOIN group_room gr ON gr.grp = l.grp AND l.grp <> ''
+    ) ranked
     WHERE (type_room IS NULL OR type_rank <= type_room)
       AND (group_room IS NULL OR group_rank <= group_room)
 ), locked AS (
@@ -141,10 +149,10 @@ WITH RECURSIVE tenants_ready AS (
     -- (whole, for every candidate) when statistics call it empty.  A row
     -- another claim took since this statement's snapshot is locked, found
     -- running, and left.
-    SELECT l.id
+    SELECT l.id, l.ctid
     FROM (SELECT id FROM allowed ORDER BY round, priority, available_at, id) a
     CROSS JOIN LATERAL (
-        SELECT j.id, j.status FROM jobs j
+        SELECT j.id, j.status, j.ctid FROM jobs j
         WHERE j.id = a.id
         OFFSET 0
         FOR UPDATE SKIP LOCKED
@@ -158,7 +166,11 @@ SET status = 'running',
     locked_by = %(worker)s,
     locked_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s),
     started_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-WHERE j.id = ANY (ARRAY(SELECT id FROM locked))
+-- By the locked rows' ctids (a TID scan, no second index descent per job).
+-- Each is the row's latest version, locked above after its status was read:
+-- no one can change it any more; were it newer than this statement's
+-- snapshot, the TID scan would skip it and the job would stay pending.
+WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM locked))
 RETURNING j.id, j.type, j.version, j.tenant_id, j.queue, j.priority, j.payload, j.attempts, j.max_attempts,
           j.idempotency_key, j.group_key, j.correlation_id, j.event_id, j.expires_at, j.created_at,
           j.started_at, j.locked_until,
@@ -207,6 +219,9 @@ WITH d AS (
         FOR UPDATE
     ) l
 ), ok AS (
+    -- By id, not by the locked version's ctid: a version written after this
+    -- statement's snapshot (a heartbeat) is invisible to a TID scan, and the
+    -- outcome would be lost; by id, the update follows it to that version.
     UPDATE jobs j
     SET status = 'succeeded', finished_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
         locked_by = NULL, locked_until = NULL
