@@ -45,6 +45,10 @@ class RelayConfig:
     active_poll: float = 0.005
     #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
     active_window: float = 2.0
+    #: After (re)connecting the listener, poll actively this long: a producer that notified just
+    #: before we listened stays silent for its notify interval (0.1 s by default).  Not the whole
+    #: active window: every worker start would poll 400 times for nothing.
+    connect_window: float = 0.5
 
 
 class Relay:
@@ -92,7 +96,7 @@ class Relay:
                 if listener is None:
                     listener = db.connect(url)
                     listener.execute(f"LISTEN {CHANNEL}")
-                    active_until = time.monotonic() + self.config.active_window
+                    active_until = time.monotonic() + min(self.config.connect_window, self.config.active_window)
                 with pool.connection() as conn:
                     n = self.run_once(conn)
                 if n:
