@@ -317,12 +317,31 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
         rows = run()
     elif conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE \
             and psycopg.Pipeline.is_supported():
-        # The limit locks: BEGIN, the locks and the claim go out in one round
-        # trip (pipeline mode), COMMIT in a second.  Still separate statements:
+        # The limit locks: BEGIN, the locks, the claim and COMMIT go out in one
+        # round trip (pipeline mode; the rows are read after it), so the locks
+        # are held only while the server works, never while this process
+        # waits for its turn to read an answer.  Still separate statements:
         # the claim's snapshot is taken after the locks are held.
-        with conn.pipeline(), conn.transaction():
-            db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
-            rows = run()
+        # (Explicit BEGIN/COMMIT: psycopg's transaction() syncs on entering
+        # and on leaving, three round trips.)
+        def locked_claim(p: dict) -> list[dict]:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+                    cur = db.execute(conn, "job_claim_many", p)
+                    conn.execute("COMMIT")
+            except BaseException:
+                # A failed statement leaves the explicit transaction aborted (the
+                # COMMIT behind it was skipped): end it before the pool gets the connection.
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()
+                raise
+            return cur.fetchall()
+
+        rows = locked_claim(params)
+        if not rows and params["after_tenant"] != ZERO_TENANT:
+            rows = locked_claim({**params, "after_tenant": ZERO_TENANT})  # the wrap-around (see run)
     else:
         with conn.transaction():
             if not limits.empty:

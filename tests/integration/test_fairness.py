@@ -5,7 +5,9 @@ import uuid
 
 import pytest
 
-from opsboard import auth, queue
+import psycopg
+
+from opsboard import auth, jobtypes, queue
 from tests.conftest import connect
 import tests.support.limits  # noqa: F401  (registers the limited job types)
 
@@ -120,3 +122,22 @@ def test_dead_job_in_group_does_not_block_the_rest(db_url):
         queue.record_outcomes(c, "w1", [queue.OutcomeRecord(ids[0], 1, "dead", first[0]["started_at"], code="boom")])
         second = queue.claim(c, "default", "w1", 10, 30).rows
         assert [r["id"] for r in second] == [ids[1]]
+
+
+def test_a_claim_that_fails_under_its_limit_locks_leaves_the_connection_idle_and_usable(db_url):
+    """The locked claim is one pipelined BEGIN .. COMMIT: a statement that fails in it must not hand
+    the pool a connection stuck in an aborted transaction."""
+    names = jobtypes.concurrency_limits("default").lock_names
+    assert names  # the default queue has limited providers (email, SMS, push)
+    with connect(db_url) as holder, connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        queue.enqueue(c, "test.limited", {"key": "x", "ms": 1}, tenant=t)
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || %s, 0))",
+                           (names[0],))
+            c.execute("SET statement_timeout = 200")  # the server cancels the claim's wait for the lock
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                queue.claim(c, "default", "w1", 10, 30)
+            assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        c.execute("SET statement_timeout = 0")
+        assert [r["type"] for r in queue.claim(c, "default", "w1", 10, 30).rows] == ["test.limited"]
