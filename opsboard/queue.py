@@ -147,8 +147,9 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
 
     job_insert returns only what the database decides (the times) or
     converts (payload, ids, correlation id); the rest is what was sent and
-    what a new row holds.  tests/integration/test_queue.py checks the result
-    against ``SELECT *``, so a column added to jobs cannot be missed here.
+    what a new row holds.  tests/integration/test_queue_tenant_integrity.py
+    checks the result against ``SELECT *``, so a column added to jobs cannot
+    be missed here.
     """
     got = db.one(conn, "job_insert", row)
     if got is None:
@@ -225,6 +226,7 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
     return result
 
 
+# Here rather than in sql/jobs.sql: a COPY cannot be prepared (test_queries_prepare prepares every named query).
 _COPY_JOBS = ("COPY jobs (id, type, version, tenant_id, queue, priority, group_key, payload, max_attempts, "
               "expires_at, correlation_id, event_id) FROM STDIN")
 
