@@ -1,5 +1,8 @@
 -- name: job_insert
 -- Enqueue one job; with an idempotency key already live, insert nothing.
+-- Returns only what the database decides or converts; queue.enqueue builds
+-- the rest of the row from what it sent (RETURNING * cost a quarter of a
+-- single enqueue: 23 columns formatted, sent and parsed).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
                   max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(idempotency_key)s,
@@ -7,7 +10,7 @@ VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %
         coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s, %(event_id)s, %(replay_of)s)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
-RETURNING *;
+RETURNING payload, available_at, expires_at, correlation_id, event_id, replay_of, created_at;
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement.  %(rows)s is one JSON array of job
