@@ -113,21 +113,27 @@ def _blocked(c, pid) -> bool:
                      (pid,)).fetchone()["w"]
 
 
+def _started(fn) -> tuple[threading.Thread, list[BaseException]]:
+    """``fn`` in a thread of its own, started; what it raises is collected for the test thread."""
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
 def test_a_delete_racing_an_enqueue_waits_for_it_then_sees_its_jobs(db_url):
     with connect(db_url) as producer, connect(db_url) as admin, connect(db_url) as watcher:
         t = _tenant(producer)
-        errors: list[BaseException] = []
-
-        def delete():
-            try:
-                admin.execute("DELETE FROM tenants WHERE id = %s", (t,))
-            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-                errors.append(exc)
-
         with producer.transaction():
             queue.enqueue_many(producer, [NewJob("test.record", rec(str(i)), t) for i in range(3)])
-            deleter = threading.Thread(target=delete)
-            deleter.start()
+            deleter, errors = _started(lambda: admin.execute("DELETE FROM tenants WHERE id = %s", (t,)))
             wait_for(lambda: _blocked(watcher, admin.info.backend_pid), message="the delete to wait on the tenant")
         deleter.join(30)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.ForeignKeyViolation)
@@ -137,18 +143,9 @@ def test_a_delete_racing_an_enqueue_waits_for_it_then_sees_its_jobs(db_url):
 def test_an_enqueue_racing_a_delete_waits_for_it_then_is_refused(db_url):
     with connect(db_url) as producer, connect(db_url) as admin, connect(db_url) as watcher:
         t = _tenant(producer)
-        errors: list[BaseException] = []
-
-        def enqueue():
-            try:
-                queue.enqueue(producer, "test.record", rec("a"), tenant=t)
-            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-                errors.append(exc)
-
         with admin.transaction():
             admin.execute("DELETE FROM tenants WHERE id = %s", (t,))
-            producer_thread = threading.Thread(target=enqueue)
-            producer_thread.start()
+            producer_thread, errors = _started(lambda: queue.enqueue(producer, "test.record", rec("a"), tenant=t))
             wait_for(lambda: _blocked(watcher, producer.info.backend_pid), message="the enqueue to wait on the tenant")
         producer_thread.join(30)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.ForeignKeyViolation)
