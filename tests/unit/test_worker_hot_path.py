@@ -3,7 +3,6 @@ cancellation event, the outcome queue between slots and completer, the
 batched statistics and the fetcher's wake-up on freed slots."""
 import queue as queue_mod
 import threading
-import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
@@ -14,13 +13,7 @@ from worker.completer import OutcomeQueue, Stats
 from worker.context import JobContext
 from worker.executor import Executor, Running
 from worker.fetcher import QueueState
-
-
-def _until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.001)
+from tests.conftest import wait_for
 
 
 def _ctx() -> JobContext:
@@ -97,7 +90,7 @@ def test_outcome_queue_put_waits_for_room():
 
     t = threading.Thread(target=slot)
     t.start()
-    _until(lambda: q._putters == 1)
+    wait_for(lambda: q._putters == 1, interval=0.001, message="the put to wait for room")
     assert not done.is_set()
     assert q.take(1, timeout=0) == ["a"]
     t.join(5)
