@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env(mode=mode)
         from .logs import configure
         configure(config.log_format)
+        if args.command not in ("worker", "demo"):  # the worker builds its own; the demo adds its plug-in
+            from .catalogue import activate
+            from .features import build_catalogue
+            activate(build_catalogue(config))
         return _COMMANDS[args.command](config, args) or 0
     except (ConfigError, UsageError) as exc:
         print(f"opsboard: {exc}", file=sys.stderr)

@@ -6,17 +6,21 @@ discovers a predictable user error late.  The handler is named by a dotted path
 (``"worker.handlers.diag:noop"``) and resolved only by the worker, so the core
 never imports the worker.
 
-Applications define their own types in a module listed in
-``OPSBOARD_JOB_MODULES``; it is imported by the web app and the worker at start.
+Types live in the :class:`~opsboard.catalogue.Catalogue`: each feature's
+``register(catalogue)`` calls :func:`define` and :func:`define_provider` on it,
+and the lookups here (:func:`get`, :func:`all_types`, :func:`provider`,
+:func:`concurrency_limits`) read the process's active catalogue.  Applications
+define their own types in a module listed in ``OPSBOARD_JOB_MODULES`` that has a
+``register(catalogue)`` function of its own.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import catalogue as _catalogue
 from .config import QUEUE_NAMES
 
 #: Largest payload accepted, as JSON bytes: payloads carry ids and options only.
@@ -82,9 +86,14 @@ class JobType:
     #: Extra check after the fields: raise InvalidPayload or return nothing.
     check: Callable[[dict], None] | None = None
     description: str = ""
-
-
-_registry: dict[tuple[str, int], JobType] = {}
+    #: ``"module:function"`` run once for a claimed batch of this type before its handlers
+    #: (one statement that loads and begins what each job would do on its own); resolved
+    #: by the worker at start, like ``handler``.
+    prepare_batch: str | None = None
+    #: Its started effects are reconciled by sending again with the same id (webhooks:
+    #: receivers dedupe on ``webhook-id``), so the ``started`` row is written without
+    #: waiting for the WAL flush; ``confirmed`` stays durable.  See ``queue.begin_effect``.
+    relaxed_effects: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,23 +108,22 @@ class Provider:
     burst: int | None = None
 
 
-_providers: dict[str, Provider] = {}
-
-
-def define_provider(name: str, *, concurrency: int | None = None, rate_per_second: float | None = None,
-                    burst: int | None = None) -> Provider:
-    """Register a provider's limits; redefining replaces them."""
+def define_provider(cat: _catalogue.Catalogue, name: str, *, concurrency: int | None = None,
+                    rate_per_second: float | None = None, burst: int | None = None) -> Provider:
+    """Register a provider's limits in ``cat``; redefining replaces them."""
     if concurrency is not None and concurrency < 1:
         raise ValueError("provider concurrency must be at least 1")
     if rate_per_second is not None and rate_per_second <= 0:
         raise ValueError("provider rate must be positive")
     p = Provider(name, concurrency, rate_per_second, burst or (max(1, int(rate_per_second)) if rate_per_second else None))
-    _providers[name] = p
+    cat.providers[name] = p
+    cat.changed()
     return p
 
 
 def provider(name: str | None) -> Provider | None:
-    return _providers.get(name) if name else None
+    """The active catalogue's provider of that name (None for none)."""
+    return _catalogue.active().providers.get(name) if name else None
 
 
 @dataclass(frozen=True)
@@ -135,18 +143,23 @@ class ConcurrencyLimits:
 
 
 def concurrency_limits(queue: str) -> ConcurrencyLimits:
-    """Per-type and per-provider limits relevant to ``queue``'s claim.
+    """Per-type and per-provider limits relevant to ``queue``'s claim (cached per catalogue revision).
 
     Every type of a limited provider is listed (their running jobs count
     against the provider); ``type_groups`` names each type's provider ("" when
     none).  ``lock_names`` are the advisory locks a claim takes (sorted, so
     claims never deadlock) to make check-and-claim atomic across workers.
     """
+    cat = _catalogue.active()
+    return cat.derived(("concurrency_limits", queue), lambda: _concurrency_limits(cat, queue))
+
+
+def _concurrency_limits(cat: _catalogue.Catalogue, queue: str) -> ConcurrencyLimits:
     types: dict[str, tuple[int, str]] = {}
     groups: dict[str, int] = {}
     locks: set[str] = set()
-    for jt in _registry.values():
-        prov = provider(jt.policy.provider)
+    for jt in cat.job_types.values():
+        prov = cat.providers.get(jt.policy.provider) if jt.policy.provider else None
         limited_type = jt.policy.concurrency is not None
         limited_prov = prov is not None and prov.concurrency is not None
         if not (limited_type or limited_prov):
@@ -169,28 +182,44 @@ def concurrency_limits(queue: str) -> ConcurrencyLimits:
                              tuple(groups[g] for g in sorted(groups)))
 
 
-def define(name: str, version: int = 1, *, handler: str, fields: dict[str, Field] | None = None,
-           check: Callable[[dict], None] | None = None, description: str = "", **policy: Any) -> JobType:
-    """Register a job type; redefining the same (name, version) replaces it."""
+_HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
+           fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
+           description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,
+           **policy: Any) -> JobType:
+    """Register a job type in ``cat``; redefining the same (name, version) replaces it.
+
+    ``handler`` (and ``prepare_batch``) are ``"module:function"`` paths, resolved by the
+    worker when it starts (it refuses to start when one points nowhere).
+    """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
-    jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description)
-    _registry[(jt.name, jt.version)] = jt
+    for what, path in (("handler", handler), ("prepare_batch", prepare_batch)):
+        if path is not None and not (isinstance(path, str) and _HANDLER_RE.fullmatch(path)):
+            raise ValueError(f"job type {name!r}: {what} {path!r} must be 'module:function'")
+    jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description,
+                 prepare_batch, bool(relaxed_effects))
+    cat.job_types[(jt.name, jt.version)] = jt
+    cat.changed()
     return jt
 
 
 def get(name: str, version: int = 1) -> JobType:
-    """The registered type, or :class:`UnknownJobType`."""
+    """The active catalogue's type, or :class:`UnknownJobType`."""
+    registry = _catalogue.active().job_types
     try:
-        return _registry[(name, int(version))]
+        return registry[(name, int(version))]
     except (KeyError, ValueError, TypeError):
-        known = sorted({n for n, _ in _registry})
+        known = sorted({n for n, _ in registry})
         raise UnknownJobType(f"unknown job type {name!r} version {version!r}"
                              + (f" (known: {', '.join(known[:20])})" if known else "")) from None
 
 
 def all_types() -> list[JobType]:
-    return sorted(_registry.values(), key=lambda jt: (jt.name, jt.version))
+    """The active catalogue's types, by name and version."""
+    return sorted(_catalogue.active().job_types.values(), key=lambda jt: (jt.name, jt.version))
 
 
 def validate(jt: JobType, payload: Any) -> dict:
@@ -266,23 +295,12 @@ def _names(types) -> str:
                         list: "a list", dict: "an object"}.get(t, t.__name__) for t in types)
 
 
-def load_modules(modules) -> None:
-    """Import the modules that define application job types."""
-    for name in modules:
-        importlib.import_module(name)
-
-
-# Diagnostic types: used by `opsboard bench`, the demo and smoke tests.
-define("diag.noop", handler="worker.handlers.diag:noop", max_attempts=3, timeout=10,
-       description="Does nothing; measures the queue's own overhead.")
-define("diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((int, float))},
-       max_attempts=3, timeout=60, description="Sleeps for ms milliseconds.")
-define("diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0,
-       fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
-       max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")
-
-# Delivery types (webhook.fanout, webhook.deliver, email.send, sms.send, sms.otp, push.send).
-from . import providers as _delivery_types  # noqa: E402,F401  (registers them; imports this module back)
-# Built-in job types that live with their feature (reports: request, chunk, assemble, scheduled).
-from . import reports as _reports  # noqa: E402,F401
-from .tickets import service as _tickets  # noqa: E402,F401  (tickets.sla_check)
+def register(cat: _catalogue.Catalogue) -> None:
+    """The diagnostic types: used by ``opsboard bench``, the demo and smoke tests."""
+    define(cat, "diag.noop", handler="worker.handlers.diag:noop", max_attempts=3, timeout=10,
+           description="Does nothing; measures the queue's own overhead.")
+    define(cat, "diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((int, float))},
+           max_attempts=3, timeout=60, description="Sleeps for ms milliseconds.")
+    define(cat, "diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0,
+           fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
+           max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")

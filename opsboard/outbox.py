@@ -24,8 +24,10 @@ worker) turns committed events into jobs.
   aggregate (per subscriber), so that subscriber's jobs of one aggregate run
   one at a time, in event order.  There is no global order.
 
-The event types, upcasters and subscriptions of this deployment are declared
-in one place, :mod:`opsboard.events`.
+The event types, upcasters and subscriptions live in the
+:class:`~opsboard.catalogue.Catalogue`: each feature's ``register(catalogue)``
+declares its own (``define_event(cat, ...)``, ``subscribe(cat, ...)``), and the
+lookups here read the process's active catalogue.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from typing import Any, Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import catalogue as _catalogue
 from . import db, jobtypes, queue
 from .schema import new_id
 
@@ -98,61 +101,66 @@ class Subscription:
     payload: Callable[[dict], dict] | None = None
 
 
-_types: dict[tuple[str, int], EventType] = {}
-_upcasters: dict[tuple[str, int], Callable[[dict], dict]] = {}
-_subscriptions: dict[str, list[Subscription]] = {}
-
-
-def define_event(name: str, version: int = 1, *, aggregate: str, fields: dict[str, EventField],
-                 description: str = "") -> EventType:
-    """Register an event type version and the payload fields it allows."""
+def define_event(cat: _catalogue.Catalogue, name: str, version: int = 1, *, aggregate: str,
+                 fields: dict[str, EventField], description: str = "") -> EventType:
+    """Register an event type version in ``cat`` and the payload fields it allows."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+", name) or len(name) > 100:
         raise ValueError(f"event type {name!r} must look like 'noun.past_verb'")
     if version < 1:
         raise ValueError("event versions start at 1")
     et = EventType(name, int(version), aggregate, dict(fields), description)
-    _types[(name, et.version)] = et
+    cat.event_types[(name, et.version)] = et
+    cat.changed()
     return et
 
 
-def define_upcaster(name: str, from_version: int, fn: Callable[[dict], dict]) -> None:
+def define_upcaster(cat: _catalogue.Catalogue, name: str, from_version: int, fn: Callable[[dict], dict]) -> None:
     """Register ``fn`` lifting a ``name`` payload from ``from_version`` to ``from_version + 1``."""
-    _upcasters[(name, int(from_version))] = fn
+    cat.upcasters[(name, int(from_version))] = fn
+    cat.changed()
 
 
-def subscribe(subscriber: str, event_type: str, job_type: str, **options: Any) -> Subscription:
-    """Route ``event_type`` to ``job_type`` (see :class:`Subscription`); re-subscribing replaces."""
+def subscribe(cat: _catalogue.Catalogue, subscriber: str, event_type: str, job_type: str,
+              **options: Any) -> Subscription:
+    """Route ``event_type`` to ``job_type`` in ``cat`` (see :class:`Subscription`); re-subscribing replaces."""
     sub = Subscription(subscriber, event_type, job_type, **options)
     if not re.fullmatch(r"[a-z][a-z0-9_.-]*", subscriber) or len(subscriber) > 60:
         raise ValueError(f"subscriber {subscriber!r} must be lowercase letters, digits, '.', '_' or '-'")
-    subs = [s for s in _subscriptions.get(event_type, []) if s.subscriber != subscriber]
+    subs = [s for s in cat.subscriptions.get(event_type, []) if s.subscriber != subscriber]
     if any(_id_suffix(s.subscriber) == _id_suffix(subscriber) for s in subs):
         raise ValueError(f"subscriber {subscriber!r} collides with another subscriber of {event_type}; rename it")
-    _subscriptions[event_type] = subs + [sub]
+    cat.subscriptions[event_type] = subs + [sub]
+    cat.changed()
     return sub
 
 
 def event_type(name: str, version: int) -> EventType:
+    """The active catalogue's event type, or :class:`EventRefused` (``unknown_event_type``)."""
+    types = _catalogue.active().event_types
     try:
-        return _types[(name, int(version))]
+        return types[(name, int(version))]
     except (KeyError, TypeError, ValueError):
-        known = sorted({f"{n} v{v}" for n, v in _types})
+        known = sorted({f"{n} v{v}" for n, v in types})
         raise EventRefused("unknown_event_type", f"unknown event type {name!r} version {version!r}"
                            + (f" (known: {', '.join(known)})" if known else ""), "type") from None
 
 
 def event_types() -> list[EventType]:
-    return sorted(_types.values(), key=lambda et: (et.name, et.version))
+    """The active catalogue's event types, by name and version."""
+    return sorted(_catalogue.active().event_types.values(), key=lambda et: (et.name, et.version))
 
 
 def subscriptions(event_type_name: str | None = None) -> list[Subscription]:
+    """The active catalogue's subscriptions (of one event type, or all)."""
+    subs = _catalogue.active().subscriptions
     if event_type_name is not None:
-        return list(_subscriptions.get(event_type_name, []))
-    return [s for subs in _subscriptions.values() for s in subs]
+        return list(subs.get(event_type_name, []))
+    return [s for group in subs.values() for s in group]
 
 
 def latest_version(name: str) -> int:
-    versions = [v for n, v in _types if n == name]
+    """The newest version of an event type (``unknown_event_type`` when there is none)."""
+    versions = [v for n, v in _catalogue.active().event_types if n == name]
     if not versions:
         event_type(name, 1)  # raises unknown_event_type
     return max(versions)
@@ -322,8 +330,9 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
 
 def upcast(type: str, version: int, payload: dict, to_version: int) -> dict:
     """``payload`` of a stored ``(type, version)`` event, lifted to ``to_version``."""
+    upcasters = _catalogue.active().upcasters
     while version < to_version:
-        fn = _upcasters.get((type, version))
+        fn = upcasters.get((type, version))
         if fn is None:
             raise LookupError(f"no upcaster for {type} v{version} -> v{version + 1}")
         payload = fn(dict(payload))
@@ -360,7 +369,7 @@ def job_id_for(event_id: uuid.UUID, subscriber: str) -> uuid.UUID:
 def jobs_for(event: dict) -> list[dict]:
     """The prepared job rows that an event makes, one per subscription."""
     rows = []
-    for sub in _subscriptions.get(event["type"], []):
+    for sub in _catalogue.active().subscriptions.get(event["type"], []):
         view = dict(event)
         if sub.version != event["version"]:
             view["payload"] = upcast(event["type"], event["version"], event["payload"], sub.version)
@@ -536,12 +545,17 @@ def sql_routes() -> tuple[list[str], str, list[str]]:
 
     A subscription is routed in SQL when it reads the event's own version (no upcast) with the
     default job payload into a job type that surely accepts that payload; an event of any other
-    key goes through :func:`jobs_for`, which also reports its errors.
+    key goes through :func:`jobs_for`, which also reports its errors.  Cached per catalogue revision.
     """
+    cat = _catalogue.active()
+    return cat.derived("sql_routes", lambda: _sql_routes(cat))
+
+
+def _sql_routes(cat: _catalogue.Catalogue) -> tuple[list[str], str, list[str]]:
     plain, routes, ordered = [], [], []
-    for (name, version) in _types:
+    for (name, version) in cat.event_types:
         key, rows = f"{name}/{version}", []
-        for sub in _subscriptions.get(name, []):
+        for sub in cat.subscriptions.get(name, []):
             jt = _plain_job_type(sub) if sub.version == version else None
             if jt is None:
                 break
@@ -572,6 +586,3 @@ def _park(conn: psycopg.Connection, event: dict, reason: str) -> None:
                  after={"type": event["type"], "version": event["version"],
                         "aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"})
 
-
-# The deployment's catalogue: imported last, so that it can use the functions above.
-from . import events  # noqa: E402,F401

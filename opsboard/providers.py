@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import catalogue as _catalogue
 from . import db, queue, ssrf
 from .config import Config, ConfigError, ProviderSettings  # noqa: F401  (re-exported)
 from .jobtypes import Field, InvalidPayload, define, define_provider
@@ -71,44 +72,52 @@ def generate_vapid_keys() -> tuple[str, str]:
 
 # ---------------------------------------------------------------- providers and limits
 
-#: Per-provider limits across all workers (token buckets in rate_limits; see README).
-define_provider("smtp", concurrency=8, rate_per_second=50, burst=100)
-define_provider("sms_gateway", concurrency=8, rate_per_second=20, burst=40)
-define_provider("webpush", concurrency=16, rate_per_second=200, burst=400)
-define_provider("webhooks", concurrency=None, rate_per_second=None)
-
 # Standard Webhooks' example schedule: at once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 WEBHOOK_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
-define("webhook.fanout", handler="worker.handlers.delivery:webhook_fanout", fields={"event_id": Field(str)},
-       max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
-       description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
-define("webhook.deliver", handler="worker.handlers.delivery:webhook_deliver",
-       fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
-       max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
-       description="POST one event to one endpoint, signed per Standard Webhooks.")
-define("email.send", handler="worker.handlers.delivery:email_send", fields={"message_id": Field(str)},
-       provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
-       description="Send one outbound_messages email over SMTP.")
-define("sms.send", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
-       provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
-       description="Send one outbound_messages SMS through the HTTP gateway.")
-define("sms.otp", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
-       provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
-       backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
-define("push.send", handler="worker.handlers.delivery:push_send",
-       fields={"subscription_id": Field(str), "notification_id": Field(str),
-               "title": Field(str, required=False, max_length=80)},
-       provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
-       description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+
+def register(cat: _catalogue.Catalogue) -> None:
+    """The delivery providers with their limits, the delivery job types and the built-in message texts."""
+    # Per-provider limits across all workers (token buckets in rate_limits; see README).
+    define_provider(cat, "smtp", concurrency=8, rate_per_second=50, burst=100)
+    define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
+    define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
+    define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
+    define(cat, "webhook.fanout", handler="worker.handlers.delivery:webhook_fanout", fields={"event_id": Field(str)},
+           max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
+           description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
+    # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started
+    # delivery is reconciled by sending again with the same webhook-id (relaxed_effects).
+    define(cat, "webhook.deliver", handler="worker.handlers.delivery:webhook_deliver",
+           prepare_batch="worker.handlers.delivery:webhook_prepare", relaxed_effects=True,
+           fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
+           max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
+           description="POST one event to one endpoint, signed per Standard Webhooks.")
+    define(cat, "email.send", handler="worker.handlers.delivery:email_send", fields={"message_id": Field(str)},
+           provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
+           description="Send one outbound_messages email over SMTP.")
+    define(cat, "sms.send", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
+           provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
+           description="Send one outbound_messages SMS through the HTTP gateway.")
+    define(cat, "sms.otp", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
+           provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
+           backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
+    define(cat, "push.send", handler="worker.handlers.delivery:push_send",
+           fields={"subscription_id": Field(str), "notification_id": Field(str),
+                   "title": Field(str, required=False, max_length=80)},
+           provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
+           description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+
+    for (name, version), texts in BUILT_IN_TEMPLATES.items():
+        cat.message_templates[(name, version)] = texts
+    cat.changed()
 
 
 # ---------------------------------------------------------------- templates
 
-#: Built-in message templates, (name, version) -> (subject, body).  The
-#: notification templates (versioned, edited on the dashboard) replace these
-#: when they land; the stored name and version say which text was sent.
-TEMPLATES: dict[tuple[str, int], tuple[str, str]] = {
+#: Built-in message texts of direct sends, (name, version) -> (subject, body), registered in the
+#: catalogue; the stored name and version say which text was sent.
+BUILT_IN_TEMPLATES: dict[tuple[str, int], tuple[str, str]] = {
     ("otp", 1): ("", "Your opsboard code is {code}. It expires in {minutes} minutes."),
     ("notice", 1): ("{subject}", "{text}"),
     ("welcome", 1): ("Welcome to opsboard", "Hello {name}, your account is ready."),
@@ -117,12 +126,12 @@ TEMPLATES: dict[tuple[str, int], tuple[str, str]] = {
 
 def render(template: str, version: int, params: dict) -> tuple[str, str]:
     """(subject, body) of a built-in template; a missing parameter is a KeyError."""
-    subject, body = TEMPLATES[(template, version)]
+    subject, body = _catalogue.active().message_templates[(template, version)]
     return subject.format(**params), body.format(**params)
 
 
 def latest_version(template: str) -> int:
-    versions = [v for (n, v) in TEMPLATES if n == template]
+    versions = [v for (n, v) in _catalogue.active().message_templates if n == template]
     if not versions:
         raise InvalidPayload(f"unknown template {template!r}")
     return max(versions)
@@ -147,7 +156,7 @@ def check_e164(number: str) -> str:
 
 def _message(conn, tenant, channel, recipient, template, params, version):
     version = version or latest_version(template)
-    if (template, version) not in TEMPLATES:
+    if (template, version) not in _catalogue.active().message_templates:
         raise InvalidPayload(f"unknown template {template!r} version {version}")
     try:
         render(template, version, params)

@@ -479,21 +479,7 @@ def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uui
     return {r["id"] for r in rows}
 
 
-#: Providers whose reconciliation of a ``started`` effect is to send again with
-#: the same id (webhooks: receivers dedupe on ``webhook-id``).  Losing their
-#: ``started`` row in a server crash changes nothing (the retry sends again
-#: either way), so it is written without waiting for the WAL flush
-#: (``synchronous_commit = off`` for that one transaction); ``confirmed`` is
-#: still written durably with the job's success.  See :func:`relax_effect_durability`.
-_RESEND_RECONCILED: set[str] = set()
-
-
-def relax_effect_durability(provider: str) -> None:
-    """Declare that ``provider``'s started effects are reconciled by resending with the same id."""
-    _RESEND_RECONCILED.add(provider)
-
-
-def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -> dict:
+def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str, *, relaxed: bool = False) -> dict:
     """Record an external effect as started, or return the existing record.
 
     The returned row has ``created`` true for a new record.  A row that exists
@@ -502,9 +488,16 @@ def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str) -
     row now belongs to this job, so this job's success confirms it.
     ``confirmed`` means it happened: do not send again.  Confirmation happens
     in :func:`record_outcomes`, in the transaction that marks the job succeeded.
+
+    ``relaxed`` (the job type's ``relaxed_effects``: its started effects are
+    reconciled by sending again with the same id, as webhooks are) writes the
+    ``started`` row without waiting for the WAL flush (``synchronous_commit =
+    off`` for that one transaction): losing it in a server crash changes
+    nothing, the retry sends again either way.  ``confirmed`` is still written
+    durably with the job's success.
     """
     params = {"key": key, "job_id": job["id"], "tenant_id": job["tenant_id"], "provider": provider}
-    if provider in _RESEND_RECONCILED and conn.autocommit and conn.info.transaction_status == 0:
+    if relaxed and conn.autocommit and conn.info.transaction_status == 0:
         with conn.transaction():
             conn.execute("SET LOCAL synchronous_commit = off")
             row = db.one(conn, "effect_begin", params)

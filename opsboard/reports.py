@@ -46,6 +46,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from . import audit, db, queue
+from . import catalogue as _catalogue
 from .auth import TenantScope
 from .errors import OpsError
 from .jobtypes import Field, define
@@ -103,25 +104,26 @@ class ReportKind:
     description: str = ""
 
 
-_kinds: dict[str, ReportKind] = {}
-
-
-def define_kind(kind: ReportKind) -> ReportKind:
-    """Register a report kind (one declaration per kind)."""
-    _kinds[kind.name] = kind
+def define_kind(cat: _catalogue.Catalogue, kind: ReportKind) -> ReportKind:
+    """Register a report kind in ``cat`` (one declaration per kind)."""
+    cat.report_kinds[kind.name] = kind
+    cat.changed()
     return kind
 
 
 def get_kind(name: str) -> ReportKind:
+    """The active catalogue's report kind, or :class:`ReportError` (``unknown_report_kind``)."""
+    kinds = _catalogue.active().report_kinds
     try:
-        return _kinds[name]
+        return kinds[name]
     except (KeyError, TypeError):
         raise ReportError("unknown report kind %(kind)s (known: %(names)s)", "unknown_report_kind",
-                          params={"kind": repr(name), "names": ", ".join(sorted(_kinds))}) from None
+                          params={"kind": repr(name), "names": ", ".join(sorted(kinds))}) from None
 
 
 def all_kinds() -> list[ReportKind]:
-    return sorted(_kinds.values(), key=lambda k: k.name)
+    """The active catalogue's report kinds, by name."""
+    return sorted(_catalogue.active().report_kinds.values(), key=lambda k: k.name)
 
 
 def pack(keyed_counts: Iterable[tuple[dict, int]], max_rows: int) -> Iterator[Slice]:
@@ -440,37 +442,6 @@ def _activity_rows(conn, tenant_id, params: dict, lower: dict, upper: dict | Non
         yield day.isoformat(), type_, status, jobs
 
 
-define_kind(ReportKind(
-    name="job_activity",
-    title="Tenant job activity",
-    columns=("day", "job_type", "status", "jobs"),
-    params=(Param("date_from", "From (day)", "date"), Param("date_to", "To (day, inclusive)", "date"),
-            Param("time_zone", "Time zone", "time_zone", required=False, default="UTC")),
-    validate=_activity_validate,
-    plan=_activity_plan,
-    rows=_activity_rows,
-    filename=lambda p: f"job-activity-{p['date_from']}-{p['date_to']}.csv",
-    description="Jobs per day, type and status created in the range (days in the chosen time zone).",
-))
-
-# ---------------------------------------------------------------- job types and schedules
-
-define("reports.request", handler="worker.handlers.reports:request", queue="bulk", long_running=True,
-       fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=600, backoff_base=2,
-       backoff_cap=60, description="Plans a report run into keyset slices and enqueues a chunk job per slice.")
-define("reports.chunk", handler="worker.handlers.reports:chunk", queue="bulk", long_running=True,
-       fields={"run_id": Field(str, max_length=36), "seq": Field(int)}, max_attempts=5, timeout=900,
-       backoff_base=2, backoff_cap=120,
-       description="Writes one slice of a report run to storage; the last one enqueues the assembly.")
-define("reports.assemble", handler="worker.handlers.reports:assemble", queue="bulk", long_running=True,
-       fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=1800, backoff_base=2,
-       backoff_cap=120, description="Streams a run's parts into one CSV in storage; the run is then ready.")
-define("reports.scheduled", handler="worker.handlers.reports:scheduled", queue="bulk",
-       fields={"kind": Field(str, max_length=100), "params": Field(dict), "source_key": Field(str, max_length=200),
-               "schedule": Field(str, max_length=100)},
-       max_attempts=5, timeout=120, description="A schedule slot's report for one tenant: makes the run once.")
-
-
 def _nightly_activity_payload(slot: datetime, tenant) -> dict:
     """Yesterday (in the schedule's zone, relative to the slot) for one tenant."""
     day = (slot.date() - timedelta(days=1)).isoformat()
@@ -479,6 +450,35 @@ def _nightly_activity_payload(slot: datetime, tenant) -> dict:
             "schedule": "reports.nightly_activity"}
 
 
-define_schedule("reports.nightly_activity", "30 1 * * *", time_zone="Asia/Tehran", job_type="reports.scheduled",
-                payload=_nightly_activity_payload, per_tenant=True,
-                description="Yesterday's job activity report for every tenant, at 01:30 Tehran time.")
+def register(cat: _catalogue.Catalogue) -> None:
+    """Report kinds, the report job types and the nightly schedule."""
+    define_kind(cat, ReportKind(
+        name="job_activity",
+        title="Tenant job activity",
+        columns=("day", "job_type", "status", "jobs"),
+        params=(Param("date_from", "From (day)", "date"), Param("date_to", "To (day, inclusive)", "date"),
+                Param("time_zone", "Time zone", "time_zone", required=False, default="UTC")),
+        validate=_activity_validate,
+        plan=_activity_plan,
+        rows=_activity_rows,
+        filename=lambda p: f"job-activity-{p['date_from']}-{p['date_to']}.csv",
+        description="Jobs per day, type and status created in the range (days in the chosen time zone).",
+    ))
+
+    define(cat, "reports.request", handler="worker.handlers.reports:request", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=600, backoff_base=2,
+           backoff_cap=60, description="Plans a report run into keyset slices and enqueues a chunk job per slice.")
+    define(cat, "reports.chunk", handler="worker.handlers.reports:chunk", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36), "seq": Field(int)}, max_attempts=5, timeout=900,
+           backoff_base=2, backoff_cap=120,
+           description="Writes one slice of a report run to storage; the last one enqueues the assembly.")
+    define(cat, "reports.assemble", handler="worker.handlers.reports:assemble", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=1800, backoff_base=2,
+           backoff_cap=120, description="Streams a run's parts into one CSV in storage; the run is then ready.")
+    define(cat, "reports.scheduled", handler="worker.handlers.reports:scheduled", queue="bulk",
+           fields={"kind": Field(str, max_length=100), "params": Field(dict), "source_key": Field(str, max_length=200),
+                   "schedule": Field(str, max_length=100)},
+           max_attempts=5, timeout=120, description="A schedule slot's report for one tenant: makes the run once.")
+    define_schedule(cat, "reports.nightly_activity", "30 1 * * *", time_zone="Asia/Tehran", job_type="reports.scheduled",
+                    payload=_nightly_activity_payload, per_tenant=True,
+                    description="Yesterday's job activity report for every tenant, at 01:30 Tehran time.")

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
+from . import catalogue as _catalogue
 from . import db, queue
 
 
@@ -60,24 +61,23 @@ class Schedule:
         return f"{self.name}@{slot.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
-_schedules: dict[str, Schedule] = {}
-
-
-def define_schedule(name: str, cron: str, *, job_type: str, payload: Callable[[datetime, Any], dict],
+def define_schedule(cat: _catalogue.Catalogue, name: str, cron: str, *, job_type: str, payload: Callable[[datetime, Any], dict],
                     time_zone: str = "UTC", per_tenant: bool = False, tenant_slug: str | None = None,
                     description: str = "") -> Schedule:
-    """Register a recurring job; redefining a name replaces it."""
+    """Register a recurring job in ``cat``; redefining a name replaces it."""
     if not croniter.is_valid(cron):
         raise ValueError(f"schedule {name}: {cron!r} is not a cron expression")
     if not per_tenant and not tenant_slug:
         raise ValueError(f"schedule {name}: give per_tenant=True or the tenant_slug its job belongs to")
     s = Schedule(name, cron, time_zone, job_type, payload, per_tenant, tenant_slug, description)
-    _schedules[name] = s
+    cat.schedules[name] = s
+    cat.changed()
     return s
 
 
 def all_schedules() -> list[Schedule]:
-    return sorted(_schedules.values(), key=lambda s: s.name)
+    """The active catalogue's schedules, by name."""
+    return sorted(_catalogue.active().schedules.values(), key=lambda s: s.name)
 
 
 def fire_due(conn, schedule: Schedule, now: datetime | None = None) -> int:

@@ -28,7 +28,15 @@ from opsboard.config import Config, ROOT
 from opsboard.db import SESSION_OPTIONS
 from opsboard.migrate import migrate
 
-import tests.support.jobs  # noqa: F401  (registers the test job types)
+from opsboard.catalogue import activate
+from opsboard.features import build_catalogue
+
+#: The extension modules of the test processes: the tests' own job types and the demo plug-in
+#: (its events and policies are the outbox's and notifications' test domain).
+TEST_MODULES = ("tests.support.jobs", "tests.support.limits", "opsboard.tools.demo_catalogue")
+#: The catalogue of this test process (worker subprocesses build theirs from OPSBOARD_JOB_MODULES).
+CATALOGUE = build_catalogue(modules=TEST_MODULES)
+activate(CATALOGUE)
 
 _RUN = uuid.uuid4().hex[:8]
 TEMPLATE_DB = f"opsboard_tpl_{_RUN}"
@@ -159,7 +167,8 @@ def t0(conn):
 # ---------------------------------------------------------------- web
 
 def make_config(**changes) -> Config:
-    return Config.from_env({"OPSBOARD_ENV": "test", "OPSBOARD_SECRET_KEY": "test-secret-" + "x" * 32}).replace(**changes)
+    return Config.from_env({"OPSBOARD_ENV": "test", "OPSBOARD_SECRET_KEY": "test-secret-" + "x" * 32,
+                            "OPSBOARD_JOB_MODULES": ",".join(TEST_MODULES)}).replace(**changes)
 
 
 @pytest.fixture
@@ -167,7 +176,8 @@ def app(db_url):
     from opsboard.web.app import create_app
     from opsboard.db import Database
     database = Database(db_url, min_size=1, max_size=4).open()
-    application = create_app({"OPSBOARD": make_config(database_url=db_url), "DATABASE": database, "TESTING": True})
+    application = create_app({"OPSBOARD": make_config(database_url=db_url), "DATABASE": database, "TESTING": True,
+                              "CATALOGUE": CATALOGUE})
     application.extensions["test_db_url"] = db_url
     yield application
     database.close()
@@ -215,7 +225,7 @@ def _session_csrf(client) -> str:
 
 def worker_env(db_url: str, **extra) -> dict:
     env = dict(os.environ)
-    env.update({"DATABASE_URL": db_url, "OPSBOARD_ENV": "test", "OPSBOARD_JOB_MODULES": "tests.support.jobs",
+    env.update({"DATABASE_URL": db_url, "OPSBOARD_ENV": "test", "OPSBOARD_JOB_MODULES": ",".join(TEST_MODULES),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
     env.update({k: str(v) for k, v in extra.items()})
     return env

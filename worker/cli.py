@@ -34,10 +34,14 @@ def run(config: Config, args: argparse.Namespace) -> int:
     """Run a worker with ``config`` and the options of :func:`add_arguments` until SIGTERM."""
     from opsboard import providers
     from opsboard.db import resolve_url
+    from opsboard.features import build_catalogue
 
+    from .executor import resolve_handlers
     from .runner import Worker
 
     providers.use_settings(config.providers)  # the handlers read the settings parsed here, once
+    catalogue = build_catalogue(config)
+    resolve_handlers(catalogue.job_types.values())  # a handler that points nowhere: one line, status 2
 
     try:
         queues = parse_queue_slots(args.queues) if args.queues else None
@@ -50,7 +54,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         child = (["--queues", args.queues] if args.queues else []) + (["--no-services"] if args.no_services else [])
         return supervise(config, resolve_url(config), args.processes, child, base_id=args.id)
     w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services,
-               running_file=args.running_file)
+               running_file=args.running_file, catalogue=catalogue)
     w.wait_for_database = not args.exit_without_database
     w.install_signals()
     return w.run()

@@ -107,6 +107,34 @@ def _resolve(path: str) -> Callable:
     return getattr(importlib.import_module(module), attr)
 
 
+def resolve_handlers(job_types) -> dict[str, Callable]:
+    """Every ``handler`` and ``prepare_batch`` path of ``job_types``, imported: ``{path: function}``.
+
+    Raises :class:`~opsboard.config.ConfigError` (the worker exits with status 2 and one
+    line) naming the first type whose path points nowhere: a worker that cannot run a
+    type it may claim must not start.
+    """
+    from opsboard.config import ConfigError
+
+    found: dict[str, Callable] = {}
+    for jt in job_types:
+        for what, path in (("handler", jt.handler), ("prepare_batch", jt.prepare_batch)):
+            if path is None or path in found:
+                continue
+            try:
+                fn = _resolve(path)
+            except ImportError as exc:
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} cannot be imported "
+                                  f"({type(exc).__name__}: {exc})") from None
+            except AttributeError:
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r}: the module has no "
+                                  f"{path.partition(':')[2]!r}") from None
+            if not callable(fn):
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} is not callable")
+            found[path] = fn
+    return found
+
+
 class Executor:
     """Runs jobs in slots and turns each run into an outcome for the completer."""
 
@@ -216,7 +244,7 @@ class Executor:
             self.free_slot(r)
 
     def prepare(self, rows: list[dict]) -> None:
-        """Mark the jobs of a claimed batch whose handler has a ``prepare_batch`` hook.
+        """Mark the jobs of a claimed batch whose type has a ``prepare_batch`` hook.
 
         The hook does in one statement what each job would otherwise do on its
         own before its side effect (load, begin the effect), leaving ``prepared``
@@ -232,8 +260,9 @@ class Executor:
                 hook = hooks[key]
             except KeyError:
                 try:
-                    hook = getattr(self.handler(jobtypes.get(*key).handler), "prepare_batch", None)
-                except Exception:  # unknown type, handler not importable: run_job deals with it
+                    path = jobtypes.get(*key).prepare_batch
+                    hook = self.handler(path) if path else None
+                except Exception:  # unknown type, hook not importable: run_job deals with it
                     hook = None
                 hooks[key] = hook
             if hook is not None:

@@ -39,16 +39,19 @@ from psycopg_pool import PoolTimeout
 
 import opsboard
 from opsboard import db, jobtypes
+from opsboard.catalogue import Catalogue, activate
 from opsboard.config import Config
+from opsboard.features import build_catalogue
 from opsboard.db import connect
 
 from .completer import Completer
-from .executor import Executor, Running
+from .executor import Executor, Running, resolve_handlers
 from .fetcher import Fetcher, QueueState
 from .keeper import Keeper
 from .leader import Leader
 from .listener import Listener
 from .running_file import RunningFile
+from .services import relay
 
 log = logging.getLogger("worker")
 
@@ -60,8 +63,11 @@ class Worker:
     """One worker process: ``start()`` its threads, ``run()`` until a signal, ``shutdown()``."""
 
     def __init__(self, config: Config, url: str, *, queues: dict[str, int] | None = None,
-                 worker_id: str | None = None, run_services: bool = True, running_file: str | None = None):
+                 worker_id: str | None = None, run_services: bool = True, running_file: str | None = None,
+                 catalogue: Catalogue | None = None):
         self.config = config
+        #: What this worker can run (the active catalogue of the process from ``start()`` on).
+        self.catalogue = catalogue if catalogue is not None else build_catalogue(config)
         self.url = url
         self.queues = {name: QueueState(name, n) for name, n in (queues or config.worker_queues).items()}
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -112,8 +118,10 @@ class Worker:
 
     def start(self) -> "Worker":
         """Register this worker and start its threads; returns at once."""
-        jobtypes.load_modules(self.config.job_modules)
-        from .services import relay  # the outbox relay (every worker); its import registers the event catalogue
+        activate(self.catalogue)
+        # Every handler resolved now: a type this worker may claim but cannot run stops the start
+        # (ConfigError: one line, exit status 2), not each of its jobs later.
+        self.executor.handlers.update(resolve_handlers(self.catalogue.job_types.values()))
         self.executor.limited_types = frozenset(
             t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
         # The pool's own per-attempt warnings would say the same thing many

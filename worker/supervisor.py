@@ -210,5 +210,7 @@ class Supervisor:
 
 def supervise(config: Config, url: str, processes: int, child_args: list[str], base_id: str | None = None) -> int:
     """Run ``processes`` supervised worker processes until SIGTERM; returns the exit status."""
-    jobtypes.load_modules(config.job_modules)
+    from opsboard import catalogue
+    from opsboard.features import build_catalogue
+    catalogue.activate(build_catalogue(config))  # the policies of crashed jobs' types
     return Supervisor(config, url, processes, child_args, base_id).run()

@@ -129,7 +129,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
         tenant_id = event["tenant_id"]
         live = templates.live(conn, pol.template)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
-        cat = policymod.CATEGORIES[pol.category]
+        cat = policymod.category(pol.category)
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
         # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
         job = queue._prepare(queue.NewJob(

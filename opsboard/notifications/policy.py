@@ -1,11 +1,11 @@
 """Notification policy: what an event type notifies, to whom, on which channels.
 
-Declare once per event type (at import time, next to the event's definition)::
+Declare once per event type, in the owning feature's ``register(catalogue)``::
 
     from opsboard.notifications import policy
 
     policy.declare(
-        "ticket.assigned",
+        catalogue, "ticket.assigned",
         category="ticket",                 # a category from CATEGORIES (or define_category)
         sensitivity="normal",              # or "sensitive": never in push text / SMS unless the
                                            #   category is approved for SMS
@@ -18,7 +18,8 @@ Declare once per event type (at import time, next to the event's definition)::
     )
 
 ``declare`` also subscribes the event type to the ``notifications.fanout``
-job through the outbox (subscriber ``notify``): nothing else to wire.
+job through the outbox (subscriber ``notify``) in the same catalogue: nothing
+else to wire.
 
 For each recipient and channel, the rules run in this order and the first
 that fails is recorded as the delivery's suppression reason (:func:`check`
@@ -41,7 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
-from .. import jobtypes
+from .. import catalogue as _catalogue
+from .. import jobtypes, outbox
 
 #: Every channel a notification can use.  ``inbox`` is the source of truth;
 #: SSE is the live view of the inbox (no separate delivery).
@@ -63,24 +65,23 @@ class Category:
     description: str = ""
 
 
-CATEGORIES: dict[str, Category] = {}
-
-
-def define_category(name: str, *, critical: bool = False, sms_approved: bool = False,
-                    description: str = "") -> Category:
-    """Register a notification category; redefining replaces it."""
+def define_category(catalogue: _catalogue.Catalogue, name: str, *, critical: bool = False,
+                    sms_approved: bool = False, description: str = "") -> Category:
+    """Register a notification category in ``catalogue``; redefining replaces it."""
     cat = Category(name, critical, sms_approved, description)
-    CATEGORIES[name] = cat
+    catalogue.categories[name] = cat
+    catalogue.changed()
     return cat
 
 
-define_category("otp", critical=True, sms_approved=True, description="One-time passwords.")
-define_category("security", critical=True, sms_approved=True, description="Sign-ins, password changes.")
-define_category("financial", sms_approved=True, description="Payments, invoices, refunds.")
-define_category("official", sms_approved=True, description="Legal and official notices.")
-define_category("account", description="Sign-ups and account changes.")
-define_category("ticket", description="Support ticket updates.")
-define_category("system", description="Platform notices.")
+def categories() -> dict[str, Category]:
+    """The active catalogue's categories, by name."""
+    return _catalogue.active().categories
+
+
+def category(name: str) -> Category:
+    """The active catalogue's category (KeyError when unknown)."""
+    return _catalogue.active().categories[name]
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,7 @@ class Policy:
     version: int
 
 
-_policies: dict[str, Policy] = {}
-
-
-def declare(event_type: str, *, category: str, channels: Iterable[str], recipients: Callable[[Any, dict], Iterable],
+def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, channels: Iterable[str], recipients: Callable[[Any, dict], Iterable],
             sensitivity: str = "normal", permission: str | None = None, template: str | None = None,
             variables: Callable[[Any, dict, Any], dict] | None = None, version: int = 1) -> Policy:
     """Declare the notification policy of ``event_type`` (see the module docstring).
@@ -107,8 +105,9 @@ def declare(event_type: str, *, category: str, channels: Iterable[str], recipien
     ``recipients(conn, event)`` gets the stored envelope (``payload`` upcast to
     ``version``) and returns platform user ids.  Redeclaring replaces.
     """
-    if category not in CATEGORIES:
-        raise ValueError(f"unknown category {category!r} (known: {', '.join(sorted(CATEGORIES))})")
+    known = catalogue.categories
+    if category not in known:
+        raise ValueError(f"unknown category {category!r} (known: {', '.join(sorted(known))})")
     if sensitivity not in SENSITIVITIES:
         raise ValueError(f"sensitivity must be one of {SENSITIVITIES}")
     chans = tuple(dict.fromkeys(channels))
@@ -120,23 +119,25 @@ def declare(event_type: str, *, category: str, channels: Iterable[str], recipien
         raise ValueError("recipients must be callable(conn, event) -> user ids")
     pol = Policy(event_type, category, sensitivity, chans, recipients, permission, template or event_type,
                  variables, int(version))
-    _policies[event_type] = pol
-    from .. import outbox  # here, not at the top: outbox imports events, which declares policies
+    catalogue.policies[event_type] = pol
+    catalogue.changed()
     # A critical category (OTP, security) fans out on the critical queue, whose
     # reserved slots a backlog of other work can never take.
-    critical = CATEGORIES[category].critical
-    outbox.subscribe(SUBSCRIBER, event_type, "notifications.fanout", version=pol.version,
+    critical = known[category].critical
+    outbox.subscribe(catalogue, SUBSCRIBER, event_type, "notifications.fanout", version=pol.version,
                      queue="critical" if critical else None,
                      payload=lambda ev: {"event_id": str(ev["id"])})
     return pol
 
 
 def policy_for(event_type: str) -> Policy | None:
-    return _policies.get(event_type)
+    """The active catalogue's policy of an event type, if it has one."""
+    return _catalogue.active().policies.get(event_type)
 
 
 def policies() -> list[Policy]:
-    return sorted(_policies.values(), key=lambda p: p.event_type)
+    """The active catalogue's policies, by event type."""
+    return sorted(_catalogue.active().policies.values(), key=lambda p: p.event_type)
 
 
 # ---------------------------------------------------------------- the checks
@@ -168,7 +169,7 @@ class RecipientFacts:
 
 def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
     """Run the rules in order for one recipient and channel; pure."""
-    cat = CATEGORIES[pol.category]
+    cat = category(pol.category)
     if not facts.has_permission:
         return Decision("suppressed", "permission")
     if not facts.membership_active:
@@ -188,17 +189,27 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
     return Decision("queued", None, None, generic)
 
 
-jobtypes.define("notifications.fanout", handler="worker.handlers.notifications:fanout",
-                fields={"event_id": jobtypes.Field(str)}, max_attempts=10, timeout=120,
-                description="One event -> inbox rows, deliveries and channel jobs for every recipient.")
-jobtypes.define("notifications.deliver", handler="worker.handlers.notifications:deliver",
-                fields={"delivery_id": jobtypes.Field(str)}, max_attempts=5, timeout=30,
-                description="One delivery (recipient x event x channel): render and hand to the provider job.")
-jobtypes.define("notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
-                fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
-                timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
-jobtypes.define("notifications.sms_status", handler="worker.handlers.notifications:sms_status",
-                fields={"delivery_id": jobtypes.Field(str)}, max_attempts=12, timeout=30, backoff_base=15.0,
-                backoff_cap=1800.0,
-                description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
-                            "delivered or failed; retried while the gateway still has it on its way.")
+def register(cat: _catalogue.Catalogue) -> None:
+    """The notification tier's categories and job types (policies come with the features whose events
+    they notify)."""
+    define_category(cat, "otp", critical=True, sms_approved=True, description="One-time passwords.")
+    define_category(cat, "security", critical=True, sms_approved=True, description="Sign-ins, password changes.")
+    define_category(cat, "financial", sms_approved=True, description="Payments, invoices, refunds.")
+    define_category(cat, "official", sms_approved=True, description="Legal and official notices.")
+    define_category(cat, "account", description="Sign-ups and account changes.")
+    define_category(cat, "ticket", description="Support ticket updates.")
+    define_category(cat, "system", description="Platform notices.")
+    jobtypes.define(cat, "notifications.fanout", handler="worker.handlers.notifications:fanout",
+                    fields={"event_id": jobtypes.Field(str)}, max_attempts=10, timeout=120,
+                    description="One event -> inbox rows, deliveries and channel jobs for every recipient.")
+    jobtypes.define(cat, "notifications.deliver", handler="worker.handlers.notifications:deliver",
+                    fields={"delivery_id": jobtypes.Field(str)}, max_attempts=5, timeout=30,
+                    description="One delivery (recipient x event x channel): render and hand to the provider job.")
+    jobtypes.define(cat, "notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
+                    fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
+                    timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
+    jobtypes.define(cat, "notifications.sms_status", handler="worker.handlers.notifications:sms_status",
+                    fields={"delivery_id": jobtypes.Field(str)}, max_attempts=12, timeout=30, backoff_base=15.0,
+                    backoff_cap=1800.0,
+                    description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
+                                "delivered or failed; retried while the gateway still has it on its way.")

@@ -15,7 +15,7 @@ import psycopg
 
 from .. import db
 from ..errors import OpsError
-from .policy import CATEGORIES, CHANNELS
+from .policy import CHANNELS, categories
 
 
 def quiet_until(now: datetime, time_zone: str, start: time, end: time, days) -> datetime | None:
@@ -42,7 +42,7 @@ def resolve(defaults: dict[str, bool], own: dict[str, bool]) -> dict[str, bool]:
 
 def check_choice(category: str, channel: str, enabled: bool) -> None:
     """Raise :class:`OpsError` for an unknown category or channel, or a critical category turned off."""
-    cat = CATEGORIES.get(category)
+    cat = categories().get(category)
     if cat is None:
         raise OpsError(f"unknown category {category!r}", "invalid_category")
     if channel not in CHANNELS:
@@ -90,7 +90,7 @@ def grid(conn: psycopg.Connection, tenant_id, user_id) -> list[dict]:
     return [{"category": name, "critical": cat.critical, "description": cat.description,
              "channels": {c: True for c in CHANNELS} if cat.critical
              else resolve(defaults.get(name, {}), own.get(name, {}))}
-            for name, cat in CATEGORIES.items()]
+            for name, cat in categories().items()]
 
 
 def save_choices(conn: psycopg.Connection, tenant_id, user_id, choices: dict[tuple[str, str], bool]) -> dict:

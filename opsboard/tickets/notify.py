@@ -1,7 +1,4 @@
-"""Notification policies of the ticket events (issue 11's policy API).
-
-Declared only when :mod:`opsboard.notifications.policy` exists (the notifications branch):
-before that merge the events are published and nobody is notified.
+"""Notification policies of the ticket events (declared by :func:`declare_policies`).
 
 * ``ticket.assigned`` -> the new assignee.
 * ``ticket.status_changed`` -> the requester and the assignee.
@@ -16,11 +13,7 @@ their deliveries through; a requester whose membership is deactivated is suppres
 from __future__ import annotations
 
 from .. import db
-
-try:  # the notifications module may not be merged yet
-    from ..notifications import policy
-except ImportError:  # pragma: no cover - depends on the merge
-    policy = None
+from ..notifications import policy
 
 
 def _ticket(conn, event) -> dict | None:
@@ -51,12 +44,13 @@ def _team(conn, event):
     return [a["id"] for a in db.all_rows(conn, "ticket_agents_of_tenant", {"tenant_id": event["tenant_id"]})]
 
 
-if policy is not None:
-    policy.declare("ticket.assigned", category="ticket", channels=("inbox", "email"), recipients=_assignee,
+def declare_policies(cat) -> None:
+    """Who hears of which ticket event (see the module docstring)."""
+    policy.declare(cat, "ticket.assigned", category="ticket", channels=("inbox", "email"), recipients=_assignee,
                    permission="tickets.view")
-    policy.declare("ticket.status_changed", category="ticket", channels=("inbox", "email"),
+    policy.declare(cat, "ticket.status_changed", category="ticket", channels=("inbox", "email"),
                    recipients=_requester_and_assignee)
-    policy.declare("ticket.message_added", category="ticket", channels=("inbox", "email"),
+    policy.declare(cat, "ticket.message_added", category="ticket", channels=("inbox", "email"),
                    recipients=_message_recipients)
-    policy.declare("ticket.sla_breached", category="ticket", channels=("inbox", "push", "email"), recipients=_team,
-                   permission="tickets.work")
+    policy.declare(cat, "ticket.sla_breached", category="ticket", channels=("inbox", "push", "email"),
+                   recipients=_team, permission="tickets.work")

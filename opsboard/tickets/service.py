@@ -508,19 +508,21 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
         "after_id": after_id, "limit": limit, "now": now}, prepare=False).fetchall()
 
 
+def define_types(cat) -> None:
+    """The ticket feature's job type (see :func:`opsboard.tickets.register`)."""
+    define(cat, "tickets.sla_check", handler="worker.handlers.tickets:sla_check",
+           fields={"ticket_id": Field(str, max_length=36), "kind": Field(str, max_length=20),
+                   "due_at": Field(str, max_length=40)},
+           max_attempts=5, timeout=30,
+           description="At a ticket's due time: marks the SLA breach once, unless the due time moved or was met.")
+
+
 def categories(conn, scope: TenantScope) -> list[dict]:
     return db.all_rows(conn, "ticket_category_list", scope.params)
 
 
 def agents(conn, tenant_id) -> list[dict]:
     return db.all_rows(conn, "ticket_agents_of_tenant", {"tenant_id": tenant_id})
-
-
-define("tickets.sla_check", handler="worker.handlers.tickets:sla_check",
-       fields={"ticket_id": Field(str, max_length=36), "kind": Field(str, max_length=20),
-               "due_at": Field(str, max_length=40)},
-       max_attempts=5, timeout=30,
-       description="At a ticket's due time: marks the SLA breach once, unless the due time moved or was met.")
 
 
 def ensure_requester(conn, email: str, display_name: str = "", tenant_id=None) -> dict:
@@ -587,16 +589,14 @@ def _sla_report_rows(conn, tenant_id, params: dict, lower: dict, upper: dict | N
                f"{100.0 * met / r['tickets']:.1f}" if r["tickets"] else "")
 
 
-def _define_sla_report() -> None:
+def define_sla_report(cat) -> None:
+    """The ticket SLA compliance report kind (see :func:`opsboard.tickets.register`)."""
     from ..reports import ReportKind, define_kind
 
-    define_kind(ReportKind(
+    define_kind(cat, ReportKind(
         name="ticket_sla", title="Ticket SLA compliance",
         columns=("category", "priority", "tickets", "first_response_breached", "resolution_breached",
                  "compliance_percent"),
         params=(), validate=_sla_report_validate, plan=_sla_report_plan, rows=_sla_report_rows,
         filename=lambda p: "ticket-sla-compliance.csv",
         description="Tickets per category and priority, how many breached a due time, and the share that did not."))
-
-
-_define_sla_report()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from .. import db, outbox
+from ..catalogue import active
 from ..notifications import fanout as fanoutmod
 from ..notifications import policy
 from ..schema import new_id
@@ -24,8 +25,8 @@ def _recipients(conn, event):
 def fanout(b) -> None:
     """One event to 10,000 recipients x 2 channels (inbox + email): inbox rows/s until every job is queued."""
     n = b.jobs or 10_000
-    outbox.define_event(EVENT, 1, aggregate="notice", fields={}, description="Bench: a notice to every member.")
-    policy.declare(EVENT, category="system", channels=("inbox", "email"), recipients=_recipients)
+    outbox.define_event(active(), EVENT, 1, aggregate="notice", fields={}, description="Bench: a notice to every member.")
+    policy.declare(active(), EVENT, category="system", channels=("inbox", "email"), recipients=_recipients)
     [tenant] = b.tenants(1)
     with b.conn() as c:
         ids = [new_id() for _ in range(n)]
@@ -76,8 +77,8 @@ def sse(b) -> None:
     from ..notifications import inbox
 
     n = int(os.environ.get("OPSBOARD_BENCH_STREAMS", "1000"))
-    outbox.define_event(EVENT, 1, aggregate="notice", fields={}, description="Bench: a notice to every member.")
-    policy.declare(EVENT, category="system", channels=("inbox",), recipients=_recipients)
+    outbox.define_event(active(), EVENT, 1, aggregate="notice", fields={}, description="Bench: a notice to every member.")
+    policy.declare(active(), EVENT, category="system", channels=("inbox",), recipients=_recipients)
     tenant = b.tenants(2)[1]
     tokens = []
     with b.conn() as c:

@@ -23,8 +23,9 @@ from .bench import Bench, _stderr, percentile
 def relay(b: Bench) -> None:
     """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
     from .. import outbox
-    outbox.define_event("bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
-    outbox.subscribe("bench_noop", "bench.happened", "diag.noop")
+    from ..catalogue import active
+    outbox.define_event(active(), "bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
+    outbox.subscribe(active(), "bench_noop", "bench.happened", "diag.noop")
     n = b.jobs or 20_000
     (tenant,) = b.tenants(1)
     with b.conn() as c:
@@ -76,6 +77,7 @@ def _publishers(b: Bench, tenant, threads: int, seconds: float) -> float:
     """Commits per second of ``threads`` sessions each publishing one event per transaction (the notify lock)."""
     import threading
     from .. import outbox
+    from ..catalogue import active
     counts = [0] * threads
     go, end = threading.Barrier(threads + 1), [0.0]
 

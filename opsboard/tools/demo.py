@@ -7,7 +7,9 @@ and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
 dead letters.  Ctrl-C stops everything.
 
-This module also defines the demo job types (``OPSBOARD_JOB_MODULES=opsboard.tools.demo``).
+The demo's job types, events, policies and templates are the plug-in
+:mod:`opsboard.tools.demo_catalogue`, which the demo's web and worker
+processes register (``OPSBOARD_JOB_MODULES=opsboard.tools.demo_catalogue``).
 """
 from __future__ import annotations
 
@@ -25,24 +27,6 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 
 from ..config import ROOT, Config
-from ..jobtypes import Field, define, define_provider
-
-# ---------------------------------------------------------------- demo job types
-
-define_provider("demo_smtp", concurrency=4, rate_per_second=15, burst=15)
-define_provider("demo_sms", concurrency=2, rate_per_second=20, burst=20)
-define("demo.send_email", handler="worker.handlers.demo:send_email", provider="demo_smtp",
-       fields={"to_user": Field(str), "template": Field(str)}, max_attempts=4, timeout=10,
-       backoff_base=2, backoff_cap=30)
-define("demo.deliver_webhook", handler="worker.handlers.demo:deliver_webhook", concurrency=6,
-       fields={"endpoint_id": Field(str), "event": Field(str)}, max_attempts=5, timeout=10,
-       backoff_base=1, backoff_cap=20)
-define("demo.send_otp", handler="worker.handlers.demo:send_otp", queue="critical", priority=0,
-       provider="demo_sms", fields={"user_id": Field(str)}, max_attempts=3, timeout=5,
-       backoff_base=0.5, backoff_cap=2)
-define("demo.generate_report", handler="worker.handlers.demo:generate_report", queue="bulk",
-       long_running=True, fields={"report": Field(str), "title": Field(str, required=False)},
-       max_attempts=2, timeout=120)
 
 TENANTS = [
     ("operator", "Operator staff", True, 1),
@@ -112,12 +96,13 @@ def seed(url: str, creds: dict) -> dict[str, object]:
 def _seed_notifications(conn, ids: dict, creds: dict) -> None:
     """Persian (and English) templates of the demo events; user@acme.demo's profile (fa, phone)."""
     from .. import db
-    from ..notifications import demo_policies, preferences, templates
+    from ..notifications import preferences, templates
+    from .demo_catalogue import DEMO_TEMPLATES
 
     user = db.one(conn, "user_get_by_email", {"email": "user@acme.demo"})
     preferences.set_profile(conn, user["id"], locale="fa", phone=DEMO_USER_PHONE)
     live = {}
-    for key, channel, locale, subject, body, variables in demo_policies.DEMO_TEMPLATES:
+    for key, channel, locale, subject, body, variables in DEMO_TEMPLATES:
         live.setdefault(key, templates.live(conn, key))
         if (channel, locale) not in live[key]:
             templates.seed(conn, key, channel, locale, subject, body, variables,
@@ -225,7 +210,7 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
-                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo"]),
+                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo_catalogue"]),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,9 @@ from flask import Flask, current_app
 from flask_login import LoginManager
 
 from .. import db as dbmod
+from ..catalogue import activate
 from ..config import Config, resource_dir
+from ..features import build_catalogue
 from ..auth import load_session_principal
 from . import errors, security
 from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
@@ -20,11 +22,14 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app.
 
     ``test_config`` may hold ``OPSBOARD`` (a :class:`Config`), ``DATABASE`` (an
-    open :class:`~opsboard.db.Database` to share) and any Flask settings.
+    open :class:`~opsboard.db.Database` to share), ``CATALOGUE`` (a built
+    :class:`~opsboard.catalogue.Catalogue`; default: built from the config) and
+    any Flask settings.  The catalogue becomes the process's active one.
     """
     test_config = dict(test_config or {})
     config: Config = test_config.pop("OPSBOARD", None) or Config.from_env()
     database = test_config.pop("DATABASE", None)
+    cat = test_config.pop("CATALOGUE", None) or build_catalogue(config)
     config.require_secret()
 
     app = Flask("opsboard", template_folder=str(resource_dir("templates")),
@@ -56,8 +61,8 @@ def create_app(test_config: dict | None = None) -> Flask:
                                   max_size=config.pool_max, name="web").open(check=False)
     app.extensions["opsboard_db"] = database
 
-    from ..jobtypes import load_modules
-    load_modules(config.job_modules)
+    app.extensions["opsboard_catalogue"] = cat
+    activate(cat)
 
     login = LoginManager(app)
     login.login_view = "auth.login"

@@ -10,7 +10,7 @@ import tests.support.limits  # noqa: F401
 SPANS = """CREATE TABLE test_spans (job_id uuid, key text, kind text, started_at timestamptz,
                                   ended_at timestamptz)"""
 EFFECTS = "CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, at timestamptz DEFAULT clock_timestamp())"
-MODULES = {"OPSBOARD_JOB_MODULES": "tests.support.jobs,tests.support.limits"}
+MODULES = {"OPSBOARD_JOB_MODULES": "tests.support.jobs,tests.support.limits,opsboard.tools.demo_catalogue"}
 
 
 def _peak(c, kinds) -> int:

@@ -13,12 +13,12 @@ from opsboard.audit import Actor
 from opsboard.errors import OpsError
 from opsboard.notifications import fanout, inbox, policy, preferences, templates
 from opsboard.outbox import EventField
-from tests.conftest import connect
+from tests.conftest import CATALOGUE, connect
 from worker.handlers import notifications as handlers
 
 AUTHOR = Actor(label="author@example.test")
 
-outbox.define_event("test_notice.sent", 1, aggregate="notice",
+outbox.define_event(CATALOGUE, "test_notice.sent", 1, aggregate="notice",
                     fields={"user_ids": EventField(list), "text": EventField(str, required=False)},
                     description="Test-only: a notice to the listed users.")
 
@@ -27,7 +27,7 @@ def _recipients(conn, event):
     return event["payload"]["user_ids"]
 
 
-policy.declare("test_notice.sent", category="ticket", sensitivity="sensitive",
+policy.declare(CATALOGUE, "test_notice.sent", category="ticket", sensitivity="sensitive",
                channels=("inbox", "push", "email", "sms"), recipients=_recipients, permission="tickets.view",
                template="test_notice.sent")
 

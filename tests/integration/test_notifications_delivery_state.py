@@ -6,14 +6,14 @@ import uuid
 from opsboard import auth, outbox, providers
 from opsboard.notifications import fanout, policy, preferences
 from opsboard.outbox import EventField
-from tests.conftest import connect
+from tests.conftest import CATALOGUE, connect
 from tests.integration.test_email_push import push_settings  # noqa: F401
 from tests.support.delivery import provider_settings, runner  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 
-outbox.define_event("test_receipt.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
+outbox.define_event(CATALOGUE, "test_receipt.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
                     description="Test-only: a financial notice by SMS and push.")
-policy.declare("test_receipt.sent", category="financial", channels=("inbox", "sms", "push"),
+policy.declare(CATALOGUE, "test_receipt.sent", category="financial", channels=("inbox", "sms", "push"),
                recipients=lambda conn, event: event["payload"]["user_ids"])
 
 

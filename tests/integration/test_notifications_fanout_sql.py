@@ -8,6 +8,7 @@ from opsboard import outbox
 from opsboard.notifications import fanout, policy, preferences, templates
 from opsboard.outbox import EventField
 from tests.integration.test_notifications import _deliveries, _notice, _user
+from tests.conftest import CATALOGUE
 
 WINDOWS = [
     ("Asia/Tehran", time(22, 0), time(7, 0), [1, 2, 3, 4, 5, 6, 7]),
@@ -35,9 +36,9 @@ def test_sql_quiet_until_agrees_with_the_pure_reference(conn):
         assert 0 < inside < len(nows)
 
 
-outbox.define_event("test_named.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
+outbox.define_event(CATALOGUE, "test_named.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
                     description="Test-only: a notice whose text names each recipient.")
-policy.declare("test_named.sent", category="ticket", channels=("inbox", "email"),
+policy.declare(CATALOGUE, "test_named.sent", category="ticket", channels=("inbox", "email"),
                recipients=lambda conn, event: event["payload"]["user_ids"], permission="tickets.view",
                variables=lambda conn, event, user_id: {"who": str(user_id)[-4:]})
 

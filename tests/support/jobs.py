@@ -9,20 +9,6 @@ import time
 from opsboard import retry
 from opsboard.jobtypes import Field, define
 
-define("test.record", handler="tests.support.jobs:record", fields={"key": Field(str), "ms": Field(int, required=False)},
-       max_attempts=3, timeout=10, backoff_base=0.05, backoff_cap=0.2)
-define("test.record", 2, handler="tests.support.jobs:record", queue="critical",
-       fields={"key": Field(str), "ms": Field(int, required=False)}, max_attempts=3, timeout=10)
-define("test.raise", handler="tests.support.jobs:always_raise", max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
-define("test.permanent", handler="tests.support.jobs:permanent", max_attempts=5)
-define("test.hang", handler="tests.support.jobs:hang", max_attempts=2, timeout=0.5, backoff_base=0.01, backoff_cap=0.05)
-define("test.suicide", handler="tests.support.jobs:suicide", max_attempts=2, timeout=5)
-define("test.snooze", handler="tests.support.jobs:snooze_once", fields={"key": Field(str)}, max_attempts=1)
-define("test.slow", handler="tests.support.jobs:slow", fields={"key": Field(str), "ms": Field(int)},
-       max_attempts=3, timeout=30)
-# A provider answering 429 with the given Retry-After (a string, so that "inf" fits in JSON).
-define("test.retry_after", handler="tests.support.jobs:retry_after", fields={"after": Field(str)},
-       max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
 
 
 def record(job):
@@ -71,8 +57,6 @@ def retry_after(job):
     return retry.Retryable("http_429", retry_after=float(job.payload["after"]), detail="rate limited")
 
 
-define("test.effect", handler="tests.support.jobs:effect_once", fields={"key": Field(str)}, max_attempts=3,
-       backoff_base=0.01, backoff_cap=0.05)
 
 
 def effect_once(job):
@@ -93,7 +77,6 @@ def effect_once(job):
     return retry.Success()
 
 
-define("test.slow_query", handler="tests.support.jobs:slow_query", max_attempts=1, timeout=1)
 
 
 def slow_query(job):
@@ -102,8 +85,6 @@ def slow_query(job):
         conn.execute("SELECT pg_sleep(35)")
 
 
-define("test.guarded", handler="tests.support.jobs:guarded", fields={"key": Field(str)}, max_attempts=3,
-       timeout=30, backoff_base=0.01, backoff_cap=0.05)
 
 
 def _mark(job, key):
@@ -125,3 +106,26 @@ def guarded(job):
         _mark(job, "stale" if not job.still_held() else "confused")
         raise
     _mark(job, job.payload["key"])
+
+
+def register(cat) -> None:
+    """The tests' job types (OPSBOARD_JOB_MODULES=tests.support.jobs)."""
+    define(cat, "test.record", handler="tests.support.jobs:record", fields={"key": Field(str), "ms": Field(int, required=False)},
+           max_attempts=3, timeout=10, backoff_base=0.05, backoff_cap=0.2)
+    define(cat, "test.record", 2, handler="tests.support.jobs:record", queue="critical",
+           fields={"key": Field(str), "ms": Field(int, required=False)}, max_attempts=3, timeout=10)
+    define(cat, "test.raise", handler="tests.support.jobs:always_raise", max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
+    define(cat, "test.permanent", handler="tests.support.jobs:permanent", max_attempts=5)
+    define(cat, "test.hang", handler="tests.support.jobs:hang", max_attempts=2, timeout=0.5, backoff_base=0.01, backoff_cap=0.05)
+    define(cat, "test.suicide", handler="tests.support.jobs:suicide", max_attempts=2, timeout=5)
+    define(cat, "test.snooze", handler="tests.support.jobs:snooze_once", fields={"key": Field(str)}, max_attempts=1)
+    define(cat, "test.slow", handler="tests.support.jobs:slow", fields={"key": Field(str), "ms": Field(int)},
+           max_attempts=3, timeout=30)
+    # A provider answering 429 with the given Retry-After (a string, so that "inf" fits in JSON).
+    define(cat, "test.retry_after", handler="tests.support.jobs:retry_after", fields={"after": Field(str)},
+           max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
+    define(cat, "test.effect", handler="tests.support.jobs:effect_once", fields={"key": Field(str)}, max_attempts=3,
+           backoff_base=0.01, backoff_cap=0.05)
+    define(cat, "test.slow_query", handler="tests.support.jobs:slow_query", max_attempts=1, timeout=1)
+    define(cat, "test.guarded", handler="tests.support.jobs:guarded", fields={"key": Field(str)}, max_attempts=3,
+           timeout=30, backoff_base=0.01, backoff_cap=0.05)

@@ -5,17 +5,6 @@ import time
 
 from opsboard.jobtypes import Field, define, define_provider
 
-define_provider("test_sms_gateway", concurrency=2)
-define_provider("test_rated", rate_per_second=20, burst=5)
-# A type limit and two types sharing one provider limit.
-define("test.limited", handler="tests.support.limits:overlap", concurrency=3,
-       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
-define("test.sms_a", handler="tests.support.limits:overlap", provider="test_sms_gateway",
-       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
-define("test.sms_b", handler="tests.support.limits:overlap", provider="test_sms_gateway",
-       fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
-define("test.rated", handler="tests.support.limits:overlap", provider="test_rated",
-       fields={"key": Field(str), "ms": Field(int)}, max_attempts=1, timeout=30)
 
 
 def overlap(job):
@@ -27,3 +16,18 @@ def overlap(job):
     with job.connection() as conn:
         conn.execute("UPDATE test_spans SET ended_at = clock_timestamp() WHERE job_id = %s AND ended_at IS NULL",
                      (job.id,))
+
+
+def register(cat) -> None:
+    """Job types with concurrency and rate limits."""
+    define_provider(cat, "test_sms_gateway", concurrency=2)
+    define_provider(cat, "test_rated", rate_per_second=20, burst=5)
+    # A type limit and two types sharing one provider limit.
+    define(cat, "test.limited", handler="tests.support.limits:overlap", concurrency=3,
+           fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+    define(cat, "test.sms_a", handler="tests.support.limits:overlap", provider="test_sms_gateway",
+           fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+    define(cat, "test.sms_b", handler="tests.support.limits:overlap", provider="test_sms_gateway",
+           fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+    define(cat, "test.rated", handler="tests.support.limits:overlap", provider="test_rated",
+           fields={"key": Field(str), "ms": Field(int)}, max_attempts=1, timeout=30)

@@ -5,6 +5,7 @@ import pytest
 
 from opsboard import jobtypes
 from opsboard.jobtypes import Field, InvalidPayload, UnknownJobType, define, get, validate
+from tests.conftest import CATALOGUE
 
 
 def _check_even(payload):
@@ -12,7 +13,7 @@ def _check_even(payload):
         raise InvalidPayload("unit.contract: n must be even")
 
 
-CONTRACT = define("unit.contract", handler="tests.support.jobs:record", fields={
+CONTRACT = define(CATALOGUE, "unit.contract", handler="tests.support.jobs:record", fields={
     "to": Field(str, max_length=20),
     "n": Field(int),
     "ratio": Field(float, required=False),
@@ -76,7 +77,7 @@ def test_a_number_field_accepts_integers():
 
 
 def test_payload_size_is_limited_in_utf8_bytes():
-    free = define("unit.free", handler="tests.support.jobs:record")
+    free = define(CATALOGUE, "unit.free", handler="tests.support.jobs:record")
     limit = jobtypes.MAX_PAYLOAD_BYTES
     overhead = len('{"s":""}')
     assert validate(free, {"s": "x" * (limit - overhead)})
@@ -88,7 +89,7 @@ def test_payload_size_is_limited_in_utf8_bytes():
 
 
 def test_a_type_without_fields_takes_any_object():
-    free = define("unit.free2", handler="tests.support.jobs:record")
+    free = define(CATALOGUE, "unit.free2", handler="tests.support.jobs:record")
     assert validate(free, {"anything": [1, {"x": None}]})
 
 
@@ -97,20 +98,20 @@ def test_a_type_without_fields_takes_any_object():
 ])
 def test_bad_policies_are_refused_at_definition(kwargs):
     with pytest.raises(ValueError):
-        define("unit.bad", handler="x:y", **kwargs)
+        define(CATALOGUE, "unit.bad", handler="x:y", **kwargs)
 
 
 @pytest.mark.parametrize("name", ["", "has space", "semi;colon", "x" * 101])
 def test_bad_names_are_refused(name):
     with pytest.raises(ValueError):
-        define(name, handler="x:y")
+        define(CATALOGUE, name, handler="x:y")
 
 
 def test_redefining_replaces_and_versions_are_separate():
-    v1 = define("unit.versions", handler="a:b", max_attempts=2)
-    v2 = define("unit.versions", 2, handler="a:c", queue="critical")
+    v1 = define(CATALOGUE, "unit.versions", handler="a:b", max_attempts=2)
+    v2 = define(CATALOGUE, "unit.versions", 2, handler="a:c", queue="critical")
     assert get("unit.versions", 1) is v1 and get("unit.versions", 2) is v2
-    v1b = define("unit.versions", handler="a:b", max_attempts=3)
+    v1b = define(CATALOGUE, "unit.versions", handler="a:b", max_attempts=3)
     assert get("unit.versions").policy.max_attempts == 3 and v1b is not v1
     assert [(t.name, t.version) for t in jobtypes.all_types() if t.name == "unit.versions"] == \
         [("unit.versions", 1), ("unit.versions", 2)]

@@ -4,6 +4,7 @@ from datetime import date, datetime, time, timezone
 import pytest
 
 from opsboard.notifications import policy, preferences, render
+from tests.conftest import CATALOGUE
 
 
 def test_locale_chain_ends_in_fa_and_falls_back():
@@ -117,11 +118,11 @@ def test_critical_categories_ignore_preferences_and_quiet_hours():
 
 def test_declare_refuses_bad_declarations():
     with pytest.raises(ValueError):
-        policy.declare("x.bad", category="nope", channels=("inbox",), recipients=lambda c, e: [])
+        policy.declare(CATALOGUE, "x.bad", category="nope", channels=("inbox",), recipients=lambda c, e: [])
     with pytest.raises(ValueError):
-        policy.declare("x.bad", category="ticket", channels=("fax",), recipients=lambda c, e: [])
+        policy.declare(CATALOGUE, "x.bad", category="ticket", channels=("fax",), recipients=lambda c, e: [])
     with pytest.raises(ValueError):
-        policy.declare("x.bad", category="ticket", channels=("push",), recipients=None)
+        policy.declare(CATALOGUE, "x.bad", category="ticket", channels=("push",), recipients=None)
 
 
 def test_quiet_hours_window_over_midnight_and_days():

@@ -3,6 +3,7 @@ import pytest
 
 from opsboard import outbox
 from opsboard.outbox import EventField, EventRefused
+from tests.conftest import CATALOGUE
 
 
 @pytest.mark.parametrize("text,kind", [
@@ -57,13 +58,13 @@ def test_missing_and_mistyped_fields():
 
 
 def test_upcasters_chain_and_refuse_gaps():
-    outbox.define_event("test.widget_made", 1, aggregate="widget", fields={"widget_id": EventField(str)})
-    outbox.define_event("test.widget_made", 2, aggregate="widget", fields={"widget_id": EventField(str),
+    outbox.define_event(CATALOGUE, "test.widget_made", 1, aggregate="widget", fields={"widget_id": EventField(str)})
+    outbox.define_event(CATALOGUE, "test.widget_made", 2, aggregate="widget", fields={"widget_id": EventField(str),
                                                                         "size": EventField(int)})
-    outbox.define_event("test.widget_made", 3, aggregate="widget", fields={"widget_id": EventField(str),
+    outbox.define_event(CATALOGUE, "test.widget_made", 3, aggregate="widget", fields={"widget_id": EventField(str),
                                                                         "size_mm": EventField(int)})
-    outbox.define_upcaster("test.widget_made", 1, lambda p: {**p, "size": 1})
-    outbox.define_upcaster("test.widget_made", 2, lambda p: {"widget_id": p["widget_id"], "size_mm": p["size"] * 10})
+    outbox.define_upcaster(CATALOGUE, "test.widget_made", 1, lambda p: {**p, "size": 1})
+    outbox.define_upcaster(CATALOGUE, "test.widget_made", 2, lambda p: {"widget_id": p["widget_id"], "size_mm": p["size"] * 10})
     assert outbox.upcast("test.widget_made", 1, {"widget_id": "w"}, 3) == {"widget_id": "w", "size_mm": 10}
     with pytest.raises(LookupError):
         outbox.upcast("test.widget_made", 3, {"widget_id": "w", "size_mm": 1}, 2)

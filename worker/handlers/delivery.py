@@ -25,11 +25,6 @@ from worker.providers import smtp as smtp_provider
 from worker.providers import webhook as webhook_provider
 
 
-# A started webhook is reconciled by sending again with the same webhook-id: its
-# started row need not wait for the WAL flush (see queue.relax_effect_durability;
-# webhook_prepare writes a batch's rows the same way).
-queue.relax_effect_durability("webhooks")
-
 
 def _uuid(value, field: str) -> uuid.UUID:
     try:
@@ -100,8 +95,9 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
         "job_ids": [r["id"] for r, *_ in batch], "attempts": [r["attempts"] for r, *_ in batch],
         "tenant_ids": [r["tenant_id"] for r, *_ in batch], "endpoint_ids": [b[1] for b in batch],
         "event_ids": [b[2] for b in batch], "keys": [b[3] for b in batch], "worker": worker_id, "now": None}
-    # Committed before any POST, without waiting for the WAL flush (see the
-    # relax_effect_durability call above): SET LOCAL, the statement and COMMIT in one round trip.
+    # Committed before any POST, without waiting for the WAL flush (webhook.deliver has
+    # relaxed_effects: a started delivery is reconciled by sending again with the same
+    # webhook-id): SET LOCAL, the statement and COMMIT in one round trip.
     with conn.pipeline():
         with conn.transaction():
             conn.execute("SET LOCAL synchronous_commit = off")
@@ -303,6 +299,3 @@ def _push_confirm(conn, job, outcome) -> None:
                                                 "status": "delivered" if ok else "failed",
                                                 "error_code": None if ok else outcome.code, "now": None})
 
-
-#: The executor begins a claimed batch of deliveries in one statement (see webhook_prepare).
-webhook_deliver.prepare_batch = webhook_prepare

@@ -76,7 +76,7 @@ def deliver(job):
                                                               chain, variables, d["event_type"])
         subject = subject or d["inbox_title"] or d["event_type"]
         body = body or d["inbox_body"] or ""
-        critical = policy.CATEGORIES[pol.category].critical
+        critical = policy.category(pol.category).critical
         key = f"delivery:{d['id']}"
         try:
             if d["channel"] == "email":
