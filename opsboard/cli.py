@@ -273,7 +273,7 @@ def cmd_user_token(config: Config, args) -> int:
 
 
 def cmd_vapid(config: Config, args) -> int:
-    from .providers import generate_vapid_keys
+    from .deliveries.messages import generate_vapid_keys
     private, public = generate_vapid_keys()
     print(f"OPSBOARD_VAPID_PRIVATE_KEY={private}\nOPSBOARD_VAPID_PUBLIC_KEY={public}")
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from . import jobtypes, providers, reports, tickets
+from . import deliveries, jobtypes, reports, tickets
 from .catalogue import Catalogue
 from .config import Config, ConfigError
 from .notifications import policy
@@ -21,7 +21,7 @@ from .notifications import policy
 #: The product's own features, in the order they register.
 FEATURES = (
     ("diagnostics", jobtypes.register),
-    ("deliveries", providers.register),
+    ("deliveries", deliveries.register),
     ("notifications", policy.register),
     ("tickets", tickets.register),
     ("reports", reports.register),

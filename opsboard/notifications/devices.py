@@ -1,4 +1,4 @@
-"""A user's devices: Web Push subscriptions (lifecycle in :mod:`opsboard.providers`).
+"""A user's devices: Web Push subscriptions (lifecycle in :mod:`opsboard.deliveries.messages`).
 
 ``push_subscriptions.user_ref`` holds the platform user id.  Register revives
 an existing endpoint; unregister revokes it (never used again); the push
@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import psycopg
 
-from .. import db, providers
+from .. import db
+from ..deliveries import messages
 from ..errors import OpsError
 
 
 def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict) -> dict:
     """Store a browser's PushSubscription for the user; returns the row."""
     try:
-        return providers.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id))
-    except providers.InvalidPayload as exc:
+        return messages.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id))
+    except messages.InvalidPayload as exc:
         raise OpsError(str(exc), "invalid_subscription") from None
 
 

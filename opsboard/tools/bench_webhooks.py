@@ -55,7 +55,8 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
     """Signed webhook deliveries, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down endpoint."""
     from psycopg.types.json import Jsonb
 
-    from .. import queue, webhooks
+    from .. import queue
+    from ..deliveries import webhooks
     from ..schema import new_id
 
     total = b.jobs or 5000

@@ -14,21 +14,22 @@ STANDING_FAULTS = [("/hooks/acme-3", {"kind": "status", "status": 503, "retry_af
 
 def start(url: str, tenants: dict, creds: dict, host: str = "127.0.0.1") -> tuple[Sandbox, dict, dict]:
     """Start the sandbox, seed endpoints and push subscriptions; returns (sandbox, worker env, state)."""
-    from .. import auth, providers, webhooks
+    from .. import auth
+    from ..deliveries import messages, webhooks
     from ..db import connect
 
     sb = Sandbox(host, 0, 0, sms_key="demo-sms-key").start()
     for route, fault in STANDING_FAULTS:
         sb.fault(route, **fault)
     if "vapid_private_key" not in creds:
-        creds["vapid_private_key"] = providers.generate_vapid_keys()[0]
+        creds["vapid_private_key"] = messages.generate_vapid_keys()[0]
     env = {"OPSBOARD_SMTP_HOST": host, "OPSBOARD_SMTP_PORT": str(sb.smtp_port), "OPSBOARD_SMTP_FROM": "demo@opsboard.demo",
            "OPSBOARD_SMS_URL": f"{sb.url}/sms", "OPSBOARD_SMS_KEY": sb.sms_key, "OPSBOARD_WEBHOOK_ALLOW": host,
            "OPSBOARD_VAPID_PRIVATE_KEY": creds["vapid_private_key"], "OPSBOARD_BREAKER_COOLDOWN": "15"}
     # This process seeds endpoints and subscriptions pointing at the sandbox on
     # loopback: it uses the same provider settings (allow-list) as the workers.
     from ..config import ProviderSettings
-    providers.use_settings(ProviderSettings.from_env(env))
+    messages.use_settings(ProviderSettings.from_env(env))
     state = {"subscriptions": {}}
     with connect(url) as conn:
         # Endpoints from an earlier demo run point at an old sandbox port: disable them.
@@ -40,7 +41,7 @@ def start(url: str, tenants: dict, creds: dict, host: str = "127.0.0.1") -> tupl
             for n in range(1, 5):
                 webhooks.create_endpoint(conn, tid, f"{sb.url}/hooks/{slug}-{n}",
                                          ["*"] if n != 4 else ["order.refunded"], description=f"{slug} receiver {n}")
-            sub = providers.add_push_subscription(conn, tid, sb.new_push_subscription(), user_ref=f"{slug}-user")
+            sub = messages.add_push_subscription(conn, tid, sb.new_push_subscription(), user_ref=f"{slug}-user")
             state["subscriptions"][slug] = sub["id"]
     return sb, env, state
 
@@ -49,7 +50,8 @@ def traffic_tick(conn, sb: Sandbox, tenants: dict, state: dict, rng: random.Rand
     """One second of delivery traffic: events fanned out to webhooks, emails, SMS, OTPs, pushes."""
     from psycopg.types.json import Jsonb
 
-    from .. import providers, queue
+    from .. import queue
+    from ..deliveries import messages
     from ..schema import new_id
 
     if tick % 30 == 7:  # a mail server hiccup now and then: 4xx replies, retried
@@ -68,14 +70,14 @@ def traffic_tick(conn, sb: Sandbox, tenants: dict, state: dict, rng: random.Rand
             queue.enqueue(conn, "webhook.fanout", {"event_id": str(event_id)}, tenant=tid, event_id=event_id)
             r = rng.random()
             if r < 0.3:
-                providers.send_email(conn, tid, f"user{rng.randint(1, 99)}@{slug}.demo", "welcome",
+                messages.send_email(conn, tid, f"user{rng.randint(1, 99)}@{slug}.demo", "welcome",
                                      {"name": f"User {rng.randint(1, 99)}"})
             elif r < 0.5:
-                providers.send_sms(conn, tid, f"+1555{rng.randint(1000000, 9999999)}", "otp",
+                messages.send_sms(conn, tid, f"+1555{rng.randint(1000000, 9999999)}", "otp",
                                    {"code": f"{rng.randint(0, 999999):06d}", "minutes": 2}, otp=True,
                                    expires_in=120)
             elif r < 0.6 and slug in state["subscriptions"]:
                 try:
-                    providers.send_push(conn, tid, state["subscriptions"][slug], f"ntf-{new_id()}")
-                except providers.InvalidRecipient:
+                    messages.send_push(conn, tid, state["subscriptions"][slug], f"ntf-{new_id()}")
+                except messages.InvalidRecipient:
                     pass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template
 
-from .. import breaker
+from ..deliveries import breaker
 from .context import get_db
 from .security import current_scope, requires
 

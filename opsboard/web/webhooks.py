@@ -1,6 +1,6 @@
 """Webhook endpoints page: a tenant admin (or an operator admin, for any tenant)
 lists, creates (secret shown once), enables/disables, rotates the secret of and
-deletes the tenant's endpoints.  Every action is audited (opsboard.webhooks ->
+deletes the tenant's endpoints.  Every action is audited (opsboard.deliveries.webhooks ->
 opsboard.audit.operator_action); the URL passes the SSRF guard at creation."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import uuid
 from flask import Blueprint, render_template, request
 from flask_babel import gettext as _
 
-from .. import db, webhooks
+from .. import db
+from ..deliveries import webhooks
 from . import forms
 from .context import get_config, get_db
 from .errors import ApiError

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from opsboard import auth, providers, webhooks
+from opsboard import auth
+from opsboard.deliveries import messages, webhooks
 from tests.conftest import connect, wait_for
 from tests.support.delivery import insert_event
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -42,7 +43,7 @@ def _kill_after_accept_then_recover(db_url, c, sandbox, start_worker, job_id, ro
 def test_sms_sent_once_across_a_sigkill(db_url, sandbox, start_worker):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        sent = providers.send_sms(c, t, "+15550001234", "notice", {"subject": "", "text": "shipped"})
+        sent = messages.send_sms(c, t, "+15550001234", "notice", {"subject": "", "text": "shipped"})
         _kill_after_accept_then_recover(db_url, c, sandbox, start_worker, sent["job"]["id"], "/sms/messages",
                                         "sms", "default=2")
         recs = sandbox.records("sms")

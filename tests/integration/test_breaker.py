@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from opsboard import auth, breaker, providers, webhooks
-from opsboard.providers import ProviderSettings
+from opsboard import auth
+from opsboard.config import ProviderSettings
+from opsboard.deliveries import breaker, messages, webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -60,7 +61,7 @@ def test_a_healthy_breaker_is_not_written_per_call(conn, t0):
 
 
 def test_open_breaker_snoozes_jobs_without_spending_attempts(db_url, sandbox, runner):
-    providers.use_settings(sandbox_settings(sandbox, breaker_failures=3, breaker_cooldown=30))
+    messages.use_settings(sandbox_settings(sandbox, breaker_failures=3, breaker_cooldown=30))
     try:
         with connect(db_url) as c:
             t = auth.ensure_tenant(c, "acme")["id"]
@@ -89,4 +90,4 @@ def test_open_breaker_snoozes_jobs_without_spending_attempts(db_url, sandbox, ru
         runner.make_due(queued[1]["id"])
         assert runner.run(queued[1]["id"])["status"] == "succeeded"
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)

@@ -1,8 +1,9 @@
 """The deliveries page: breakers and endpoints, inside the viewer's tenant scope."""
 from __future__ import annotations
 
-from opsboard import auth, breaker, webhooks
-from opsboard.providers import ProviderSettings
+from opsboard import auth
+from opsboard.config import ProviderSettings
+from opsboard.deliveries import breaker, webhooks
 from tests.conftest import connect
 
 

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from opsboard import auth, providers
-from opsboard.providers import InvalidRecipient
+from opsboard import auth
+from opsboard.deliveries import messages
+from opsboard.deliveries.messages import InvalidRecipient
 from tests.conftest import connect
 from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -15,7 +16,7 @@ from tests.support.sandbox import sandbox  # noqa: F401
 def _email(db_url, to="ana@example.test"):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        return providers.send_email(c, t, to, "welcome", {"name": "Ana"})
+        return messages.send_email(c, t, to, "welcome", {"name": "Ana"})
 
 
 def test_email_is_sent_with_a_deterministic_message_id(db_url, sandbox, runner, provider_settings):
@@ -32,12 +33,12 @@ def test_email_is_sent_with_a_deterministic_message_id(db_url, sandbox, runner, 
 
 
 def test_email_credentials_are_used(db_url, sandbox, runner):
-    providers.use_settings(sandbox_settings(sandbox, smtp_user="mailer", smtp_password="s3cret"))
+    messages.use_settings(sandbox_settings(sandbox, smtp_user="mailer", smtp_password="s3cret"))
     try:
         sent = _email(db_url)
         assert runner.run(sent["job"]["id"])["status"] == "succeeded"
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
     assert sandbox.records("email")[0]["user"] == "mailer"
 
 
@@ -56,23 +57,23 @@ def test_smtp_connection_refused_and_timeout_are_retryable(db_url, sandbox, runn
     s.bind(("127.0.0.1", 0))
     dead_port = s.getsockname()[1]
     s.close()
-    providers.use_settings(sandbox_settings(sandbox, smtp_port=dead_port))
+    messages.use_settings(sandbox_settings(sandbox, smtp_port=dead_port))
     try:
         sent = _email(db_url)
         done = runner.run(sent["job"]["id"])
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
     assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_connect_refused")
     # A server that accepts the connection and never greets: bounded by the timeout.
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)
-    providers.use_settings(sandbox_settings(sandbox, smtp_port=silent.getsockname()[1], smtp_timeout=0.5))
+    messages.use_settings(sandbox_settings(sandbox, smtp_port=silent.getsockname()[1], smtp_timeout=0.5))
     try:
         runner.make_due(sent["job"]["id"])
         done = runner.run(sent["job"]["id"])
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
         silent.close()
     assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_timeout")
 
@@ -87,17 +88,17 @@ def test_email_address_validated_at_enqueue(db_url):
 
 @pytest.fixture
 def push_settings(sandbox):
-    private, _ = providers.generate_vapid_keys()
-    providers.use_settings(sandbox_settings(sandbox, vapid_private_key=private))
+    private, _ = messages.generate_vapid_keys()
+    messages.use_settings(sandbox_settings(sandbox, vapid_private_key=private))
     yield
-    providers.use_settings(None)
+    messages.use_settings(None)
 
 
 def _push(db_url, sandbox, title="You have a new message"):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        sub = providers.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1")
-        job = providers.send_push(c, t, sub["id"], "ntf-123", title)
+        sub = messages.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1")
+        job = messages.send_push(c, t, sub["id"], "ntf-123", title)
     return t, sub, job
 
 
@@ -120,7 +121,7 @@ def test_410_deactivates_the_subscription_for_good(db_url, sandbox, runner, push
         row = c.execute("SELECT state, invalid_reason FROM push_subscriptions").fetchone()
         assert row == {"state": "invalid", "invalid_reason": "push_410"}
         with pytest.raises(InvalidRecipient):  # never used again
-            providers.send_push(c, t, sub["id"], "ntf-124")
+            messages.send_push(c, t, sub["id"], "ntf-124")
     assert len(sandbox.records("push")) == 1
 
 
@@ -141,29 +142,29 @@ def test_starttls_with_credentials_and_certificate_verification(db_url, runner):
     from opsboard.tools.sandbox import Sandbox
     sb = Sandbox("127.0.0.1", 0, 0, smtp_starttls=True).start()
     try:
-        providers.use_settings(sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
+        messages.use_settings(sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
                                                 smtp_password="s3cret", smtp_ca_file=sb.smtp_ca_file))
         sent = _email(db_url)
         assert runner.run(sent["job"]["id"])["status"] == "succeeded"
         (rec,) = sb.records("email")
         assert rec["tls"] and rec["user"] == "mailer"
         # An untrusted certificate is refused, never sent in clear.
-        providers.use_settings(sandbox_settings(sb, smtp_security="starttls"))
+        messages.use_settings(sandbox_settings(sb, smtp_security="starttls"))
         other = _email(db_url, to="bo@example.test")
         done = runner.run(other["job"]["id"])
         assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
         assert len(sb.records("email")) == 1
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
         sb.stop()
 
 
 def test_a_revoked_subscription_is_never_used(db_url, sandbox, runner, push_settings):
     t, sub, job = _push(db_url, sandbox)
     with connect(db_url) as c:
-        assert providers.revoke_push_subscription(c, t, sub["id"])
+        assert messages.revoke_push_subscription(c, t, sub["id"])
         with pytest.raises(InvalidRecipient):
-            providers.send_push(c, t, sub["id"], "ntf-125")
+            messages.send_push(c, t, sub["id"], "ntf-125")
     done = runner.run(job["id"])  # queued before the revocation
     assert (done["status"], done["last_error_code"]) == ("dead", "subscription_inactive")
     assert sandbox.records("push") == []
@@ -173,25 +174,25 @@ def test_implicit_tls_smtp_verifies_the_certificate(db_url, runner):
     from opsboard.tools.sandbox import Sandbox
     sb = Sandbox("127.0.0.1", 0, 0, smtp_ssl=True).start()
     try:
-        providers.use_settings(sandbox_settings(sb, smtp_security="ssl", smtp_user="mailer", smtp_password="s3cret",
+        messages.use_settings(sandbox_settings(sb, smtp_security="ssl", smtp_user="mailer", smtp_password="s3cret",
                                                 smtp_ca_file=sb.smtp_ca_file))
         sent = _email(db_url)
         assert runner.run(sent["job"]["id"])["status"] == "succeeded"
         (rec,) = sb.records("email")
         assert rec["tls"] and rec["user"] == "mailer"
         # Not trusting the certificate: refused, nothing sent.
-        providers.use_settings(sandbox_settings(sb, smtp_security="ssl"))
+        messages.use_settings(sandbox_settings(sb, smtp_security="ssl"))
         other = _email(db_url, to="bo@example.test")
         done = runner.run(other["job"]["id"])
         assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
         assert len(sb.records("email")) == 1
         # Plain SMTP to an SMTPS port does not get a message through either.
-        providers.use_settings(sandbox_settings(sb, smtp_security="none", smtp_timeout=1.0))
+        messages.use_settings(sandbox_settings(sb, smtp_security="none", smtp_timeout=1.0))
         third = _email(db_url, to="cy@example.test")
         assert runner.run(third["job"]["id"])["status"] != "succeeded"
         assert len(sb.records("email")) == 1
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
         sb.stop()
 
 
@@ -202,13 +203,13 @@ def test_a_private_push_endpoint_is_refused_at_subscription(db_url, sandbox, pus
         for endpoint in ("http://10.1.2.3/push/x", "http://169.254.169.254/latest", "http://[::1]/push/x",
                          "file:///etc/passwd", "https:///no-host"):
             with pytest.raises(InvalidRecipient):
-                providers.add_push_subscription(c, t, {"endpoint": endpoint, "keys": keys}, allow=())
+                messages.add_push_subscription(c, t, {"endpoint": endpoint, "keys": keys}, allow=())
         assert c.execute("SELECT count(*) AS n FROM push_subscriptions").fetchone()["n"] == 0
 
 
 def test_a_push_endpoint_no_longer_allowed_is_refused_at_send_and_deactivated(db_url, sandbox, runner, push_settings):
     t, sub, job = _push(db_url, sandbox)      # 127.0.0.1 is allow-listed when it is stored
-    providers.use_settings(providers.settings().__class__(**{**providers.settings().__dict__, "webhook_allow": ()}))
+    messages.use_settings(messages.settings().__class__(**{**messages.settings().__dict__, "webhook_allow": ()}))
     done = runner.run(job["id"])
     assert (done["status"], done["last_error_code"]) == ("dead", "push_target_refused")
     assert sandbox.records("push") == []

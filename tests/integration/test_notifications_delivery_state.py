@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import uuid
 
-from opsboard import auth, outbox, providers
+from opsboard import auth, outbox
+from opsboard.deliveries import messages
 from opsboard.notifications import fanout, policy, preferences
 from opsboard.outbox import EventField
 from tests.conftest import CATALOGUE, connect
@@ -24,7 +25,7 @@ def _fan_out(db_url, sandbox, phone, *, device=False):
         u = auth.create_user(c, f"m-{uuid.uuid4().hex[:6]}@example.test", "correct horse battery", "member", "acme")
         preferences.set_profile(c, u["id"], phone=phone)
         if device:
-            providers.add_push_subscription(c, tenant["id"], sandbox.new_push_subscription(), user_ref=str(u["id"]))
+            messages.add_push_subscription(c, tenant["id"], sandbox.new_push_subscription(), user_ref=str(u["id"]))
         with c.transaction():
             ev = outbox.publish(c, "test_receipt.sent", 1, aggregate=("notice", uuid.uuid4().hex),
                                 tenant=tenant["id"], payload={"user_ids": [str(u["id"])]})

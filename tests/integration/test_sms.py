@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from opsboard import auth, providers
-from opsboard.providers import InvalidRecipient
+from opsboard import auth
+from opsboard.deliveries import messages
+from opsboard.deliveries.messages import InvalidRecipient
 from tests.conftest import connect
 from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -17,8 +18,8 @@ def _sms(db_url, otp=False, to="+989121234567"):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
         if otp:
-            return providers.send_sms(c, t, to, "otp", {"code": "424242", "minutes": 2}, otp=True, expires_in=120)
-        return providers.send_sms(c, t, to, "notice", {"subject": "", "text": "Your order shipped"})
+            return messages.send_sms(c, t, to, "otp", {"code": "424242", "minutes": 2}, otp=True, expires_in=120)
+        return messages.send_sms(c, t, to, "notice", {"subject": "", "text": "Your order shipped"})
 
 
 def test_sends_with_client_id_and_keeps_the_gateway_id(db_url, sandbox, runner, provider_settings):
@@ -64,7 +65,7 @@ def test_numbers_are_validated_at_enqueue_and_never_echoed(db_url, to):
     ({"kind": "timeout"}, "retryable", "sms_timeout"),
 ])
 def test_fault_classes(db_url, sandbox, runner, fault, status, code):
-    providers.use_settings(sandbox_settings(sandbox, sms_timeout=0.5))
+    messages.use_settings(sandbox_settings(sandbox, sms_timeout=0.5))
     try:
         sent = _sms(db_url)
         sandbox.fault("/sms/messages", **fault)
@@ -76,7 +77,7 @@ def test_fault_classes(db_url, sandbox, runner, fault, status, code):
             assert runner.run(sent["job"]["id"])["status"] == "succeeded"
             assert [r["refused"] for r in sandbox.records("sms")] == [True, False]
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
     with connect(db_url) as c:  # the number is in no error code or detail
         rows = c.execute("SELECT error_code, detail FROM job_attempts").fetchall()
     assert rows and all("9121234567" not in f"{r['error_code']} {r['detail']}" for r in rows)
@@ -110,7 +111,7 @@ def test_no_blind_resend_when_the_status_query_fails(db_url, sandbox, runner, pr
 
 
 def test_the_gateway_breaker_opens_and_later_sms_wait_without_spending_attempts(db_url, sandbox, runner):
-    providers.use_settings(sandbox_settings(sandbox, breaker_failures=3))
+    messages.use_settings(sandbox_settings(sandbox, breaker_failures=3))
     try:
         jobs = [_sms(db_url)["job"] for _ in range(5)]
         sandbox.fault("/sms/messages", status=503)
@@ -120,7 +121,7 @@ def test_the_gateway_breaker_opens_and_later_sms_wait_without_spending_attempts(
             done = runner.run(j["id"])
             assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
     finally:
-        providers.use_settings(None)
+        messages.use_settings(None)
     recs = sandbox.records("sms")
     assert len(recs) == 3 and all(r["refused"] and r["answered"] == 503 for r in recs)
     with connect(db_url) as c:

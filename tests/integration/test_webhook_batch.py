@@ -6,12 +6,13 @@ from __future__ import annotations
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import auth, db, queue, retry, webhooks
+from opsboard import auth, db, queue, retry
+from opsboard.deliveries import webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, provider_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 from worker.context import JobContext
-from worker.handlers import delivery
+from worker.handlers import deliveries
 
 
 def _ctx(row, pool, worker="w1"):
@@ -38,7 +39,7 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
                   "VALUES (%s, %s, 'open', now() + interval '1 hour')", (f"endpoint:{eps[3]['id']}", t))
         rows = queue.claim_batch(c, "default", "w1", 100, 60)
         assert len(rows) == 4
-        delivery.webhook_prepare(c, "w1", rows)
+        deliveries.webhook_prepare(c, "w1", rows)
         by_ep = {r["payload"]["endpoint_id"]: r for r in rows}
         prepared = [by_ep[str(e["id"])] for e in eps[:2]]
         assert all(r.get("prepared") for r in prepared)
@@ -54,16 +55,16 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
     try:
         for row in prepared:
             ctx = _ctx(row, pool)
-            outcome = delivery.webhook_deliver(ctx)
+            outcome = deliveries.webhook_deliver(ctx)
             assert isinstance(outcome, retry.Success) and ctx.has_effects
             with pool.connection() as c:
                 queue.record_outcomes(c, "w1", [queue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
                                                                     row["started_at"], has_effects=True)])
         # The unprepared ones take the handler's own path: disabled -> permanent, open breaker -> snooze.
-        outcome = delivery.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool))
+        outcome = deliveries.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool))
         assert isinstance(outcome, retry.Permanent) and outcome.code == "endpoint_disabled"
         try:
-            delivery.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool))
+            deliveries.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool))
             raise AssertionError("an open breaker must snooze")
         except retry.Snooze as s:
             assert s.code == "circuit_open"
@@ -90,9 +91,9 @@ def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox
         rows = queue.claim_batch(c, "default", "w1", 100, 60)
         assert len(rows) == 3
         # A worker that does not hold them begins nothing.
-        delivery.webhook_prepare(c, "someone-else", rows)
+        deliveries.webhook_prepare(c, "someone-else", rows)
         assert not any(r.get("prepared") for r in rows) and _effects(c) == {}
-        delivery.webhook_prepare(c, "w1", rows)
+        deliveries.webhook_prepare(c, "w1", rows)
         same = [r for r in rows if r["payload"]["event_id"] == str(ev)]
         assert sum(1 for r in same if r.get("prepared")) == 1      # the second one begins on its own
         assert len(_effects(c)) == 2

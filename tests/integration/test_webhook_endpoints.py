@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from opsboard import apikeys, audit, auth, webhooks
+from opsboard import apikeys, audit, auth
+from opsboard.deliveries import webhooks
 from tests.conftest import connect
 
 PUBLIC = "http://93.184.216.34/hooks/opsboard"   # a public address literal: no DNS needed

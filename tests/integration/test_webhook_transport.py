@@ -9,7 +9,7 @@ import pytest
 
 from opsboard import auth, queue
 from tests.conftest import connect
-import worker.handlers.delivery  # noqa: F401  (declares webhooks' effects resend-reconciled)
+import worker.handlers.deliveries  # noqa: F401  (declares webhooks' effects resend-reconciled)
 from worker.providers import http as http_provider
 
 ALLOW = (ipaddress.ip_network("127.0.0.1/32"),)

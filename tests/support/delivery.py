@@ -13,8 +13,9 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, jobtypes, providers, queue, retry
-from opsboard.providers import ProviderSettings
+from opsboard import db, jobtypes, queue, retry
+from opsboard.config import ProviderSettings
+from opsboard.deliveries import messages
 
 try:  # the worker's job context (worker/context.py once the runner is split)
     from worker.context import JobContext  # type: ignore
@@ -95,9 +96,9 @@ def runner(db_url):
 def provider_settings(sandbox):
     """Point the providers at the sandbox for this test."""
     s = sandbox_settings(sandbox)
-    providers.use_settings(s)
+    messages.use_settings(s)
     yield s
-    providers.use_settings(None)
+    messages.use_settings(None)
 
 
 def insert_event(conn, tenant_id, type_="order.paid", payload=None) -> uuid.UUID:

@@ -202,7 +202,7 @@ def test_bad_provider_values_name_the_variable(name, value, fragment):
 
 
 def test_provider_settings_are_part_of_the_config():
-    from opsboard.providers import generate_vapid_keys
+    from opsboard.deliveries.messages import generate_vapid_keys
     private, _ = generate_vapid_keys()
     c = Config.from_env(env(OPSBOARD_WEBHOOK_ALLOW="127.0.0.1, 10.0.0.0/8", OPSBOARD_SMTP_PORT="587",
                             OPSBOARD_SMTP_SECURITY="ssl", OPSBOARD_VAPID_PRIVATE_KEY=private,

@@ -7,9 +7,11 @@ from email.utils import formatdate
 
 import pytest
 
-from opsboard import retry, webhooks
+from opsboard import retry
+from opsboard.deliveries import webhooks
 from opsboard.config import ConfigError
-from opsboard.providers import InvalidRecipient, ProviderSettings, check_e164, render
+from opsboard.config import ProviderSettings
+from opsboard.deliveries.messages import InvalidRecipient, check_e164, render
 from worker.providers import http
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from opsboard import db, providers, queue, retry
+from opsboard import db, queue, retry
+from opsboard.deliveries import messages
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
 from opsboard.notifications import policy, render, templates
@@ -83,13 +84,13 @@ def deliver(job):
                 # email.send sends multipart/alternative: the text part is the tag-free body, the
                 # HTML part the rendered (autoescaped, RTL-wrapped for fa) body in a <html lang dir>.
                 title = render.email_text(subject)
-                out = providers.send_email(conn, d["tenant_id"], d["email"], "notice",
+                out = messages.send_email(conn, d["tenant_id"], d["email"], "notice",
                                            {"subject": title, "text": render.email_text(body),
                                             "html": render.email_document(title, body, locale)},
                                            idempotency_key=key)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
-                out = providers.send_sms(conn, d["tenant_id"], d["phone"] or "", "notice",
+                out = messages.send_sms(conn, d["tenant_id"], d["phone"] or "", "notice",
                                          {"subject": "", "text": body}, idempotency_key=key, otp=critical,
                                          expires_in=policy.CRITICAL_TTL.total_seconds())
                 ref = str(out["message"]["id"])
@@ -105,11 +106,11 @@ def deliver(job):
                     _mark(conn, d, "suppressed", reason="unreachable")
                     return None
                 for s in subs:
-                    providers.send_push(conn, d["tenant_id"], s["id"], str(d["notification_id"]), title=title[:80])
+                    messages.send_push(conn, d["tenant_id"], s["id"], str(d["notification_id"]), title=title[:80])
                 ref = f"{len(subs)} device(s)"
             else:
                 return retry.Permanent("invalid_channel")
-        except providers.InvalidPayload as exc:
+        except messages.InvalidPayload as exc:
             _mark(conn, d, "failed", error_code=exc.code if hasattr(exc, "code") else "invalid_recipient",
                   version=version, locale=locale)
             return retry.Permanent("invalid_recipient")
@@ -145,7 +146,7 @@ def sms_status(job):
     if msg["status"] != "sent":
         return retry.Retryable("sms_not_sent_yet")
     try:
-        found = sms_provider.lookup(providers.settings(), str(msg["id"]))
+        found = sms_provider.lookup(messages.settings(), str(msg["id"]))
     except sms_provider.StatusUnavailable as exc:
         return retry.Retryable(str(exc))
     status = (found or {}).get("status")

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from opsboard import retry, ssrf
-from opsboard.ssrf import Refused  # noqa: F401  (raised by request)
+from opsboard import retry
+from opsboard.deliveries import targets
+from opsboard.deliveries.targets import Refused  # noqa: F401  (raised by request)
 
 
 @dataclass
@@ -34,8 +35,8 @@ class Response:
     body: bytes
 
 
-_blocked = ssrf.blocked
-resolve_checked = ssrf.resolve_checked
+_blocked = targets.blocked
+resolve_checked = targets.resolve_checked
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
-from opsboard import retry, ssrf
-from opsboard.providers import ProviderSettings
+from opsboard import retry
+from opsboard.config import ProviderSettings
+from opsboard.deliveries import targets
 
 from . import http
 
@@ -24,10 +25,10 @@ from . import http
 def check_endpoint(url: str, allow=()) -> retry.Outcome | None:
     """None when the endpoint may be called; else the outcome (refused: permanent; DNS failing: retryable)."""
     try:
-        ssrf.check_url(url, allow, resolve=False)   # scheme, host, address literals
+        targets.check_url(url, allow, resolve=False)   # scheme, host, address literals
         parts = urlsplit(url)
-        ssrf.resolve_checked(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
-    except ssrf.Refused as exc:
+        targets.resolve_checked(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
+    except targets.Refused as exc:
         return retry.Permanent("push_target_refused", detail=str(exc))
     except (OSError, ValueError):
         return retry.Retryable("push_dns")

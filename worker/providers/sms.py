@@ -18,7 +18,7 @@ import json
 from urllib.parse import quote
 
 from opsboard import retry
-from opsboard.providers import ProviderSettings
+from opsboard.config import ProviderSettings
 
 from . import http
 

@@ -15,7 +15,7 @@ from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 
 from opsboard import retry
-from opsboard.providers import ProviderSettings
+from opsboard.config import ProviderSettings
 
 _QUEUED = re.compile(rb"queued as ([A-Za-z0-9._-]+)", re.I)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from opsboard import retry, webhooks
-from opsboard.providers import ProviderSettings
+from opsboard import retry
+from opsboard.config import ProviderSettings
+from opsboard.deliveries import webhooks
 
 from . import http
 

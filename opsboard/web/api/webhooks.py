@@ -1,6 +1,6 @@
 """/api/v1/webhooks: the key's tenant manages its webhook endpoints (the
 dashboard's Webhooks page over the API).  Every change is audited
-(opsboard.webhooks -> opsboard.audit.operator_action) with the API key as the
+(opsboard.deliveries.webhooks -> opsboard.audit.operator_action) with the API key as the
 actor; ``Idempotency-Key`` makes a change safe to repeat; a signing secret is
 in the answer once, when it is made (create, rotate-secret)."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ from datetime import datetime
 
 from flask import jsonify, request
 
-from ... import audit, webhooks
+from ... import audit
+from ...deliveries import webhooks
 from ...auth import TenantScope
 from ...errors import OpsError
 from ..context import get_config, get_db, request_id

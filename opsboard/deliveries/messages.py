@@ -1,21 +1,9 @@
-"""Deliveries to providers: settings, job types, message templates and enqueue helpers.
+"""Direct messages: SMS and email sends, Web Push subscriptions and pushes, built-in message texts.
 
-Job types (payloads are ids and options only; recipients, template
-parameters and secrets live in tables, see migrations/0009_providers.sql):
-
-=================  ==============================  ===========================================
-type               payload                         does
-=================  ==============================  ===========================================
-webhook.fanout     ``{event_id}``                  one ``webhook.deliver`` per enabled endpoint of
-                                                   the event's tenant subscribed to its type
-                                                   (idempotency key ``<event_id>:<endpoint_id>``)
-webhook.deliver    ``{endpoint_id, event_id}``     POST the signed event (Standard Webhooks)
-email.send         ``{message_id}``                SMTP; ``outbound_messages`` row, channel email
-sms.send           ``{message_id}``                SMS gateway; row of channel sms
-sms.otp            ``{message_id}``                same, on the ``critical`` queue, expiring
-push.send          ``{subscription_id,             Web Push to one subscription; the payload is
-                   notification_id, title?}``      the notification id and a generic title only
-=================  ==============================  ===========================================
+Each ``send_*`` records what is sent (``outbound_messages``, ``push_subscriptions``)
+and enqueues its job (:mod:`opsboard.deliveries`) in the caller's transaction;
+recipients are checked here (E.164 numbers, email addresses, push endpoints
+through :mod:`opsboard.deliveries.targets`), and the errors never repeat them.
 
 Settings are :class:`opsboard.config.ProviderSettings`, part of the
 :class:`~opsboard.config.Config` (``config.providers``), parsed and validated
@@ -31,11 +19,12 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import catalogue as _catalogue
-from . import db, queue, ssrf
-from .config import Config, ConfigError, ProviderSettings  # noqa: F401  (re-exported)
-from .jobtypes import Field, InvalidPayload, define, define_provider
-from .schema import new_id
+from .. import catalogue as _catalogue
+from .. import db, queue
+from ..config import Config, ProviderSettings
+from ..jobtypes import InvalidPayload
+from ..schema import new_id
+from . import targets
 
 # ---------------------------------------------------------------- settings
 
@@ -68,49 +57,6 @@ def generate_vapid_keys() -> tuple[str, str]:
     pub = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
     return enc(raw), enc(pub)
-
-
-# ---------------------------------------------------------------- providers and limits
-
-# Standard Webhooks' example schedule: at once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
-WEBHOOK_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
-
-
-def register(cat: _catalogue.Catalogue) -> None:
-    """The delivery providers with their limits, the delivery job types and the built-in message texts."""
-    # Per-provider limits across all workers (token buckets in rate_limits; see README).
-    define_provider(cat, "smtp", concurrency=8, rate_per_second=50, burst=100)
-    define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
-    define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
-    define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
-    define(cat, "webhook.fanout", handler="worker.handlers.delivery:webhook_fanout", fields={"event_id": Field(str)},
-           max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
-           description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
-    # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started
-    # delivery is reconciled by sending again with the same webhook-id (relaxed_effects).
-    define(cat, "webhook.deliver", handler="worker.handlers.delivery:webhook_deliver",
-           prepare_batch="worker.handlers.delivery:webhook_prepare", relaxed_effects=True,
-           fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
-           max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
-           description="POST one event to one endpoint, signed per Standard Webhooks.")
-    define(cat, "email.send", handler="worker.handlers.delivery:email_send", fields={"message_id": Field(str)},
-           provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
-           description="Send one outbound_messages email over SMTP.")
-    define(cat, "sms.send", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
-           provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
-           description="Send one outbound_messages SMS through the HTTP gateway.")
-    define(cat, "sms.otp", handler="worker.handlers.delivery:sms_send", fields={"message_id": Field(str)},
-           provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
-           backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
-    define(cat, "push.send", handler="worker.handlers.delivery:push_send",
-           fields={"subscription_id": Field(str), "notification_id": Field(str),
-                   "title": Field(str, required=False, max_length=80)},
-           provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
-           description="One Web Push message: the notification id and a generic title, nothing sensitive.")
-
-    for (name, version), texts in BUILT_IN_TEMPLATES.items():
-        cat.message_templates[(name, version)] = texts
-    cat.changed()
 
 
 # ---------------------------------------------------------------- templates
@@ -205,9 +151,9 @@ def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, 
     except (KeyError, TypeError):
         raise InvalidPayload("a push subscription needs endpoint and keys.p256dh, keys.auth") from None
     try:
-        ssrf.check_url(endpoint if isinstance(endpoint, str) else "",
+        targets.check_url(endpoint if isinstance(endpoint, str) else "",
                        settings().webhook_allow if allow is None else allow, resolve=False)
-    except ssrf.Refused as exc:
+    except targets.Refused as exc:
         raise InvalidRecipient(f"the push endpoint is refused: {exc}") from None
     return db.one(conn, "push_subscription_upsert", {
         "id": new_id(), "tenant_id": queue._tenant_id(tenant), "user_ref": user_ref, "endpoint": endpoint,

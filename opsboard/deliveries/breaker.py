@@ -19,8 +19,9 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from . import db, providers
-from .providers import ProviderSettings
+from .. import db
+from ..config import ProviderSettings
+from . import messages
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def admit(conn: psycopg.Connection, name: str, *, now: datetime | None = None, p
 def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = None, tenant_id=None,
            now: datetime | None = None, config: ProviderSettings | None = None) -> dict | None:
     """Count one call's outcome; open the breaker when a threshold is crossed.  Returns the row."""
-    cfg = config or providers.settings()
+    cfg = config or messages.settings()
     if ok:
         return db.one(conn, "breaker_success", {"name": name, "now": now, "window": cfg.breaker_window})
     row = db.one(conn, "breaker_failure", {"name": name, "tenant_id": tenant_id, "code": code, "now": now,

@@ -12,7 +12,7 @@ on every attempt: ``{"type", "timestamp", "data"}`` serialised with sorted keys.
 
 Receivers verify with :func:`verify` (or any Standard Webhooks library)::
 
-    from opsboard.webhooks import verify, WebhookVerificationError
+    from opsboard.deliveries.webhooks import verify, WebhookVerificationError
     try:
         event = verify(["whsec_..."], request.headers, request.get_data())
     except WebhookVerificationError:
@@ -33,14 +33,18 @@ from typing import Iterable, Mapping
 
 import psycopg
 
-from . import audit, db, queue, ssrf
-from .auth import TenantScope
-from .errors import OpsError
-from .schema import new_id
+from .. import audit, db, queue
+from ..auth import TenantScope
+from ..errors import OpsError
+from ..schema import new_id
+from . import targets
 
 #: Accepted clock difference between sender and receiver (seconds).
 TOLERANCE = 5 * 60
 SECRET_PREFIX = "whsec_"
+#: Seconds before each attempt of a delivery: Standard Webhooks' example schedule (at once,
+#: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h), jittered; a longer Retry-After wins.
+WEBHOOK_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
 
 class WebhookVerificationError(Exception):
@@ -185,8 +189,6 @@ def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: s
     """
     from psycopg.types.json import Jsonb
 
-    from . import audit
-
     with conn.transaction():
         row = db.one(conn, "webhook_endpoint_disable", {"id": endpoint_id, "tenant_id": tenant_id,
                                                         "reason": reason, "now": now})
@@ -230,8 +232,8 @@ def check_target(url: str, allow=()) -> str:
             or any(c.isspace() or not c.isprintable() for c in url)):
         raise OpsError("the URL must be http(s)://host/... (at most 2000 characters, no spaces)", "invalid_url")
     try:
-        ssrf.check_url(url, allow)
-    except ssrf.Refused as exc:
+        targets.check_url(url, allow)
+    except targets.Refused as exc:
         raise OpsError("this URL cannot receive webhooks: %(why)s", "target_refused", status=422,
                        params={"why": str(exc)}) from None
     return url

@@ -17,8 +17,10 @@ from __future__ import annotations
 import random
 import uuid
 
-from opsboard import breaker, db, providers, queue, retry, webhooks
-from opsboard.providers import WEBHOOK_SCHEDULE, render
+from opsboard import db, queue, retry
+from opsboard.deliveries import breaker, messages, webhooks
+from opsboard.deliveries.messages import render
+from opsboard.deliveries.webhooks import WEBHOOK_SCHEDULE
 from worker.providers import push as push_provider
 from worker.providers import sms as sms_provider
 from worker.providers import smtp as smtp_provider
@@ -36,7 +38,7 @@ def _uuid(value, field: str) -> uuid.UUID:
 def _gate(job, name: str, tenant_id=None):
     """Snooze while the breaker is open (raises the Snooze outcome)."""
     with job.connection() as conn:
-        adm = breaker.admit(conn, name, probe_lease=max(10.0, providers.settings().webhook_timeout * 2))
+        adm = breaker.admit(conn, name, probe_lease=max(10.0, messages.settings().webhook_timeout * 2))
     if not adm.allowed:
         raise retry.Snooze(until=adm.retry_at, code="circuit_open")
     return adm
@@ -111,7 +113,7 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
 
 
 def webhook_deliver(job):
-    cfg = providers.settings()
+    cfg = messages.settings()
     endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
     event_id = _uuid(job.payload["event_id"], "event_id")
     name = f"endpoint:{endpoint_id}"
@@ -171,7 +173,7 @@ def webhook_deliver(job):
 
 
 def sms_send(job):
-    cfg = providers.settings()
+    cfg = messages.settings()
     message_id = _uuid(job.payload["message_id"], "message_id")
     with job.connection() as conn:
         msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
@@ -221,7 +223,7 @@ def _sms_sent(job, msg, ref):
 
 
 def email_send(job):
-    cfg = providers.settings()
+    cfg = messages.settings()
     message_id = _uuid(job.payload["message_id"], "message_id")
     with job.connection() as conn:
         msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
@@ -261,7 +263,7 @@ def email_send(job):
 
 
 def push_send(job):
-    cfg = providers.settings()
+    cfg = messages.settings()
     sub_id = _uuid(job.payload["subscription_id"], "subscription_id")
     with job.connection() as conn:
         sub = db.one(conn, "push_subscription_get", {"id": sub_id, "tenant_id": job.tenant_id})

@@ -1,6 +1,7 @@
-"""The SSRF guard: outbound URLs (webhook endpoints, Web Push endpoints) must
-not reach private, loopback, link-local, multicast or reserved addresses,
-also through a DNS name, unless allow-listed (``OPSBOARD_WEBHOOK_ALLOW``).
+"""Which delivery targets may be reached (the SSRF guard): outbound URLs (webhook
+endpoints, Web Push endpoints) must not reach private, loopback, link-local,
+multicast or reserved addresses, also through a DNS name, unless allow-listed
+(``OPSBOARD_WEBHOOK_ALLOW``, ``Config.providers.webhook_allow``).
 
 Checked when an endpoint is registered (a clear refusal for its owner) and
 again on every delivery, where the connection is pinned to the address that

@@ -1,0 +1,94 @@
+"""Deliveries: webhooks, email, SMS and Web Push to the external providers, with their limits.
+
+The feature in one place:
+
+=======================================  =================================================================
+where                                    what
+=======================================  =================================================================
+``opsboard/deliveries/__init__.py``      :func:`register`: the providers with their limits, the job types
+                                         below, the built-in message texts
+``opsboard/deliveries/messages.py``      ``send_sms`` / ``send_email`` / ``send_push``, push subscriptions,
+                                         built-in message texts and :func:`~.messages.render`, recipient
+                                         checks, VAPID keys
+``opsboard/deliveries/webhooks.py``      endpoints, Standard Webhooks signing and ``verify()``, fan-out,
+                                         disabling + alert, audited management (``manage_*``)
+``opsboard/deliveries/breaker.py``       circuit breakers in PostgreSQL (``admit`` / ``record``), the
+                                         deliveries page's data
+``opsboard/deliveries/targets.py``       which webhook and Web Push targets may be reached (the SSRF
+                                         guard: address checks, DNS resolution)
+``opsboard/sql/deliveries.sql``          the feature's named queries (endpoints, messages, push
+                                         subscriptions, breakers)
+``worker/handlers/deliveries.py``        the handlers of the job types below (thin: load, gate, send)
+``worker/providers/``                    the worker's clients of the providers: ``http`` (bounded client,
+                                         pinned target check), ``webhook``, ``smtp``, ``sms``, ``push``;
+                                         each returns a classified outcome
+``opsboard/web/deliveries.py``,          the deliveries page (breakers), the webhook endpoint pages and
+``opsboard/web/webhooks.py``,            the ``/api/v1/webhooks`` API
+``opsboard/web/api/webhooks.py``
+=======================================  =================================================================
+
+"Provider" names one thing: an external service the platform sends through, with
+limits shared by every worker (:class:`opsboard.jobtypes.Provider`: ``smtp``,
+``sms_gateway``, ``webpush``, ``webhooks``); its settings are
+:class:`opsboard.config.ProviderSettings` (``Config.providers``), which the worker
+hands each handler in its job context.
+
+Job types (payloads are ids and options only; recipients, template parameters
+and secrets live in tables, see migrations/0009_providers.sql):
+
+=================  ==============================  ===========================================
+type               payload                         does
+=================  ==============================  ===========================================
+webhook.fanout     ``{event_id}``                  one ``webhook.deliver`` per enabled endpoint of
+                                                   the event's tenant subscribed to its type
+                                                   (idempotency key ``<event_id>:<endpoint_id>``)
+webhook.deliver    ``{endpoint_id, event_id}``     POST the signed event (Standard Webhooks)
+email.send         ``{message_id}``                SMTP; ``outbound_messages`` row, channel email
+sms.send           ``{message_id}``                SMS gateway; row of channel sms
+sms.otp            ``{message_id}``                same, on the ``critical`` queue, expiring
+push.send          ``{subscription_id,             Web Push to one subscription; the payload is
+                   notification_id, title?}``      the notification id and a generic title only
+=================  ==============================  ===========================================
+"""
+from __future__ import annotations
+
+from .. import catalogue as _catalogue
+from ..jobtypes import Field, define, define_provider
+from .messages import BUILT_IN_TEMPLATES
+from .webhooks import WEBHOOK_SCHEDULE
+
+def register(cat: _catalogue.Catalogue) -> None:
+    """The delivery providers with their limits, the delivery job types and the built-in message texts."""
+    # Per-provider limits across all workers (token buckets in rate_limits; see README).
+    define_provider(cat, "smtp", concurrency=8, rate_per_second=50, burst=100)
+    define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
+    define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
+    define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
+    define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(str)},
+           max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
+           description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
+    # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started
+    # delivery is reconciled by sending again with the same webhook-id (relaxed_effects).
+    define(cat, "webhook.deliver", handler="worker.handlers.deliveries:webhook_deliver",
+           prepare_batch="worker.handlers.deliveries:webhook_prepare", relaxed_effects=True,
+           fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
+           max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
+           description="POST one event to one endpoint, signed per Standard Webhooks.")
+    define(cat, "email.send", handler="worker.handlers.deliveries:email_send", fields={"message_id": Field(str)},
+           provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
+           description="Send one outbound_messages email over SMTP.")
+    define(cat, "sms.send", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(str)},
+           provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
+           description="Send one outbound_messages SMS through the HTTP gateway.")
+    define(cat, "sms.otp", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(str)},
+           provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
+           backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
+    define(cat, "push.send", handler="worker.handlers.deliveries:push_send",
+           fields={"subscription_id": Field(str), "notification_id": Field(str),
+                   "title": Field(str, required=False, max_length=80)},
+           provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
+           description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+
+    for (name, version), texts in BUILT_IN_TEMPLATES.items():
+        cat.message_templates[(name, version)] = texts
+    cat.changed()
