@@ -65,8 +65,9 @@ class ProviderSettings:
     """Deliveries to providers (SMTP, SMS gateway, Web Push, webhooks) and their circuit breakers.
 
     Part of :class:`Config` (``config.providers``), parsed and validated with
-    the rest by :meth:`Config.from_env`; the worker's handlers read it through
-    :func:`opsboard.providers.settings`.
+    the rest by :meth:`Config.from_env`; the worker hands it to each handler in
+    the job context (``JobContext.settings``), the web app passes what a core
+    function needs of it (the allow-list) as an argument.
     """
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 25

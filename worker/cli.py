@@ -32,14 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Config, args: argparse.Namespace) -> int:
     """Run a worker with ``config`` and the options of :func:`add_arguments` until SIGTERM."""
-    from opsboard.deliveries import messages
     from opsboard.db import resolve_url
     from opsboard.features import build_catalogue
 
     from .executor import resolve_handlers
     from .runner import Worker
 
-    messages.use_settings(config.providers)  # the handlers read the settings parsed here, once
     catalogue = build_catalogue(config)
     resolve_handlers(catalogue.job_types.values())  # a handler that points nowhere: one line, status 2
 

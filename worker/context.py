@@ -6,6 +6,10 @@ in a slow query cannot starve the worker.  Each running job may hold at most
 :data:`HANDLER_CONNECTIONS_PER_SLOT` connections at a time; each carries a
 ``statement_timeout`` no longer than what is left of the job's timeout, and
 the keeper cancels a timed-out handler's running query.
+
+Settings reach a handler here too (``job.settings``: the worker's
+:class:`~opsboard.config.ProviderSettings`, parsed once with its
+:class:`~opsboard.config.Config`), never through a process-wide global.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from opsboard import db, queue
+from opsboard.config import ProviderSettings
 
 #: Connections one running job may hold at the same time.
 HANDLER_CONNECTIONS_PER_SLOT = 2
@@ -59,6 +64,9 @@ class JobContext:
     prepared: Any = None
     #: ``time.monotonic()`` by which the handler must be done (its timeout); 0 for none.
     deadline: float = 0.0
+    #: The worker's provider settings (``Config.providers``): SMTP, SMS gateway, Web Push,
+    #: webhooks, breakers.  Set by the executor; None only where no worker built the context.
+    settings: ProviderSettings | None = None
     _n_held: int = field(default=0, repr=False)
     _conns: list = field(default_factory=list, repr=False)
     _held_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -211,7 +211,7 @@ class Executor:
                 max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                 group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
                 expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline,
-                prepared=row.pop("prepared", None))
+                prepared=row.pop("prepared", None), settings=w.config.providers)
             with w.running_lock:
                 w.running[row["id"]] = r
             if w.running_file is not None:

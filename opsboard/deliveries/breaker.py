@@ -21,7 +21,6 @@ import psycopg
 
 from .. import db
 from ..config import ProviderSettings
-from . import messages
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,10 @@ def admit(conn: psycopg.Connection, name: str, *, now: datetime | None = None, p
 
 
 def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = None, tenant_id=None,
-           now: datetime | None = None, config: ProviderSettings | None = None) -> dict | None:
-    """Count one call's outcome; open the breaker when a threshold is crossed.  Returns the row."""
-    cfg = config or messages.settings()
+           config: ProviderSettings, now: datetime | None = None) -> dict | None:
+    """Count one call's outcome; open the breaker when a threshold is crossed (``config``: the caller's
+    provider settings, its thresholds and cool-downs).  Returns the row."""
+    cfg = config
     if ok:
         return db.one(conn, "breaker_success", {"name": name, "now": now, "window": cfg.breaker_window})
     row = db.one(conn, "breaker_failure", {"name": name, "tenant_id": tenant_id, "code": code, "now": now,

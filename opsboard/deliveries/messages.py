@@ -5,10 +5,8 @@ and enqueues its job (:mod:`opsboard.deliveries`) in the caller's transaction;
 recipients are checked here (E.164 numbers, email addresses, push endpoints
 through :mod:`opsboard.deliveries.targets`), and the errors never repeat them.
 
-Settings are :class:`opsboard.config.ProviderSettings`, part of the
-:class:`~opsboard.config.Config` (``config.providers``), parsed and validated
-once by ``Config.from_env`` (a bad value stops the CLI with exit status 2);
-handlers read them through :func:`settings`.
+Nothing here reads settings: what needs one takes it from its caller (the
+push endpoint allow-list from the web app's or the worker's ``Config``).
 """
 from __future__ import annotations
 
@@ -21,30 +19,11 @@ from psycopg.types.json import Jsonb
 
 from .. import catalogue as _catalogue
 from .. import db, queue
-from ..config import Config, ProviderSettings
 from ..jobtypes import InvalidPayload
 from ..schema import new_id
 from . import targets
 
-# ---------------------------------------------------------------- settings
-
-
-_current: ProviderSettings | None = None
-
-
-def settings() -> ProviderSettings:
-    """The process's provider settings: ``Config.from_env().providers`` (parsed once, with the rest of the
-    configuration, which the CLI validated at start), or what :func:`use_settings` set."""
-    global _current
-    if _current is None:
-        _current = Config.from_env().providers
-    return _current
-
-
-def use_settings(value: ProviderSettings | None) -> None:
-    """Replace the process's settings (tests, the demo); None: read the environment again."""
-    global _current
-    _current = value
+# ---------------------------------------------------------------- keys
 
 
 def generate_vapid_keys() -> tuple[str, str]:
@@ -138,12 +117,13 @@ def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params:
 
 
 def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, user_ref: str | None = None, *,
-                          allow=None) -> dict:
+                          allow=()) -> dict:
     """Store a browser's PushSubscription (``{endpoint, keys: {p256dh, auth}}``); re-adding revives it.
 
     The endpoint must be an http(s) URL whose host is not a private, loopback or
-    link-local address literal (unless in ``allow``, default the configured
-    ``OPSBOARD_WEBHOOK_ALLOW``); names are resolved and checked at each send.
+    link-local address literal unless in ``allow`` (networks: the caller passes its
+    configuration's ``providers.webhook_allow``, ``OPSBOARD_WEBHOOK_ALLOW``; default
+    none); names are resolved and checked at each send.
     """
     try:
         endpoint, keys = subscription["endpoint"], subscription["keys"]
@@ -151,8 +131,7 @@ def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, 
     except (KeyError, TypeError):
         raise InvalidPayload("a push subscription needs endpoint and keys.p256dh, keys.auth") from None
     try:
-        targets.check_url(endpoint if isinstance(endpoint, str) else "",
-                       settings().webhook_allow if allow is None else allow, resolve=False)
+        targets.check_url(endpoint if isinstance(endpoint, str) else "", allow, resolve=False)
     except targets.Refused as exc:
         raise InvalidRecipient(f"the push endpoint is refused: {exc}") from None
     return db.one(conn, "push_subscription_upsert", {

@@ -13,20 +13,24 @@ from ..deliveries import messages
 from ..errors import OpsError
 
 
-def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict) -> dict:
-    """Store a browser's PushSubscription for the user; returns the row."""
+def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict, *, allow=()) -> dict:
+    """Store a browser's PushSubscription for the user; returns the row.
+
+    ``allow``: networks a push endpoint may be in although private (the caller's
+    ``Config.providers.webhook_allow``).
+    """
     try:
-        return messages.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id))
+        return messages.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id), allow=allow)
     except messages.InvalidPayload as exc:
         raise OpsError(str(exc), "invalid_subscription") from None
 
 
-def register_for_user(conn: psycopg.Connection, user_id, subscription: dict) -> dict:
+def register_for_user(conn: psycopg.Connection, user_id, subscription: dict, *, allow=()) -> dict:
     """Register in the user's first active tenant (``no_membership`` when there is none)."""
     tenants = db.all_rows(conn, "user_tenants", {"user_id": user_id})
     if not tenants:
         raise OpsError("you are not an active member of any tenant", "no_membership", status=403)
-    return register(conn, tenants[0]["tenant_id"], user_id, subscription)
+    return register(conn, tenants[0]["tenant_id"], user_id, subscription, allow=allow)
 
 
 def unregister(conn: psycopg.Connection, user_id, subscription_id) -> dict:

@@ -26,10 +26,10 @@ def start(url: str, tenants: dict, creds: dict, host: str = "127.0.0.1") -> tupl
     env = {"OPSBOARD_SMTP_HOST": host, "OPSBOARD_SMTP_PORT": str(sb.smtp_port), "OPSBOARD_SMTP_FROM": "demo@opsboard.demo",
            "OPSBOARD_SMS_URL": f"{sb.url}/sms", "OPSBOARD_SMS_KEY": sb.sms_key, "OPSBOARD_WEBHOOK_ALLOW": host,
            "OPSBOARD_VAPID_PRIVATE_KEY": creds["vapid_private_key"], "OPSBOARD_BREAKER_COOLDOWN": "15"}
-    # This process seeds endpoints and subscriptions pointing at the sandbox on
-    # loopback: it uses the same provider settings (allow-list) as the workers.
+    # This process seeds subscriptions pointing at the sandbox on loopback: it
+    # allows what the workers' settings (the env above) allow.
     from ..config import ProviderSettings
-    messages.use_settings(ProviderSettings.from_env(env))
+    allow = ProviderSettings.from_env(env).webhook_allow
     state = {"subscriptions": {}}
     with connect(url) as conn:
         # Endpoints from an earlier demo run point at an old sandbox port: disable them.
@@ -41,7 +41,8 @@ def start(url: str, tenants: dict, creds: dict, host: str = "127.0.0.1") -> tupl
             for n in range(1, 5):
                 webhooks.create_endpoint(conn, tid, f"{sb.url}/hooks/{slug}-{n}",
                                          ["*"] if n != 4 else ["order.refunded"], description=f"{slug} receiver {n}")
-            sub = messages.add_push_subscription(conn, tid, sb.new_push_subscription(), user_ref=f"{slug}-user")
+            sub = messages.add_push_subscription(conn, tid, sb.new_push_subscription(), user_ref=f"{slug}-user",
+                                                 allow=allow)
             state["subscriptions"][slug] = sub["id"]
     return sb, env, state
 

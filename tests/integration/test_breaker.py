@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from opsboard import auth
 from opsboard.config import ProviderSettings
-from opsboard.deliveries import breaker, messages, webhooks
+from opsboard.deliveries import breaker, webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -61,33 +61,30 @@ def test_a_healthy_breaker_is_not_written_per_call(conn, t0):
 
 
 def test_open_breaker_snoozes_jobs_without_spending_attempts(db_url, sandbox, runner):
-    messages.use_settings(sandbox_settings(sandbox, breaker_failures=3, breaker_cooldown=30))
-    try:
-        with connect(db_url) as c:
-            t = auth.ensure_tenant(c, "acme")["id"]
-            ep = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/down")
-            first = webhooks.fanout(c, insert_event(c, t))[0]
-            queued = [webhooks.fanout(c, insert_event(c, t))[0] for _ in range(5)]
-        sandbox.fault("/hooks/down", status=503)
-        for _ in range(3):
-            runner.make_due(first["id"])
-            assert runner.run(first["id"])["status"] == "retryable"
-        name = f"endpoint:{ep['id']}"
-        with connect(db_url) as c:
-            assert c.execute("SELECT state FROM circuit_breakers WHERE name = %s", (name,)).fetchone()["state"] == "open"
-        for j in queued:
-            done = runner.run(j["id"])
-            assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
-        assert len(sandbox.records("webhook")) == 3  # nothing was sent while open
-        # Cool-down over: one probe goes through; the receiver is back, so the breaker closes.
-        sandbox.clear_faults()
-        with connect(db_url) as c:
-            c.execute("UPDATE circuit_breakers SET open_until = now() - interval '1 second' WHERE name = %s", (name,))
-        runner.make_due(queued[0]["id"])
-        assert runner.run(queued[0]["id"])["status"] == "succeeded"
-        with connect(db_url) as c:
-            assert c.execute("SELECT state FROM circuit_breakers WHERE name = %s", (name,)).fetchone()["state"] == "closed"
-        runner.make_due(queued[1]["id"])
-        assert runner.run(queued[1]["id"])["status"] == "succeeded"
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, breaker_failures=3, breaker_cooldown=30)
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        ep = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/down")
+        first = webhooks.fanout(c, insert_event(c, t))[0]
+        queued = [webhooks.fanout(c, insert_event(c, t))[0] for _ in range(5)]
+    sandbox.fault("/hooks/down", status=503)
+    for _ in range(3):
+        runner.make_due(first["id"])
+        assert runner.run(first["id"])["status"] == "retryable"
+    name = f"endpoint:{ep['id']}"
+    with connect(db_url) as c:
+        assert c.execute("SELECT state FROM circuit_breakers WHERE name = %s", (name,)).fetchone()["state"] == "open"
+    for j in queued:
+        done = runner.run(j["id"])
+        assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
+    assert len(sandbox.records("webhook")) == 3  # nothing was sent while open
+    # Cool-down over: one probe goes through; the receiver is back, so the breaker closes.
+    sandbox.clear_faults()
+    with connect(db_url) as c:
+        c.execute("UPDATE circuit_breakers SET open_until = now() - interval '1 second' WHERE name = %s", (name,))
+    runner.make_due(queued[0]["id"])
+    assert runner.run(queued[0]["id"])["status"] == "succeeded"
+    with connect(db_url) as c:
+        assert c.execute("SELECT state FROM circuit_breakers WHERE name = %s", (name,)).fetchone()["state"] == "closed"
+    runner.make_due(queued[1]["id"])
+    assert runner.run(queued[1]["id"])["status"] == "succeeded"

@@ -1,6 +1,7 @@
 """Email over SMTP and Web Push against the sandbox."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -33,12 +34,9 @@ def test_email_is_sent_with_a_deterministic_message_id(db_url, sandbox, runner, 
 
 
 def test_email_credentials_are_used(db_url, sandbox, runner):
-    messages.use_settings(sandbox_settings(sandbox, smtp_user="mailer", smtp_password="s3cret"))
-    try:
-        sent = _email(db_url)
-        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, smtp_user="mailer", smtp_password="s3cret")
+    sent = _email(db_url)
+    assert runner.run(sent["job"]["id"])["status"] == "succeeded"
     assert sandbox.records("email")[0]["user"] == "mailer"
 
 
@@ -57,23 +55,19 @@ def test_smtp_connection_refused_and_timeout_are_retryable(db_url, sandbox, runn
     s.bind(("127.0.0.1", 0))
     dead_port = s.getsockname()[1]
     s.close()
-    messages.use_settings(sandbox_settings(sandbox, smtp_port=dead_port))
-    try:
-        sent = _email(db_url)
-        done = runner.run(sent["job"]["id"])
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, smtp_port=dead_port)
+    sent = _email(db_url)
+    done = runner.run(sent["job"]["id"])
     assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_connect_refused")
     # A server that accepts the connection and never greets: bounded by the timeout.
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)
-    messages.use_settings(sandbox_settings(sandbox, smtp_port=silent.getsockname()[1], smtp_timeout=0.5))
+    runner.settings = sandbox_settings(sandbox, smtp_port=silent.getsockname()[1], smtp_timeout=0.5)
     try:
         runner.make_due(sent["job"]["id"])
         done = runner.run(sent["job"]["id"])
     finally:
-        messages.use_settings(None)
         silent.close()
     assert (done["status"], done["last_error_code"]) == ("retryable", "smtp_timeout")
 
@@ -87,17 +81,20 @@ def test_email_address_validated_at_enqueue(db_url):
 
 
 @pytest.fixture
-def push_settings(sandbox):
+def push_settings(request, sandbox):
+    """Settings with a VAPID key, in the test's ``runner`` (if it has one)."""
     private, _ = messages.generate_vapid_keys()
-    messages.use_settings(sandbox_settings(sandbox, vapid_private_key=private))
-    yield
-    messages.use_settings(None)
+    s = sandbox_settings(sandbox, vapid_private_key=private)
+    if "runner" in request.fixturenames:
+        request.getfixturevalue("runner").settings = s
+    return s
 
 
 def _push(db_url, sandbox, title="You have a new message"):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        sub = messages.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1")
+        sub = messages.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1",
+                                             allow=sandbox_settings(sandbox).webhook_allow)
         job = messages.send_push(c, t, sub["id"], "ntf-123", title)
     return t, sub, job
 
@@ -142,20 +139,19 @@ def test_starttls_with_credentials_and_certificate_verification(db_url, runner):
     from opsboard.tools.sandbox import Sandbox
     sb = Sandbox("127.0.0.1", 0, 0, smtp_starttls=True).start()
     try:
-        messages.use_settings(sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
-                                                smtp_password="s3cret", smtp_ca_file=sb.smtp_ca_file))
+        runner.settings = sandbox_settings(sb, smtp_security="starttls", smtp_user="mailer",
+                                            smtp_password="s3cret", smtp_ca_file=sb.smtp_ca_file)
         sent = _email(db_url)
         assert runner.run(sent["job"]["id"])["status"] == "succeeded"
         (rec,) = sb.records("email")
         assert rec["tls"] and rec["user"] == "mailer"
         # An untrusted certificate is refused, never sent in clear.
-        messages.use_settings(sandbox_settings(sb, smtp_security="starttls"))
+        runner.settings = sandbox_settings(sb, smtp_security="starttls")
         other = _email(db_url, to="bo@example.test")
         done = runner.run(other["job"]["id"])
         assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
         assert len(sb.records("email")) == 1
     finally:
-        messages.use_settings(None)
         sb.stop()
 
 
@@ -174,25 +170,24 @@ def test_implicit_tls_smtp_verifies_the_certificate(db_url, runner):
     from opsboard.tools.sandbox import Sandbox
     sb = Sandbox("127.0.0.1", 0, 0, smtp_ssl=True).start()
     try:
-        messages.use_settings(sandbox_settings(sb, smtp_security="ssl", smtp_user="mailer", smtp_password="s3cret",
-                                                smtp_ca_file=sb.smtp_ca_file))
+        runner.settings = sandbox_settings(sb, smtp_security="ssl", smtp_user="mailer", smtp_password="s3cret",
+                                            smtp_ca_file=sb.smtp_ca_file)
         sent = _email(db_url)
         assert runner.run(sent["job"]["id"])["status"] == "succeeded"
         (rec,) = sb.records("email")
         assert rec["tls"] and rec["user"] == "mailer"
         # Not trusting the certificate: refused, nothing sent.
-        messages.use_settings(sandbox_settings(sb, smtp_security="ssl"))
+        runner.settings = sandbox_settings(sb, smtp_security="ssl")
         other = _email(db_url, to="bo@example.test")
         done = runner.run(other["job"]["id"])
         assert (done["status"], done["last_error_code"]) == ("dead", "smtp_tls")
         assert len(sb.records("email")) == 1
         # Plain SMTP to an SMTPS port does not get a message through either.
-        messages.use_settings(sandbox_settings(sb, smtp_security="none", smtp_timeout=1.0))
+        runner.settings = sandbox_settings(sb, smtp_security="none", smtp_timeout=1.0)
         third = _email(db_url, to="cy@example.test")
         assert runner.run(third["job"]["id"])["status"] != "succeeded"
         assert len(sb.records("email")) == 1
     finally:
-        messages.use_settings(None)
         sb.stop()
 
 
@@ -209,7 +204,7 @@ def test_a_private_push_endpoint_is_refused_at_subscription(db_url, sandbox, pus
 
 def test_a_push_endpoint_no_longer_allowed_is_refused_at_send_and_deactivated(db_url, sandbox, runner, push_settings):
     t, sub, job = _push(db_url, sandbox)      # 127.0.0.1 is allow-listed when it is stored
-    messages.use_settings(messages.settings().__class__(**{**messages.settings().__dict__, "webhook_allow": ()}))
+    runner.settings = dataclasses.replace(runner.settings, webhook_allow=())
     done = runner.run(job["id"])
     assert (done["status"], done["last_error_code"]) == ("dead", "push_target_refused")
     assert sandbox.records("push") == []

@@ -9,7 +9,7 @@ from opsboard.notifications import fanout, policy, preferences
 from opsboard.outbox import EventField
 from tests.conftest import CATALOGUE, connect
 from tests.integration.test_email_push import push_settings  # noqa: F401
-from tests.support.delivery import provider_settings, runner  # noqa: F401
+from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 
 outbox.define_event(CATALOGUE, "test_receipt.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
@@ -25,7 +25,8 @@ def _fan_out(db_url, sandbox, phone, *, device=False):
         u = auth.create_user(c, f"m-{uuid.uuid4().hex[:6]}@example.test", "correct horse battery", "member", "acme")
         preferences.set_profile(c, u["id"], phone=phone)
         if device:
-            messages.add_push_subscription(c, tenant["id"], sandbox.new_push_subscription(), user_ref=str(u["id"]))
+            messages.add_push_subscription(c, tenant["id"], sandbox.new_push_subscription(), user_ref=str(u["id"]),
+                                           allow=sandbox_settings(sandbox).webhook_allow)
         with c.transaction():
             ev = outbox.publish(c, "test_receipt.sent", 1, aggregate=("notice", uuid.uuid4().hex),
                                 tenant=tenant["id"], payload={"user_ids": [str(u["id"])]})

@@ -65,19 +65,16 @@ def test_numbers_are_validated_at_enqueue_and_never_echoed(db_url, to):
     ({"kind": "timeout"}, "retryable", "sms_timeout"),
 ])
 def test_fault_classes(db_url, sandbox, runner, fault, status, code):
-    messages.use_settings(sandbox_settings(sandbox, sms_timeout=0.5))
-    try:
-        sent = _sms(db_url)
-        sandbox.fault("/sms/messages", **fault)
-        done = runner.run(sent["job"]["id"])
-        assert (done["status"], done["last_error_code"]) == (status, code)
-        if status == "retryable" and fault["kind"] == "status":  # refused: the retry sends it, once
-            sandbox.clear_faults()
-            runner.make_due(sent["job"]["id"])
-            assert runner.run(sent["job"]["id"])["status"] == "succeeded"
-            assert [r["refused"] for r in sandbox.records("sms")] == [True, False]
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, sms_timeout=0.5)
+    sent = _sms(db_url)
+    sandbox.fault("/sms/messages", **fault)
+    done = runner.run(sent["job"]["id"])
+    assert (done["status"], done["last_error_code"]) == (status, code)
+    if status == "retryable" and fault["kind"] == "status":  # refused: the retry sends it, once
+        sandbox.clear_faults()
+        runner.make_due(sent["job"]["id"])
+        assert runner.run(sent["job"]["id"])["status"] == "succeeded"
+        assert [r["refused"] for r in sandbox.records("sms")] == [True, False]
     with connect(db_url) as c:  # the number is in no error code or detail
         rows = c.execute("SELECT error_code, detail FROM job_attempts").fetchall()
     assert rows and all("9121234567" not in f"{r['error_code']} {r['detail']}" for r in rows)
@@ -111,17 +108,14 @@ def test_no_blind_resend_when_the_status_query_fails(db_url, sandbox, runner, pr
 
 
 def test_the_gateway_breaker_opens_and_later_sms_wait_without_spending_attempts(db_url, sandbox, runner):
-    messages.use_settings(sandbox_settings(sandbox, breaker_failures=3))
-    try:
-        jobs = [_sms(db_url)["job"] for _ in range(5)]
-        sandbox.fault("/sms/messages", status=503)
-        for j in jobs[:3]:
-            assert runner.run(j["id"])["status"] == "retryable"
-        for j in jobs[3:]:
-            done = runner.run(j["id"])
-            assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, breaker_failures=3)
+    jobs = [_sms(db_url)["job"] for _ in range(5)]
+    sandbox.fault("/sms/messages", status=503)
+    for j in jobs[:3]:
+        assert runner.run(j["id"])["status"] == "retryable"
+    for j in jobs[3:]:
+        done = runner.run(j["id"])
+        assert (done["status"], done["attempts"], done["last_error_code"]) == ("pending", 0, "circuit_open")
     recs = sandbox.records("sms")
     assert len(recs) == 3 and all(r["refused"] and r["answered"] == 503 for r in recs)
     with connect(db_url) as c:

@@ -15,12 +15,13 @@ from worker.context import JobContext
 from worker.handlers import deliveries
 
 
-def _ctx(row, pool, worker="w1"):
+def _ctx(row, pool, settings, worker="w1"):
     return JobContext(id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
                       queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
                       max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                       group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
-                      expires_at=row["expires_at"], worker_id=worker, pool=pool, prepared=row.pop("prepared", None))
+                      expires_at=row["expires_at"], worker_id=worker, pool=pool, prepared=row.pop("prepared", None),
+                      settings=settings)
 
 
 def _effects(c):
@@ -54,17 +55,17 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
                           kwargs={"autocommit": True, "row_factory": dict_row, "options": db.SESSION_OPTIONS})
     try:
         for row in prepared:
-            ctx = _ctx(row, pool)
+            ctx = _ctx(row, pool, provider_settings)
             outcome = deliveries.webhook_deliver(ctx)
             assert isinstance(outcome, retry.Success) and ctx.has_effects
             with pool.connection() as c:
                 queue.record_outcomes(c, "w1", [queue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
                                                                     row["started_at"], has_effects=True)])
         # The unprepared ones take the handler's own path: disabled -> permanent, open breaker -> snooze.
-        outcome = deliveries.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool))
+        outcome = deliveries.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool, provider_settings))
         assert isinstance(outcome, retry.Permanent) and outcome.code == "endpoint_disabled"
         try:
-            deliveries.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool))
+            deliveries.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool, provider_settings))
             raise AssertionError("an open breaker must snooze")
         except retry.Snooze as s:
             assert s.code == "circuit_open"

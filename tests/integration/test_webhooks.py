@@ -11,7 +11,7 @@ import pytest
 import standardwebhooks
 
 from opsboard import auth
-from opsboard.deliveries import messages, webhooks
+from opsboard.deliveries import webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -126,15 +126,12 @@ def test_fanout_job_enqueues_deliveries(db_url, sandbox, runner, provider_settin
     ({"kind": "timeout"}, "retryable", "http_timeout", 4),
 ])
 def test_fault_classification(db_url, sandbox, runner, fault, status, code, min_delay):
-    messages.use_settings(sandbox_settings(sandbox, webhook_timeout=0.5))
-    try:
-        t, (ep,), ev, (job,) = _setup(db_url, sandbox)
-        sandbox.fault("/hooks/a", **fault)
-        started = time.monotonic()
-        done = runner.run(job["id"])
-        assert time.monotonic() - started < 5  # timeouts are bounded
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, webhook_timeout=0.5)
+    t, (ep,), ev, (job,) = _setup(db_url, sandbox)
+    sandbox.fault("/hooks/a", **fault)
+    started = time.monotonic()
+    done = runner.run(job["id"])
+    assert time.monotonic() - started < 5  # timeouts are bounded
     assert (done["status"], done["last_error_code"]) == (status, code)
     if min_delay is not None:
         with connect(db_url) as c:
@@ -191,12 +188,9 @@ def test_ssrf_guard_refuses_private_targets(host):
 
 def test_ssrf_guard_allow_list_and_end_to_end(db_url, sandbox, runner):
     assert http_provider.resolve_checked("localhost", 80, (ipaddress.ip_network("127.0.0.0/8"),)) == "127.0.0.1"
-    messages.use_settings(sandbox_settings(sandbox, webhook_allow=()))
-    try:
-        t, (ep,), ev, (job,) = _setup(db_url, sandbox)
-        done = runner.run(job["id"])
-    finally:
-        messages.use_settings(None)
+    runner.settings = sandbox_settings(sandbox, webhook_allow=())
+    t, (ep,), ev, (job,) = _setup(db_url, sandbox)
+    done = runner.run(job["id"])
     assert (done["status"], done["last_error_code"]) == ("dead", "http_target_refused")
     assert sandbox.records("webhook") == []
 

@@ -2,6 +2,8 @@
 
 Delivery tests use it to drive handlers against the sandbox with a real
 database, without a worker subprocess; the acceptance tests use the real worker.
+Settings reach the handlers the way the worker hands them over: in the job
+context (``Runner.settings`` -> ``JobContext.settings``), never a global.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from psycopg_pool import ConnectionPool
 
 from opsboard import db, jobtypes, queue, retry
 from opsboard.config import ProviderSettings
-from opsboard.deliveries import messages
 
 try:  # the worker's job context (worker/context.py once the runner is split)
     from worker.context import JobContext  # type: ignore
@@ -30,7 +31,9 @@ def _resolve(path: str):
 
 
 class Runner:
-    def __init__(self, url: str):
+    def __init__(self, url: str, settings: ProviderSettings | None = None):
+        #: The provider settings put in every job context this runner builds (the worker's ``Config.providers``).
+        self.settings = settings if settings is not None else ProviderSettings()
         self.pool = ConnectionPool(url, min_size=1, max_size=4, open=True,
                                    kwargs={"autocommit": True, "row_factory": dict_row,
                                            "options": db.SESSION_OPTIONS})
@@ -53,7 +56,8 @@ class Runner:
                          queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
                          max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                          group_key=row["group_key"], correlation_id=row["correlation_id"],
-                         event_id=row["event_id"], expires_at=row["expires_at"], worker_id=worker, pool=self.pool)
+                         event_id=row["event_id"], expires_at=row["expires_at"], worker_id=worker, pool=self.pool,
+                         settings=self.settings)
         started = time.monotonic()
         try:
             outcome = retry.classify(_resolve(jt.handler)(ctx))
@@ -93,12 +97,12 @@ def runner(db_url):
 
 
 @pytest.fixture
-def provider_settings(sandbox):
-    """Point the providers at the sandbox for this test."""
+def provider_settings(request, sandbox):
+    """Settings pointing the providers at the sandbox, in the test's ``runner`` (if it has one)."""
     s = sandbox_settings(sandbox)
-    messages.use_settings(s)
-    yield s
-    messages.use_settings(None)
+    if "runner" in request.fixturenames:
+        request.getfixturevalue("runner").settings = s
+    return s
 
 
 def insert_event(conn, tenant_id, type_="order.paid", payload=None) -> uuid.UUID:

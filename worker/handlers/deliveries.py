@@ -1,4 +1,4 @@
-"""Delivery handlers: webhooks, email, SMS, Web Push.
+"""Delivery handlers: webhooks, email, SMS, Web Push (the job types of :mod:`opsboard.deliveries`).
 
 Each one: load what the payload references (tenant-scoped), ask the circuit
 breaker (open: snooze, no attempt spent), record the effect as started, call
@@ -11,6 +11,9 @@ ambiguous timeout) reconciles first:
 * webhook: resend with the same ``webhook-id`` (receivers dedupe on it);
 * email: resend with the same Message-ID (SMTP has no status query);
 * push: resend (the client dedupes by notification id; the payload is only ids).
+
+The provider settings (addresses, credentials, timeouts, breaker thresholds)
+are the worker's, handed to each job in its context: ``job.settings``.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import random
 import uuid
 
 from opsboard import db, queue, retry
-from opsboard.deliveries import breaker, messages, webhooks
+from opsboard.deliveries import breaker, webhooks
 from opsboard.deliveries.messages import render
 from opsboard.deliveries.webhooks import WEBHOOK_SCHEDULE
 from worker.providers import push as push_provider
@@ -38,7 +41,7 @@ def _uuid(value, field: str) -> uuid.UUID:
 def _gate(job, name: str, tenant_id=None):
     """Snooze while the breaker is open (raises the Snooze outcome)."""
     with job.connection() as conn:
-        adm = breaker.admit(conn, name, probe_lease=max(10.0, messages.settings().webhook_timeout * 2))
+        adm = breaker.admit(conn, name, probe_lease=max(10.0, job.settings.webhook_timeout * 2))
     if not adm.allowed:
         raise retry.Snooze(until=adm.retry_at, code="circuit_open")
     return adm
@@ -48,7 +51,7 @@ def _count(job, name: str, failed: bool, ok: bool, code: str | None, tenant_id=N
     if not (failed or ok):
         return None
     with job.connection() as conn:
-        return breaker.record(conn, name, ok, code=code, tenant_id=tenant_id)
+        return breaker.record(conn, name, ok, code=code, tenant_id=tenant_id, config=job.settings)
 
 
 def _jittered(seconds: float) -> float:
@@ -113,7 +116,7 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
 
 
 def webhook_deliver(job):
-    cfg = messages.settings()
+    cfg = job.settings
     endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
     event_id = _uuid(job.payload["event_id"], "event_id")
     name = f"endpoint:{endpoint_id}"
@@ -173,7 +176,7 @@ def webhook_deliver(job):
 
 
 def sms_send(job):
-    cfg = messages.settings()
+    cfg = job.settings
     message_id = _uuid(job.payload["message_id"], "message_id")
     with job.connection() as conn:
         msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
@@ -223,7 +226,7 @@ def _sms_sent(job, msg, ref):
 
 
 def email_send(job):
-    cfg = messages.settings()
+    cfg = job.settings
     message_id = _uuid(job.payload["message_id"], "message_id")
     with job.connection() as conn:
         msg = db.one(conn, "outbound_message_get", {"id": message_id, "tenant_id": job.tenant_id})
@@ -263,7 +266,7 @@ def email_send(job):
 
 
 def push_send(job):
-    cfg = messages.settings()
+    cfg = job.settings
     sub_id = _uuid(job.payload["subscription_id"], "subscription_id")
     with job.connection() as conn:
         sub = db.one(conn, "push_subscription_get", {"id": sub_id, "tenant_id": job.tenant_id})

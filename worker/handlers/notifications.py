@@ -24,8 +24,8 @@ import uuid
 from datetime import timedelta
 
 from opsboard import db, queue, retry
-from opsboard.deliveries import messages
 from opsboard.auth import TenantScope
+from opsboard.deliveries import messages
 from opsboard.notifications import fanout as fanoutmod
 from opsboard.notifications import policy, render, templates
 from worker.providers import sms as sms_provider
@@ -146,7 +146,7 @@ def sms_status(job):
     if msg["status"] != "sent":
         return retry.Retryable("sms_not_sent_yet")
     try:
-        found = sms_provider.lookup(messages.settings(), str(msg["id"]))
+        found = sms_provider.lookup(job.settings, str(msg["id"]))
     except sms_provider.StatusUnavailable as exc:
         return retry.Retryable(str(exc))
     status = (found or {}).get("status")

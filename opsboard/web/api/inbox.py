@@ -14,7 +14,7 @@ from flask import g, jsonify, request
 from ...errors import OpsError
 from ...notifications import devices, inbox
 from .. import sse
-from ..context import get_db
+from ..context import get_config, get_db
 from . import bp
 from .common import Problem, json_object
 
@@ -132,7 +132,8 @@ def device_register():
     user = authenticate_user()
     body = json_object()
     with get_db().connection() as conn:
-        row = _core(lambda: devices.register_for_user(conn, user["user_id"], body))
+        row = _core(lambda: devices.register_for_user(conn, user["user_id"], body,
+                                                      allow=get_config().providers.webhook_allow))
     return jsonify({"id": str(row["id"]), "state": row["state"]}), 201
 
 
