@@ -1,36 +1,59 @@
-"""Run one job the way a worker slot does (claim, JobContext, handler, decide, record) in-process.
+"""Run one job through the worker's executor (claim, JobContext, handler, decide, record) in-process.
 
 Delivery tests use it to drive handlers against the sandbox with a real
 database, without a worker subprocess; the acceptance tests use the real worker.
 Settings reach the handlers the way the worker hands them over: in the job
-context (``Runner.settings`` -> ``JobContext.settings``), never a global.
+context the executor builds (``Runner.settings`` -> ``JobContext.settings``),
+never a global.
 """
 from __future__ import annotations
 
-import time
+import threading
 import uuid
-from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, jobtypes, queue, retry
+from opsboard import db, queue
 from opsboard.config import ProviderSettings
-
-try:  # the worker's job context (worker/context.py once the runner is split)
-    from worker.context import JobContext  # type: ignore
-except ImportError:  # pragma: no cover - before the split
-    from worker.runner import JobContext
+from worker.executor import Executor
 
 
-def _resolve(path: str):
-    import importlib
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+class _Completer:
+    """The worker's completer, for one job: keeps what the executor submits (the Runner records it)."""
+
+    def __init__(self):
+        self.items: list[tuple] = []
+
+    def submit(self, item: tuple, *, block: bool = True, timeout: float | None = None) -> bool:
+        self.items.append(item)
+        return True
+
+
+class _QueueState:
+    """What the executor touches of a fetcher's queue state (one slot, one job in flight)."""
+
+    def __init__(self, name: str):
+        self.name, self.lock, self.in_flight, self.refill_at = name, threading.Lock(), 1, 0
+        self.slot_freed = threading.Event()
+
+    def observe(self, elapsed: float) -> None:
+        pass
+
+
+class _Executor(Executor):
+    def finish(self, r, outcome, **kw):
+        self.last_outcome = outcome
+        super().finish(r, outcome, **kw)
 
 
 class Runner:
+    """Claims one job and runs it through the worker's own executor (``Executor.prepare`` and
+    ``run_job``: batch hook, rate limit, JobContext with the settings, handler, classification,
+    decision), in this thread; the outcome is recorded as the completer would."""
+
     def __init__(self, url: str, settings: ProviderSettings | None = None):
         #: The provider settings put in every job context this runner builds (the worker's ``Config.providers``).
         self.settings = settings if settings is not None else ProviderSettings()
@@ -51,28 +74,17 @@ class Runner:
                 queue.record_outcomes(conn, worker, [queue.OutcomeRecord(r["id"], r["attempts"], "released",
                                                                          r["started_at"]) for r in others])
         assert row is not None, "the job was not claimable"
-        jt = jobtypes.get(row["type"], row["version"])
-        ctx = JobContext(id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
-                         queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
-                         max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
-                         group_key=row["group_key"], correlation_id=row["correlation_id"],
-                         event_id=row["event_id"], expires_at=row["expires_at"], worker_id=worker, pool=self.pool,
-                         settings=self.settings)
-        started = time.monotonic()
-        try:
-            outcome = retry.classify(_resolve(jt.handler)(ctx))
-        except retry.Outcome as o:
-            outcome = o
-        except Exception as exc:
-            outcome = retry.classify(exc)
-        self.last_outcome = outcome
-        decision = retry.decide(outcome, row["attempts"], row["max_attempts"], jt.policy.backoff_base,
-                                jt.policy.backoff_cap, now=datetime.now(timezone.utc))
+        completer = _Completer()
+        w = SimpleNamespace(id=worker, handler_pool=self.pool, config=SimpleNamespace(providers=self.settings),
+                            lease=30.0, stopping=threading.Event(), running_lock=threading.Lock(), running={},
+                            running_file=None, completer=completer)
+        executor = _Executor(w)
+        executor.prepare([row])
+        executor.run_job(row, SimpleNamespace(qs=_QueueState(queue_name), record=None))
+        self.last_outcome = getattr(executor, "last_outcome", None)
+        (record, *_), = completer.items
         with self.pool.connection() as conn:
-            queue.record_outcomes(conn, worker, [queue.OutcomeRecord(
-                row["id"], row["attempts"], decision.kind, row["started_at"],
-                int((time.monotonic() - started) * 1000), decision.delay, decision.code, decision.detail,
-                has_effects=ctx.has_effects)])
+            queue.record_outcomes(conn, worker, [record])
             return conn.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
 
     def make_due(self, job_id) -> None:
