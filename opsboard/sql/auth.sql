@@ -86,12 +86,6 @@ INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, created_by)
 VALUES (%(id)s, %(tenant_id)s, %(name)s, %(prefix)s, %(key_hash)s, %(scopes)s, %(created_by)s)
 RETURNING id, tenant_id, name, prefix, scopes, created_at;
 
--- name: api_key_verify
--- The live key with this hash, touching its last use.
-UPDATE api_keys SET last_used_at = now()
-WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
-RETURNING id, tenant_id, name, scopes;
-
 -- name: tenant_get_visible
 -- One tenant inside a scope.
 SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, created_at FROM tenants
