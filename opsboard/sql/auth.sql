@@ -80,12 +80,6 @@ DELETE FROM login_failures WHERE email = %(email)s;
 -- Forget failures older than the window.
 DELETE FROM login_failures WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s);
 
--- name: api_key_insert
--- Store a new API key (hash only).
-INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, created_by)
-VALUES (%(id)s, %(tenant_id)s, %(name)s, %(prefix)s, %(key_hash)s, %(scopes)s, %(created_by)s)
-RETURNING id, tenant_id, name, prefix, scopes, created_at;
-
 -- name: tenant_get_visible
 -- One tenant inside a scope.
 SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, created_at FROM tenants
