@@ -176,12 +176,6 @@ RETURNING *;
 SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')
        AS locale;
 
--- name: notification_tenant_locale_set
--- Set the tenant's default locale.
-INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%(tenant_id)s, %(locale)s)
-ON CONFLICT (tenant_id) DO UPDATE SET default_locale = excluded.default_locale
-RETURNING *;
-
 -- name: notification_insert_lock
 -- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.
 SELECT pg_advisory_xact_lock(7957911069121085795);
