@@ -49,11 +49,6 @@ VALUES (%(user_id)s, %(tenant_id)s, %(role)s, true)
 ON CONFLICT (user_id, tenant_id, role) DO UPDATE SET active = true
 RETURNING *;
 
--- name: membership_set_active
--- Activate or deactivate a membership.
-UPDATE memberships SET active = %(active)s
-WHERE user_id = %(user_id)s AND tenant_id = %(tenant_id)s AND role = %(role)s;
-
 -- name: membership_list_for_user
 -- A user's active memberships with their tenants.
 SELECT m.tenant_id, t.slug AS tenant_slug, t.name AS tenant_name, t.is_operator, m.role::text AS role

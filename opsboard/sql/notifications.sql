@@ -340,11 +340,6 @@ SELECT * FROM notification_templates WHERE key = %(key)s ORDER BY channel, local
 -- One version by id.
 SELECT * FROM notification_templates WHERE id = %(id)s;
 
--- name: template_get_version
--- One version by key, channel, locale and number.
-SELECT * FROM notification_templates
-WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND version = %(version)s;
-
 -- name: template_draft_get
 -- The draft of a key x channel x locale, if any.
 SELECT * FROM notification_templates

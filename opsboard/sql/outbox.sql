@@ -99,10 +99,6 @@ WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
 -- One event by id, inside a tenant scope.
 SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
 
--- name: outbox_unrelayed_count
--- Events waiting for a relay, and the age of the oldest (for metrics and the bench).
-SELECT count(*)::bigint AS waiting, min(occurred_at) AS oldest FROM outbox_events WHERE relayed_at IS NULL;
-
 -- name: outbox_prune_relayed
 -- Delete up to %(limit)s relayed events older than the retention (the trigger
 -- refuses to delete an unrelayed one).
