@@ -128,3 +128,15 @@ UPDATE users SET is_active = %(active)s WHERE id = %(id)s RETURNING id;
 -- name: user_count_sessions
 -- How many live sessions a user has (shown on their own page).
 SELECT count(*) AS n FROM user_sessions WHERE user_id = %(user_id)s AND expires_at > now();
+
+-- name: user_tenants
+-- The tenants where a user has an active membership (first: the oldest).
+SELECT m.tenant_id, t.slug FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.user_id = %(user_id)s AND m.active
+GROUP BY m.tenant_id, t.slug ORDER BY min(m.created_at), t.slug;
+
+-- name: tenant_users_with_role
+-- Users holding an active membership with a role in a tenant (recipients such as "the tenant's admins").
+SELECT DISTINCT m.user_id FROM memberships m JOIN users u ON u.id = m.user_id
+WHERE m.tenant_id = %(tenant_id)s AND m.role::text = ANY(%(roles)s::text[]) AND m.active AND u.is_active
+ORDER BY m.user_id;
