@@ -123,7 +123,3 @@ def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None,
     """Set a user's locale, SMS number and time zone."""
     return db.one(conn, "notification_profile_set", {"user_id": user_id, "locale": locale, "phone": phone,
                                                      "time_zone": time_zone})
-
-
-def set_tenant_locale(conn: psycopg.Connection, tenant_id, locale: str) -> dict:
-    return db.one(conn, "notification_tenant_locale_set", {"tenant_id": tenant_id, "locale": locale})

@@ -249,3 +249,15 @@ SELECT l.*, coalesce(up.state, ex.state) AS effect_state, coalesce(up.provider_r
 FROM loaded l
 LEFT JOIN up ON up.key = l.key
 LEFT JOIN effects ex ON l.attempt_it AND up.key IS NULL AND ex.key = l.key AND ex.tenant_id = l.tenant_id;
+
+-- name: user_push_subscriptions
+-- A user's active Web Push subscriptions in a tenant.
+SELECT id, endpoint, state, created_at FROM push_subscriptions
+WHERE tenant_id = %(tenant_id)s AND user_ref = %(user_ref)s AND state = 'active'
+ORDER BY created_at;
+
+-- name: user_push_subscription_revoke
+-- The user unregisters a device: revoked, never used again.
+UPDATE push_subscriptions SET state = 'revoked'
+WHERE id = %(id)s AND user_ref = %(user_ref)s AND state = 'active'
+RETURNING id, state;

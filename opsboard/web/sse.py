@@ -112,8 +112,3 @@ def stream_response(user_id) -> Response:
     resp.headers["X-Accel-Buffering"] = "no"
     resp.call_on_close(lambda: None)
     return resp
-
-
-def open_streams() -> int:
-    streams = current_app.extensions.get("opsboard_sse_streams") or {}
-    return sum(streams.values())
