@@ -11,7 +11,6 @@ pick-up slower, never stops it.
 """
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from opsboard import pgnotify
@@ -19,8 +18,6 @@ from opsboard.schema import JOBS_CHANNEL
 
 if TYPE_CHECKING:
     from .runner import Worker
-
-log = logging.getLogger("worker")
 
 
 def make_hub(worker: "Worker") -> pgnotify.Hub:
