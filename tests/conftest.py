@@ -38,6 +38,13 @@ TEST_MODULES = ("tests.support.jobs", "tests.support.limits", "opsboard.tools.de
 CATALOGUE = build_catalogue(modules=TEST_MODULES)
 activate(CATALOGUE)
 
+
+@pytest.fixture(autouse=True)
+def _test_catalogue():
+    """Each test starts with the tests' catalogue active (an app built by a test activates its own)."""
+    activate(CATALOGUE)
+    yield
+
 _RUN = uuid.uuid4().hex[:8]
 TEMPLATE_DB = f"opsboard_tpl_{_RUN}"
 
