@@ -16,7 +16,6 @@ checks both over :data:`NORMALIZATION_TABLE`) and the notification filters.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel.dates import format_timedelta as _babel_timedelta
@@ -178,9 +177,3 @@ def ago_patterns(locale: str | None = "en") -> dict[str, dict[str, str]]:
         out[unit] = forms
     return out
 
-
-_WS = re.compile(r"\s+")
-
-
-def squash_spaces(text: str) -> str:
-    return _WS.sub(" ", text).strip()
