@@ -41,9 +41,12 @@ activate(CATALOGUE)
 
 @pytest.fixture(autouse=True)
 def _test_catalogue():
-    """Each test starts with the tests' catalogue active (an app built by a test activates its own)."""
+    """Each test starts with the tests' catalogue active (an app built by a test activates its own),
+    its derived tables computed afresh (a test may have monkeypatched a section's dict)."""
     activate(CATALOGUE)
+    CATALOGUE.changed()
     yield
+    CATALOGUE.changed()
 
 _RUN = uuid.uuid4().hex[:8]
 TEMPLATE_DB = f"opsboard_tpl_{_RUN}"

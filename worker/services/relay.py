@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--active-window", type=float, default=RelayConfig.active_window)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from opsboard.catalogue import activate
+    from opsboard.config import Config
+    from opsboard.features import build_catalogue
+    activate(build_catalogue(Config.from_env()))  # the subscriptions it routes by
     url = os.environ["DATABASE_URL"]
     hub = pgnotify.Hub(url, poll=0.5, name="relay-hub")
     with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
