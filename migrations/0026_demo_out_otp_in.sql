@@ -1,5 +1,16 @@
--- 0026: the product's own OTPs (issue 26).
+-- 0026: the demo leaves the product schema; the product's own OTPs arrive
+-- (issues 22 and 26).
 --
+-- 0006 created the demo application's tables in the product schema.  The demo
+-- is a plug-in of the tools layer: `opsboard demo` (and the test suite) create
+-- them from opsboard/tools/demo_schema.sql after migrating, so a production
+-- database has none.  A database that ran the demo loses its demo rows here;
+-- `opsboard demo` creates the tables again, empty.
+DROP TABLE IF EXISTS demo_effects;
+DROP TABLE IF EXISTS demo_otp_requests;
+DROP TABLE IF EXISTS demo_orders;
+DROP TABLE IF EXISTS demo_users;
+
 -- One-time passwords requested through POST /api/v1/otp (opsboard/otp.py).
 -- The code itself is never stored: code_hash is HMAC-SHA256(key = the row's id,
 -- message = the code), hex.  The SMS carrying the code is the job `sms.otp` whose
