@@ -1,7 +1,8 @@
 """``opsboard demo``: a live dashboard on a bare machine.
 
 Starts (or reuses) an embedded PostgreSQL when ``DATABASE_URL`` is unset,
-migrates, creates the demo application's own tables (``demo_schema.sql``), seeds demo tenants and users (passwords generated once, kept in the
+migrates, creates the demo application's own tables (``demo_schema.sql``),
+seeds demo tenants and users (passwords generated once, kept in the
 instance folder and printed), starts gunicorn and a worker as subprocesses,
 and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
