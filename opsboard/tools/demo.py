@@ -206,6 +206,12 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
     if not _port_free(host, port):
         raise UsageError(f"port {port} on {host} is in use; pass --port")
     url = resolve_url(config)
+    # This process seeds and produces traffic with the demo plug-in's catalogue, as its children do
+    # (the CLI activates none for ``demo``: it leaves the plug-in to this function).
+    from ..catalogue import activate
+    from ..features import build_catalogue
+    modules = [*config.job_modules, "opsboard.tools.demo_catalogue"]
+    activate(build_catalogue(config, modules=modules))
     migrate(url, log=lambda line: print(f"  {line}"))
     from . import demo_domain
     with connect(url) as conn:
@@ -217,7 +223,7 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
-                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo_catalogue"]),
+                "OPSBOARD_JOB_MODULES": ",".join(modules),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
