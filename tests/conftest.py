@@ -30,6 +30,7 @@ from opsboard.migrate import migrate
 
 from opsboard.catalogue import activate
 from opsboard.features import build_catalogue
+from opsboard.tools import demo_domain
 
 #: The extension modules of the test processes: the tests' own job types and the demo plug-in
 #: (its events and policies are the outbox's and notifications' test domain).
@@ -65,6 +66,13 @@ def _server_url(tmp_root: Path) -> str:
 _keep: list = []
 
 
+def apply_demo_schema(url: str) -> None:
+    """Create the demo plug-in's tables (``opsboard/tools/demo_schema.sql``) on a migrated database,
+    as ``opsboard demo`` does: the product's migrations have none."""
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS) as c:
+        demo_domain.apply_schema(c)
+
+
 def with_db(url: str, dbname: str) -> str:
     return make_conninfo(url, dbname=dbname)
 
@@ -85,6 +93,7 @@ def template_url(server_url):
         c.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
     url = with_db(server_url, TEMPLATE_DB)
     migrate(url, log=lambda *_: None)
+    apply_demo_schema(url)  # the demo plug-in's own tables: every clone has them
     yield url
     with _admin(server_url) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')

@@ -365,18 +365,3 @@ ORDER BY channel, locale, template_version DESC;
 -- Wake SSE streams: one NOTIFY per key (a recipient id, or '*'), delivered at commit.
 SELECT pg_notify(%(channel)s, k) FROM unnest(%(keys)s::text[]) AS k;
 
--- name: demo_order_recipient
--- The platform user matching the demo user of an order (by email), if any.
-SELECT u.id AS user_id FROM demo_orders o JOIN demo_users du ON du.id = o.user_id JOIN users u ON u.email = du.email
-WHERE o.id = %(order_id)s::uuid;
-
--- name: demo_otp_recipient
--- The platform users of a tenant whose notification phone is the OTP's phone, and the code.
-SELECT p.user_id, r.code FROM demo_otp_requests r
-JOIN notification_profiles p ON p.phone = r.phone
-JOIN memberships m ON m.user_id = p.user_id AND m.tenant_id = r.tenant_id AND m.active
-WHERE r.id = %(otp_id)s::uuid;
-
--- name: demo_user_by_email
--- The demo domain's user row of an email in a tenant (the demo's end user).
-SELECT * FROM demo_users WHERE tenant_id = %(tenant_id)s AND email = %(email)s ORDER BY created_at LIMIT 1;

@@ -110,30 +110,6 @@ WITH doomed AS (
 DELETE FROM outbox_events e USING doomed d WHERE e.id = d.id
 RETURNING 1;
 
--- name: demo_user_insert
--- The demo domain: a user of a tenant signs up.
-INSERT INTO demo_users (id, tenant_id, email, plan) VALUES (%(id)s, %(tenant_id)s, %(email)s, %(plan)s)
-RETURNING id, tenant_id, plan, created_at;
-
--- name: demo_order_insert
--- The demo domain: an order is paid.
-INSERT INTO demo_orders (id, tenant_id, user_id, amount_cents, currency)
-VALUES (%(id)s, %(tenant_id)s, %(user_id)s, %(amount_cents)s, %(currency)s)
-RETURNING id, tenant_id, amount_cents, currency, paid_at;
-
--- name: demo_otp_insert
--- The demo domain: a one-time password is requested for a phone number.
-INSERT INTO demo_otp_requests (id, tenant_id, phone, code, expires_at)
-VALUES (%(id)s, %(tenant_id)s, %(phone)s, %(code)s, coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval)
-RETURNING id, tenant_id, created_at, expires_at;
-
--- name: demo_effect_record
--- A demo subscriber's effect, once per (subscriber, event) however often the job runs.
-INSERT INTO demo_effects (subscriber, event_id, job_id, tenant_id, aggregate, detail)
-VALUES (%(subscriber)s, %(event_id)s, %(job_id)s, %(tenant_id)s, %(aggregate)s, %(detail)s)
-ON CONFLICT (subscriber, event_id) DO NOTHING
-RETURNING seq;
-
 -- name: outbox_backlog
 -- Events of the tenants in a scope waiting for a relay, the age of the oldest
 -- (the relay's lag), and events parked as unroutable in the last 24 hours

@@ -5,8 +5,9 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from opsboard import demo_domain, outbox
+from opsboard import outbox
 from opsboard.outbox import EventRefused
+from opsboard.tools import demo_domain
 from tests.conftest import CATALOGUE, connect
 from worker.services.relay import Relay, RelayConfig
 

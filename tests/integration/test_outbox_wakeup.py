@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, demo_domain, pgnotify
+from opsboard import db, pgnotify
+from opsboard.tools import demo_domain
 from tests.conftest import connect, wait_for
 from worker.services.relay import CHANNEL, Relay, RelayConfig
 
