@@ -52,7 +52,7 @@ def _cursor_from_request() -> int | None:
         value = int(raw)
     except ValueError:
         return -1
-    return value if value >= 0 else -1
+    return value if 0 <= value <= inbox.MAX_CURSOR else -1
 
 
 def event_text(row: dict) -> str:

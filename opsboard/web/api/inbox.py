@@ -42,8 +42,8 @@ def _int_arg(name: str) -> int | None:
         value = int(raw)
     except ValueError:
         raise Problem(400, "invalid_cursor", f"{name} must be an inbox cursor (an integer).", name) from None
-    if value < 0:
-        raise Problem(400, "invalid_cursor", f"{name} must not be negative.", name)
+    if not 0 <= value <= inbox.MAX_CURSOR:
+        raise Problem(400, "invalid_cursor", f"{name} must be between 0 and {inbox.MAX_CURSOR}.", name)
     return value
 
 
