@@ -30,6 +30,9 @@ def authenticate_user() -> dict:
     if tok is None:
         raise Problem(401, "unauthorized", "The token is unknown or revoked.",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox", error="invalid_token"'})
+    if not tok["active_member"]:
+        # The same refusal as the ticket API's (no_tenant): a deactivated member reads nothing.
+        raise Problem(403, "no_membership", "The token's user has no active membership of a tenant.")
     g.inbox_user = tok
     return tok
 
