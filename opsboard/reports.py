@@ -39,13 +39,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from typing import Callable, Iterable, Iterator
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from . import audit, db, queue
+from .persian import load_zone
 from . import catalogue as _catalogue
 from .auth import TenantScope
 from .errors import OpsError
@@ -369,13 +370,11 @@ def _parse_date(params: dict, name: str) -> date:
 
 
 def _zone(name: str) -> ZoneInfo:
-    try:
-        if not name or len(name) > 64 or ".." in name:
-            raise ValueError
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    found = load_zone(name)
+    if found is None:
         raise ReportError("time_zone %(zone)s is not a time zone name like UTC or Asia/Tehran", "invalid_time_zone",
-                          params={"zone": repr(name)}) from None
+                          params={"zone": repr(name[:64] if isinstance(name, str) else name)})
+    return found
 
 
 def _activity_validate(params: dict) -> dict:
