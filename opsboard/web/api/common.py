@@ -57,6 +57,32 @@ def authenticate() -> dict:
     return key
 
 
+#: Deepest nesting of arrays and objects a JSON body may have: every body the API takes is a few levels deep.
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in ``raw``, brackets inside strings not counted (no parsing)."""
+    depth = deepest = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", raw)):
+        if m.group() in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def refuse_deep_json() -> None:
+    """400 ``json_too_deep`` for a JSON body nested deeper than :data:`MAX_JSON_DEPTH` (a before_request)."""
+    if request.is_json and request.content_length != 0 and request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        if json_depth(request.get_data(cache=True)) > MAX_JSON_DEPTH:
+            raise Problem(400, "json_too_deep", f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.",
+                          "body")
+
+
 def json_object() -> dict:
     """The request body as a JSON object, or 400."""
     if not request.is_json:
