@@ -293,11 +293,13 @@ VALUES (%(id)s, %(user_id)s, %(name)s, %(prefix)s, %(token_hash)s)
 RETURNING id, user_id, name, prefix, created_at;
 
 -- name: user_token_verify
--- The live token's user (an active user with an active membership).
+-- The live token's user (an active user) and whether they hold an active membership: callers refuse
+-- (403) a user whose every membership was deactivated.
 UPDATE user_tokens t SET last_used_at = now()
 FROM users u
 WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND u.id = t.user_id AND u.is_active
-RETURNING t.id, t.user_id, u.email;
+RETURNING t.id, t.user_id, u.email,
+          EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.active) AS active_member;
 
 -- name: template_live_for_key
 -- The live (highest published) version of each channel x locale of a key.
