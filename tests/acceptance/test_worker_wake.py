@@ -2,7 +2,8 @@
 wakes the claimer of another worker, through the NOTIFY alone."""
 import signal
 
-from opsboard import auth, demo_domain, queue
+from opsboard import auth, queue
+from opsboard.tools import demo_domain
 from opsboard.queue import NewJob
 from tests.conftest import connect, wait_for
 
