@@ -348,10 +348,3 @@ def create_api_key(conn: psycopg.Connection, tenant_id, name: str, scopes: list[
         "id": new_id(), "tenant_id": tenant_id, "name": name, "prefix": secret[:10],
         "key_hash": hashlib.sha256(secret.encode()).digest(), "scopes": scopes, "created_by": created_by})
     return secret, row
-
-
-def verify_api_key(conn: psycopg.Connection, secret: str) -> dict | None:
-    """The live API key row for a presented secret, or ``None``."""
-    if not secret or not secret.startswith("obk_"):
-        return None
-    return db.one(conn, "api_key_verify", {"key_hash": hashlib.sha256(secret.encode()).digest()})

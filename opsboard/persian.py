@@ -16,7 +16,6 @@ checks both over :data:`NORMALIZATION_TABLE`) and the notification filters.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel.dates import format_timedelta as _babel_timedelta
@@ -90,23 +89,34 @@ def format_count(value, locale: str | None) -> str:
     return fa_digits(text.replace(",", "٬")) if locale == "fa" else text
 
 
+def load_zone(name) -> ZoneInfo | None:
+    """The zone named ``name``, or None for anything that is not a zone name.
+
+    The one place user input reaches :class:`ZoneInfo`: besides an unknown key
+    (``ZoneInfoNotFoundError``) and a malformed one (``ValueError``), a long name
+    makes the tzdata file lookup fail with ``OSError`` (file name too long), so
+    names are bounded (the longest IANA name has 32 characters) and every
+    failure means "not a zone".
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= 64:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
+
+
 def zone(name: str | None, locale: str | None = None) -> ZoneInfo:
     """The named zone, else the locale's default (Asia/Tehran for fa), else UTC."""
     for candidate in (name, DEFAULT_TIMEZONE.get(locale or "", "UTC"), "UTC"):
-        if candidate:
-            try:
-                return ZoneInfo(candidate)
-            except (ZoneInfoNotFoundError, ValueError):
-                continue
+        found = load_zone(candidate)
+        if found is not None:
+            return found
     return ZoneInfo("UTC")
 
 
 def valid_timezone(name: str) -> bool:
-    try:
-        ZoneInfo(name)
-        return True
-    except (ZoneInfoNotFoundError, ValueError):
-        return False
+    return load_zone(name) is not None
 
 
 def format_timestamp(value: _dt.datetime, *, locale: str | None = "en", calendar: str | None = "gregorian",
@@ -178,9 +188,3 @@ def ago_patterns(locale: str | None = "en") -> dict[str, dict[str, str]]:
         out[unit] = forms
     return out
 
-
-_WS = re.compile(r"\s+")
-
-
-def squash_spaces(text: str) -> str:
-    return _WS.sub(" ", text).strip()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 import psycopg
@@ -87,6 +87,13 @@ def _prepare(job: NewJob, types: dict | None = None) -> dict:
         if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
             # A naive time would be read in the session's time zone: refuse it.
             raise jobtypes.InvalidPayload(f"{name} must be timezone-aware")
+        if moment is not None:
+            try:
+                # 9999-12-31T23:59:59-14:00 is a valid ISO time but lies past datetime.max in UTC: comparing or
+                # storing it would raise OverflowError (a 500) instead of this refusal.
+                moment.astimezone(timezone.utc)
+            except OverflowError:
+                raise jobtypes.InvalidPayload(f"{name} is out of range (years 1 to 9999 in UTC)") from None
     if job.expires_at is not None and job.run_at is not None and job.expires_at <= job.run_at:
         raise jobtypes.InvalidPayload("expires_at must be after run_at")
     # Checked here rather than by the database, whose error would abort the caller's transaction.

@@ -39,13 +39,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from typing import Callable, Iterable, Iterator
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from . import audit, db, queue
+from .persian import load_zone
 from . import catalogue as _catalogue
 from .auth import TenantScope
 from .errors import OpsError
@@ -59,6 +60,25 @@ DEFAULT_CHUNK_ROWS = 50_000
 #: Rows fetched from the server per round trip while a chunk streams.
 FETCH_ROWS = 2_000
 BOM = codecs.BOM_UTF8
+
+#: A spreadsheet reads a cell starting with one of these as a formula (or strips the control character and
+#: then does): OWASP "CSV injection".
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """``value`` as a CSV cell a spreadsheet shows as text: a string starting like a formula gets a ``'``.
+
+    Every CSV export writes its rows through this (header included).  Numbers stay numbers: ``-5`` is
+    a value, only a *string* starting with ``-`` is prefixed.
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(row) -> list:
+    return [csv_cell(v) for v in row]
 
 
 class ReportError(OpsError):
@@ -295,7 +315,7 @@ def run_chunk(conn: psycopg.Connection, store: Storage, run_id, seq: int, *, job
         out = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
         writer = csv.writer(out)
         for row in kind.rows(conn, run["tenant_id"], run["params"], chunk["lower_bound"], chunk["upper_bound"]):
-            writer.writerow(row)
+            writer.writerow(csv_row(row))
             rows += 1
             if cancelled is not None and rows % FETCH_ROWS == 0 and cancelled.is_set():
                 raise ReportError("chunk cancelled (lease lost or timed out)", "cancelled")
@@ -330,7 +350,7 @@ def assemble_run(conn: psycopg.Connection, store: Storage, run_id, *, now: datet
         with store.open_write(key) as raw:
             raw.write(BOM)
             out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            csv.writer(out).writerow(kind.columns)
+            csv.writer(out).writerow(csv_row(kind.columns))
             out.flush()
             out.detach()
             for p in parts:
@@ -369,13 +389,11 @@ def _parse_date(params: dict, name: str) -> date:
 
 
 def _zone(name: str) -> ZoneInfo:
-    try:
-        if not name or len(name) > 64 or ".." in name:
-            raise ValueError
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    found = load_zone(name)
+    if found is None:
         raise ReportError("time_zone %(zone)s is not a time zone name like UTC or Asia/Tehran", "invalid_time_zone",
-                          params={"zone": repr(name)}) from None
+                          params={"zone": repr(name[:64] if isinstance(name, str) else name)})
+    return found
 
 
 def _activity_validate(params: dict) -> dict:

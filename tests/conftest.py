@@ -30,6 +30,7 @@ from opsboard.migrate import migrate
 
 from opsboard.catalogue import activate
 from opsboard.features import build_catalogue
+from opsboard.tools import demo_domain
 
 #: The extension modules of the test processes: the tests' own job types and the demo plug-in
 #: (its events and policies are the outbox's and notifications' test domain).
@@ -37,6 +38,16 @@ TEST_MODULES = ("tests.support.jobs", "tests.support.limits", "opsboard.tools.de
 #: The catalogue of this test process (worker subprocesses build theirs from OPSBOARD_JOB_MODULES).
 CATALOGUE = build_catalogue(modules=TEST_MODULES)
 activate(CATALOGUE)
+
+
+@pytest.fixture(autouse=True)
+def _test_catalogue():
+    """Each test starts with the tests' catalogue active (an app built by a test activates its own),
+    its derived tables computed afresh (a test may have monkeypatched a section's dict)."""
+    activate(CATALOGUE)
+    CATALOGUE.changed()
+    yield
+    CATALOGUE.changed()
 
 _RUN = uuid.uuid4().hex[:8]
 TEMPLATE_DB = f"opsboard_tpl_{_RUN}"
@@ -53,6 +64,13 @@ def _server_url(tmp_root: Path) -> str:
 
 
 _keep: list = []
+
+
+def apply_demo_schema(url: str) -> None:
+    """Create the demo plug-in's tables (``opsboard/tools/demo_schema.sql``) on a migrated database,
+    as ``opsboard demo`` does: the product's migrations have none."""
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS) as c:
+        demo_domain.apply_schema(c)
 
 
 def with_db(url: str, dbname: str) -> str:
@@ -75,6 +93,7 @@ def template_url(server_url):
         c.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
     url = with_db(server_url, TEMPLATE_DB)
     migrate(url, log=lambda *_: None)
+    apply_demo_schema(url)  # the demo plug-in's own tables: every clone has them
     yield url
     with _admin(server_url) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')

@@ -58,10 +58,15 @@ def run(config: Config, args: argparse.Namespace) -> int:
     return w.run()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m worker`` (the docs check parses documented commands with it)."""
     parser = _Parser(prog="python -m worker", description="Run an opsboard worker process until SIGTERM.")
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         config = Config.from_env()
         from opsboard.logs import configure

@@ -31,7 +31,9 @@ class LeaderLock:
     """Leadership through a session advisory lock on a dedicated connection.
 
     The lock lives as long as the connection: a leader that dies (or loses its
-    connection) frees it, and another worker takes over on its next try.
+    connection) frees it, and another worker takes over on its next try.  A
+    leader that stops unlocks explicitly (:meth:`release`), so that the next
+    one's try succeeds at once.
     """
 
     def __init__(self, url: str, key: int = LEADER_LOCK_KEY):
@@ -58,7 +60,20 @@ class LeaderLock:
             return False
 
     def release(self) -> None:
+        """Give the lock up at once, then close the connection.
+
+        Closing alone is not enough for a prompt hand-over: the server frees a
+        session lock only when it has ended the backend, which on a busy
+        server comes some time after the socket closed, and the next leader's
+        try would fail meanwhile.  A connection already broken cannot unlock;
+        its backend is gone or going, and the lock with it.
+        """
         if self.conn is not None and not self.conn.closed:
+            if self.held:
+                try:
+                    self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+                except psycopg.Error:
+                    pass
             self.conn.close()
         self.conn, self.held = None, False
 

@@ -1,52 +1,46 @@
-"""The listener: ``LISTEN opsboard_jobs`` on a connection of its own, waking
-the fetcher of the queue a notification names.  Fetchers also poll, so a lost
-listener only makes pick-up slower, never stops it."""
+"""The listener: wakes the fetcher of the queue a notification on
+``opsboard_jobs`` names (the payload is the queue's name).
+
+It holds no connection of its own: each queue has a waiter on the worker's
+one :class:`opsboard.pgnotify.Hub`, whose wake-up sets that queue's
+``wake`` event (:class:`worker.fetcher.QueueState`).  A notification for a
+queue this worker does not serve wakes nobody.  When the hub (re)connects and
+LISTENs, it wakes every queue's fetcher to look once: anything enqueued while
+nobody listened is claimed then.  Fetchers also poll, so a lost hub only makes
+pick-up slower, never stops it.
+"""
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
-import psycopg
-
+from opsboard import pgnotify
 from opsboard.schema import JOBS_CHANNEL
 
 if TYPE_CHECKING:
     from .runner import Worker
 
-log = logging.getLogger("worker")
+
+def make_hub(worker: "Worker") -> pgnotify.Hub:
+    """The worker process's one LISTEN connection.  It retries as fast as the
+    claim loops (:meth:`~worker.runner.Worker.retry_delay`, at most a second
+    apart) and reports to the worker's outage log: probing that often, it is
+    often the first to see the database return."""
+    return pgnotify.Hub(worker.url, poll=0.5, name="listener", retry_delay=worker.retry_delay,
+                        on_connect=worker.db_ok, on_error=lambda exc: worker.db_trouble(exc, "listener"))
 
 
 class Listener:
     def __init__(self, worker: "Worker"):
         self.worker = worker
+        self.waiters: list[pgnotify.Waiter] = []
 
-    def run(self) -> None:
-        w = self.worker
-        failures = 0
-        while not w.stopping.is_set():
-            try:
-                conn = psycopg.connect(w.url, autocommit=True, connect_timeout=2)
-            except psycopg.Error as exc:
-                failures += 1
-                w.db_trouble(exc, "listener")
-                w.stopping.wait(w.retry_delay(failures))
-                continue
-            failures = 0
-            w.db_ok()  # the listener probes at most a second apart: often the first to see the return
-            try:
-                conn.execute(f"LISTEN {JOBS_CHANNEL}")
-                # Anything enqueued while we were not listening: look once.
-                for qs in w.queues.values():
-                    qs.wake.set()
-                while not w.stopping.is_set():
-                    for n in conn.notifies(timeout=0.5):
-                        qs = w.queues.get(n.payload)
-                        if qs is not None:
-                            qs.wake.set()
-            except psycopg.Error as exc:
-                w.db_trouble(exc, "listener")
-                w.stopping.wait(w.retry_delay(1))
-            finally:
-                conn.close()
+    def subscribe(self, hub: pgnotify.Hub) -> None:
+        """Register one waiter per queue (without starting ``hub``: the worker starts it
+        once every subscriber is in, so that one LISTEN statement takes them all)."""
+        for qs in self.worker.queues.values():
+            self.waiters.append(hub.waiter(JOBS_CHANNEL, qs.name, on_wake=qs.wake.set, start=False))
 
-
+    def close(self) -> None:
+        for w in self.waiters:
+            w.close()
+        self.waiters = []

@@ -10,8 +10,11 @@ Threads, all daemon, in one process:
 * the **completer** (:mod:`worker.completer`) writes outcomes in batches and
   flushes per-minute stats; its input queue is bounded, so a slow database
   holds the slots back;
-* the **listener** (:mod:`worker.listener`) holds ``LISTEN opsboard_jobs`` and
-  wakes the fetcher of the queue named in a notification; fetchers also poll;
+* the **hub** (:class:`opsboard.pgnotify.Hub`, made by :func:`worker.listener.make_hub`)
+  is the process's one LISTEN connection: through it the **listener**
+  (:mod:`worker.listener`) wakes the fetcher of the queue named in a
+  notification on ``opsboard_jobs`` and the relay wakes on ``opsboard_outbox``;
+  fetchers and the relay also poll;
 * the **keeper** (:mod:`worker.keeper`) enforces handler timeouts, heartbeats
   the leases of long-running jobs and refreshes this worker's row;
 * the **leader** (:mod:`worker.leader`) holds an advisory lock and runs the
@@ -49,7 +52,7 @@ from .executor import Executor, Running, resolve_handlers
 from .fetcher import Fetcher, QueueState
 from .keeper import Keeper
 from .leader import Leader
-from .listener import Listener
+from .listener import Listener, make_hub
 from .running_file import RunningFile
 from .services import relay
 
@@ -97,6 +100,8 @@ class Worker:
         self.completer = Completer(self)
         self.keeper = Keeper(self)
         self.listener = Listener(self)
+        #: The process's one LISTEN connection (started by :meth:`start`).
+        self.hub = make_hub(self)
         self.leader: Leader | None = None
         self._signals = 0
         self._threads: list[threading.Thread] = []
@@ -141,9 +146,11 @@ class Worker:
                 self.executor.spawn_slot(qs)
             self._thread(Fetcher(self, qs).run, f"fetch-{qs.name}")
         self._thread(self.completer.run, "completer")
-        self._thread(self.listener.run, "listener")
         self._thread(self.keeper.run, "keeper")
+        # Every subscriber registers before the hub starts: its first LISTEN takes all channels.
+        self.listener.subscribe(self.hub)
         self._threads.append(relay.start(self))
+        self.hub.start()
         if self.run_services:
             if self.services is None:
                 from .services import default_services
@@ -229,6 +236,9 @@ class Worker:
         self.stop()
         grace = float(self.config.shutdown_grace_seconds)
         started = time.monotonic()
+        # Not waited for here: the hub's thread ends within its poll (half a second); stopping it
+        # wakes its waiters (the relay) so that they see the stop.
+        self.hub.stop(timeout=0)
         self.shutdown_deadline = started + grace
         # Closing the pools and the last row take up to about a second: keep it for them.
         work_deadline = started + max(0.0, grace - min(1.5, grace / 3))
@@ -281,6 +291,7 @@ class Worker:
             pass
         for pool in (self.pool, self.handler_pool):
             pool.close(timeout=0.3)
+        self.hub.stop(timeout=min(0.5, max(0.0, self.shutdown_deadline - time.monotonic())))
         log.info("worker stopped", extra={"worker_id": self.id})
         return 1 if self.fatal else 0
 

@@ -16,13 +16,18 @@ from ..errors import OpsError
 def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict, *, allow=()) -> dict:
     """Store a browser's PushSubscription for the user; returns the row.
 
-    ``allow``: networks a push endpoint may be in although private (the caller's
-    ``Config.providers.webhook_allow``).
+    A device belongs to its user: an endpoint another user of the tenant registered (and has not
+    revoked) is refused (``device_taken``, 409) rather than moved to the caller, who could then
+    read its pushes' keys or delete it.  ``allow``: networks a push endpoint may be in although
+    private (the caller's ``Config.providers.webhook_allow``).
     """
     try:
-        return messages.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id), allow=allow)
+        row = messages.add_push_subscription(conn, tenant_id, subscription, user_ref=str(user_id), allow=allow)
     except messages.InvalidPayload as exc:
         raise OpsError(str(exc), "invalid_subscription") from None
+    if row is None:
+        raise OpsError("this push endpoint is registered to another user", "device_taken", status=409)
+    return row
 
 
 def register_for_user(conn: psycopg.Connection, user_id, subscription: dict, *, allow=()) -> dict:

@@ -20,6 +20,8 @@ from ..schema import new_id
 
 STATES = ("seen", "read", "archived")
 MAX_LIMIT = 100
+#: The largest inbox cursor (``seq`` is a bigint): a larger one is a malformed request, not a query.
+MAX_CURSOR = 2**63 - 1
 #: pg_notify channel for new inbox rows; the payload is the recipient's id, or '*' for "everyone, re-check".
 CHANNEL = "opsboard_inbox"
 
@@ -80,7 +82,10 @@ def create_token(conn: psycopg.Connection, user_id, name: str = "app") -> tuple[
 
 
 def verify_token(conn: psycopg.Connection, secret: str) -> dict | None:
-    """``{id, user_id, email}`` of a live token of an active user, else None."""
+    """``{id, user_id, email, active_member}`` of a live token of an active user, else None.
+
+    ``active_member`` is False when none of the user's memberships is active: the APIs answer 403.
+    """
     if not secret.startswith("obu_") or len(secret) > 200:
         return None
     return db.one(conn, "user_token_verify", {"token_hash": _hash(secret)})

@@ -9,21 +9,19 @@ starts on.  :func:`quiet_until` is pure.
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import psycopg
 
 from .. import db
+from ..persian import load_zone
 from ..errors import OpsError
 from .policy import CHANNELS, categories
 
 
 def quiet_until(now: datetime, time_zone: str, start: time, end: time, days) -> datetime | None:
     """The end of the quiet window containing ``now`` (aware, UTC-comparable), or None."""
-    try:
-        tz = ZoneInfo(time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        tz = ZoneInfo("UTC")
+    tz = load_zone(time_zone) or ZoneInfo("UTC")
     local = now.astimezone(tz)
     days = set(days or range(1, 8))
     for start_day in (local.date() - timedelta(days=1), local.date()):
@@ -67,10 +65,8 @@ def set_preference(conn: psycopg.Connection, tenant_id, user_id, category: str, 
 def set_quiet_hours(conn: psycopg.Connection, user_id, time_zone: str, start: time, end: time,
                     days=(1, 2, 3, 4, 5, 6, 7), enabled: bool = True) -> dict:
     """Set a user's quiet hours."""
-    try:
-        ZoneInfo(time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise OpsError(f"unknown time zone {time_zone!r}", "invalid_time_zone") from None
+    if load_zone(time_zone) is None:
+        raise OpsError("unknown time zone", "invalid_time_zone")
     if start == end:
         raise OpsError("quiet hours need a start and an end that differ", "invalid_window")
     return db.one(conn, "quiet_hours_set", {"user_id": user_id, "time_zone": time_zone, "start_time": start,
@@ -123,7 +119,3 @@ def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None,
     """Set a user's locale, SMS number and time zone."""
     return db.one(conn, "notification_profile_set", {"user_id": user_id, "locale": locale, "phone": phone,
                                                      "time_zone": time_zone})
-
-
-def set_tenant_locale(conn: psycopg.Connection, tenant_id, locale: str) -> dict:
-    return db.one(conn, "notification_tenant_locale_set", {"tenant_id": tenant_id, "locale": locale})

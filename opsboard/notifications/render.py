@@ -20,10 +20,14 @@ No database here: :mod:`.templates` loads versions and calls these.
 """
 from __future__ import annotations
 
+import contextvars
+import functools
+import re
 from dataclasses import dataclass, field
 
 from jinja2 import StrictUndefined, TemplateError, meta, nodes
 from markupsafe import Markup, escape
+from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..persian import RTL_LOCALES, fa_digits, jalali  # one implementation (issue 14)
@@ -60,10 +64,174 @@ def money(cents, currency: str = "") -> str:
     return f"{amount} {currency}".strip()
 
 
+# ---------------------------------------------------------------- bounds (issue 25)
+#
+# A template is code written by a template author and run by the web (preview) and the worker (sending),
+# which every tenant shares.  The sandbox below bounds what one render may take: steps (loop iterations
+# and calls), integer size, the size of strings and lists built by ``*``/``+``, numeric arguments, and
+# the output.  What Python cannot interrupt (one C call) is refused before it is made where it can be
+# recognised (``3**(10**7)``, ``'x' * 10**9``); the preview also renders in a separate process with a
+# hard deadline and a memory limit (:mod:`.render_sandbox`), and sending runs under the job's timeout.
+
+#: Loop iterations plus calls (functions, macros, methods, filters' iterations are not counted) per render.
+MAX_STEPS = 100_000
+#: Characters of one rendered subject or body.
+MAX_OUTPUT = 40_000
+#: Bits of any integer a ``**`` or ``*`` may produce (1,233 decimal digits: far below Python's 4,300 limit).
+MAX_INT_BITS = 4096
+#: Length of a string or list a ``*`` or ``+`` may produce, and the largest number argument of a call.
+MAX_SEQUENCE = 40_000
+MAX_ARGUMENT = 100_000
+
+
+class RenderLimit(TemplateError):
+    """A render went past one of the bounds: ``code`` names which (``too_many_steps``, ``too_large``...)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+_steps: contextvars.ContextVar[list] = contextvars.ContextVar("opsboard_template_steps")
+_WIDE_FORMAT = re.compile(r"[%{][^%{}]*?\d{6,}")
+
+
+def _step(n: int = 1) -> None:
+    budget = _steps.get(None)
+    if budget is None:
+        return
+    budget[0] += n
+    if budget[0] > MAX_STEPS:
+        raise RenderLimit("too_many_steps", f"the template takes more than {MAX_STEPS} steps (loops and calls)")
+
+
+def _check_argument(value) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and abs(value) > MAX_ARGUMENT:
+        raise RenderLimit("too_large", f"a number argument above {MAX_ARGUMENT} is not allowed in templates")
+    if isinstance(value, str) and _WIDE_FORMAT.search(value):
+        raise RenderLimit("too_large", "a format width of six or more digits is not allowed in templates")
+
+
+def _size(value) -> int | None:
+    return len(value) if isinstance(value, (str, list, tuple)) else None
+
+
+class BoundedEnvironment(SandboxedEnvironment):
+    """The sandbox with bounds: counts steps, refuses big powers, repeats and arguments, caps the output.
+
+    No loader: ``include``, ``import``, ``extends`` and ``from`` are refused when the source is
+    checked (:func:`_parse`); ``lipsum`` is gone and ``range`` counts its items as steps.
+    """
+
+    intercepted_binops = frozenset(["**", "*", "+", "%", "//", "/"])
+
+    def call_binop(self, context, operator_name, left, right):
+        if operator_name == "**":
+            if isinstance(left, (int, float)) and isinstance(right, (int, float)) and not isinstance(right, bool):
+                base_bits = abs(int(left)).bit_length() if abs(left) >= 1 else 1
+                if abs(right) > MAX_INT_BITS or base_bits * max(right, 0) > MAX_INT_BITS:
+                    raise RenderLimit("too_large", f"a power above {MAX_INT_BITS} bits is not allowed in templates")
+        elif operator_name == "*":
+            for seq, n in ((left, right), (right, left)):
+                size = _size(seq)
+                if size is not None and isinstance(n, int) and size * max(n, 0) > MAX_SEQUENCE:
+                    raise RenderLimit("too_large", f"a repeat longer than {MAX_SEQUENCE} is not allowed in templates")
+            if isinstance(left, int) and isinstance(right, int) and \
+                    left.bit_length() + right.bit_length() > MAX_INT_BITS:
+                raise RenderLimit("too_large", f"a product above {MAX_INT_BITS} bits is not allowed in templates")
+        elif operator_name == "+":
+            a, b = _size(left), _size(right)
+            if a is not None and b is not None and a + b > MAX_SEQUENCE:
+                raise RenderLimit("too_large", f"a value longer than {MAX_SEQUENCE} is not allowed in templates")
+        elif operator_name == "%" and isinstance(left, str):
+            _check_argument(left)
+        return super().call_binop(context, operator_name, left, right)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805  (the sandbox's own signature)
+        _step()
+        for value in (*args, *kwargs.values()):
+            _check_argument(value)
+        target = getattr(__obj, "__wrapped__", __obj)    # the sandbox wraps str.format
+        owner = getattr(target, "__self__", None)
+        if isinstance(owner, str):
+            name = getattr(target, "__name__", None)
+            if name in ("format", "format_map"):
+                _check_argument(owner)
+            elif name == "replace" and len(args) >= 2:
+                _check_replace(owner, args[0], args[1])
+            elif name == "join" and args:
+                _check_join(args[0], owner)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def bounded_concat(self, items):
+        """Every ``~`` goes through this (wired in by :func:`_parse`): the joined length is bounded."""
+        parts = list(items)
+        if sum(len(p) if isinstance(p, str) else len(str(p)) for p in parts) > MAX_SEQUENCE:
+            raise RenderLimit("too_large", f"a value longer than {MAX_SEQUENCE} is not allowed in templates")
+        return (markup_join if self.autoescape else str_join)(parts)
+
+    def bounded_iter(self, iterable):
+        """Every ``for`` loop iterates through this (wired in by :func:`_parse`): one step per item."""
+        for item in iterable:
+            _step()
+            yield item
+
+
+def _check_replace(value, old, new) -> None:
+    if isinstance(value, str) and isinstance(old, str) and isinstance(new, str):
+        count = value.count(old) if old else len(value) + 1
+        if len(value) + count * max(len(new) - len(old), 0) > MAX_SEQUENCE:
+            raise RenderLimit("too_large", f"a value longer than {MAX_SEQUENCE} is not allowed in templates")
+
+
+def _check_join(items, separator="") -> None:
+    if isinstance(items, (list, tuple)):
+        total = sum(len(x) if isinstance(x, str) else 1 for x in items) + len(items) * len(str(separator))
+        if total > MAX_SEQUENCE:
+            raise RenderLimit("too_large", f"a value longer than {MAX_SEQUENCE} is not allowed in templates")
+
+
+def _bounded_range(*args):
+    for value in args:
+        _check_argument(value)
+    rng = range(*args)
+    if len(rng) > MAX_SEQUENCE:
+        raise RenderLimit("too_large", f"range() is limited to {MAX_SEQUENCE} items in templates")
+    return rng
+
+
+def _bounded_filter(fn):
+    """A filter whose extra arguments (not the value) are checked like a call's."""
+    passes_context = hasattr(fn, "jinja_pass_arg")
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        # (context?, value, *extra): the value itself may be any size (money(cents)); the extra arguments not.
+        value, extra = (args[1], args[2:]) if passes_context else (args[0], args[1:])
+        for arg in (*extra, *kwargs.values()):
+            _check_argument(arg)
+        if fn.__name__ == "do_format":   # the value is the format string
+            _check_argument(value)
+        elif fn.__name__ == "do_replace" and len(extra) >= 2:
+            _check_replace(value, extra[0], extra[1])
+        elif fn.__name__ == "do_join":
+            _check_join(value, extra[0] if extra else kwargs.get("d", ""))
+        return fn(*args, **kwargs)
+    for attr in ("jinja_pass_arg",):
+        if hasattr(fn, attr):
+            setattr(wrapper, attr, getattr(fn, attr))
+    return wrapper
+
+
 def _env(autoescape: bool) -> SandboxedEnvironment:
-    env = SandboxedEnvironment(autoescape=autoescape, undefined=StrictUndefined, trim_blocks=True,
-                               lstrip_blocks=True)
+    env = BoundedEnvironment(autoescape=autoescape, undefined=StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
     env.filters.update(fa_digits=fa_digits, jalali=jalali, money=money)
+    env.filters = {name: _bounded_filter(fn) for name, fn in env.filters.items()}
+    env.globals.pop("lipsum", None)
+    env.globals["range"] = _bounded_range
     return env
 
 
@@ -93,10 +261,23 @@ def _parse(source: str, channel: str):
         ast = _env_for(channel).parse(source)
     except TemplateError as exc:
         raise TemplateProblem("syntax", f"template syntax error: {exc}", getattr(exc, "lineno", None)) from None
+    except (RecursionError, MemoryError):   # ((((...)))) thousands deep
+        raise TemplateProblem("too_many_steps", "the template is nested too deeply") from None
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
         name = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
         if isinstance(name, str) and name.startswith("_"):
             raise TemplateProblem("unsafe", f"attribute {name!r} is not allowed in templates", name)
+    for node in ast.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        # There is no loader: a notification template is one self-contained text.
+        tag = {"Include": "include", "Import": "import", "FromImport": "from", "Extends": "extends"}[type(node).__name__]
+        raise TemplateProblem("unsupported_tag", f"{{% {tag} %}} is not available in notification templates", tag)
+    for node in ast.find_all(nodes.For):
+        node.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter"), [node.iter], [], None, None,
+                               lineno=node.lineno)
+    for node in ast.find_all(nodes.Concat):
+        # ``a ~ b`` compiles to one join that no binop hook sees: route it through a bounded one.
+        node.nodes = [nodes.Call(nodes.EnvironmentAttribute("bounded_concat"), [nodes.List(node.nodes)], [], None,
+                                 None, lineno=node.lineno)]
     return ast
 
 
@@ -119,6 +300,8 @@ class Rendered:
     used: set[str] = field(default_factory=set)
     missing: list[str] = field(default_factory=list)
     error: str | None = None
+    #: The stable code of ``error`` (``syntax``, ``too_large``, ``too_many_steps``...): pages translate by it.
+    error_code: str | None = None
     sms: dict | None = None
     push: dict | None = None
 
@@ -126,16 +309,37 @@ class Rendered:
 def render(channel: str, locale: str, subject: str, body: str, variables: dict) -> tuple[str, str]:
     """Render one template; raises :class:`TemplateProblem` (missing variable, unsafe access)."""
     env = _env_for(channel)
-    _parse(subject, channel), _parse(body, channel)
+    trees = _parse(subject, channel), _parse(body, channel)
+    token = _steps.set([0])
     try:
-        out_subject = env.from_string(subject).render(variables)
-        out_body = env.from_string(body).render(variables)
+        out_subject, out_body = (_render_capped(env.from_string(tree), variables) for tree in trees)
+    except RenderLimit as exc:
+        raise TemplateProblem(exc.code, str(exc)) from None
     except TemplateError as exc:  # UndefinedError, SecurityError
         code = "unsafe" if type(exc).__name__ == "SecurityError" else "missing_variable"
         raise TemplateProblem(code, str(exc)) from None
+    except RecursionError:
+        raise TemplateProblem("too_many_steps", "the template recurses too deeply") from None
+    except MemoryError:
+        raise TemplateProblem("too_large", "the template needs too much memory") from None
+    except Exception as exc:  # noqa: BLE001  (a template author's mistake: 1/0, int('x'), a huge number...)
+        raise TemplateProblem("render_error", f"the template failed: {type(exc).__name__}: {exc}"[:300]) from None
+    finally:
+        _steps.reset(token)
     if channel == "email" and locale in RTL_LOCALES:
         out_body = f'<div dir="rtl" lang="{locale}" style="direction:rtl;text-align:right">{out_body}</div>'
     return out_subject.strip(), out_body.strip()
+
+
+def _render_capped(template, variables: dict) -> str:
+    """Render chunk by chunk, stopping as soon as the output passes :data:`MAX_OUTPUT` characters."""
+    parts, size = [], 0
+    for chunk in template.generate(variables):
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise RenderLimit("too_large", f"the rendered text is longer than {MAX_OUTPUT} characters")
+        parts.append(chunk)
+    return "".join(parts)
 
 
 def email_document(subject: str, body_html: str, locale: str) -> str:
@@ -162,7 +366,7 @@ def preview(channel: str, locale: str, subject: str, body: str, declared, sample
     try:
         out.used = check_source(subject, body, declared, channel)
     except TemplateProblem as exc:
-        out.error = f"{exc.code}: {exc}"
+        out.error, out.error_code = f"{exc.code}: {exc}", exc.code
         try:
             out.used = variables_used(subject, channel) | variables_used(body, channel)
         except TemplateProblem:
@@ -172,7 +376,7 @@ def preview(channel: str, locale: str, subject: str, body: str, declared, sample
         try:
             out.subject, out.body = render(channel, locale, subject, body, sample)
         except TemplateProblem as exc:
-            out.error = f"{exc.code}: {exc}"
+            out.error, out.error_code = f"{exc.code}: {exc}", exc.code
     if channel == "sms":
         out.sms = sms_parts(out.body)
     if channel == "push":

@@ -32,3 +32,9 @@ RETURNING id, tenant_id, name, prefix, revoked_at;
 -- One key inside a scope (never the hash).
 SELECT id, tenant_id, name, prefix, created_at, last_used_at, revoked_at FROM api_keys
 WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
+
+-- name: api_key_insert
+-- Store a new API key (hash only).
+INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, created_by)
+VALUES (%(id)s, %(tenant_id)s, %(name)s, %(prefix)s, %(key_hash)s, %(scopes)s, %(created_by)s)
+RETURNING id, tenant_id, name, prefix, scopes, created_at;

@@ -49,11 +49,6 @@ VALUES (%(user_id)s, %(tenant_id)s, %(role)s, true)
 ON CONFLICT (user_id, tenant_id, role) DO UPDATE SET active = true
 RETURNING *;
 
--- name: membership_set_active
--- Activate or deactivate a membership.
-UPDATE memberships SET active = %(active)s
-WHERE user_id = %(user_id)s AND tenant_id = %(tenant_id)s AND role = %(role)s;
-
 -- name: membership_list_for_user
 -- A user's active memberships with their tenants.
 SELECT m.tenant_id, t.slug AS tenant_slug, t.name AS tenant_name, t.is_operator, m.role::text AS role
@@ -79,18 +74,6 @@ DELETE FROM login_failures WHERE email = %(email)s;
 -- name: login_failure_prune
 -- Forget failures older than the window.
 DELETE FROM login_failures WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s);
-
--- name: api_key_insert
--- Store a new API key (hash only).
-INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, created_by)
-VALUES (%(id)s, %(tenant_id)s, %(name)s, %(prefix)s, %(key_hash)s, %(scopes)s, %(created_by)s)
-RETURNING id, tenant_id, name, prefix, scopes, created_at;
-
--- name: api_key_verify
--- The live key with this hash, touching its last use.
-UPDATE api_keys SET last_used_at = now()
-WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
-RETURNING id, tenant_id, name, scopes;
 
 -- name: tenant_get_visible
 -- One tenant inside a scope.
@@ -145,3 +128,15 @@ UPDATE users SET is_active = %(active)s WHERE id = %(id)s RETURNING id;
 -- name: user_count_sessions
 -- How many live sessions a user has (shown on their own page).
 SELECT count(*) AS n FROM user_sessions WHERE user_id = %(user_id)s AND expires_at > now();
+
+-- name: user_tenants
+-- The tenants where a user has an active membership (first: the oldest).
+SELECT m.tenant_id, t.slug FROM memberships m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.user_id = %(user_id)s AND m.active
+GROUP BY m.tenant_id, t.slug ORDER BY min(m.created_at), t.slug;
+
+-- name: tenant_users_with_role
+-- Users holding an active membership with a role in a tenant (recipients such as "the tenant's admins").
+SELECT DISTINCT m.user_id FROM memberships m JOIN users u ON u.id = m.user_id
+WHERE m.tenant_id = %(tenant_id)s AND m.role::text = ANY(%(roles)s::text[]) AND m.active AND u.is_active
+ORDER BY m.user_id;

@@ -151,12 +151,14 @@ RETURNING id;
 UPDATE outbound_messages SET status = 'failed' WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
 
 -- name: push_subscription_upsert
--- Store a browser's subscription; the same endpoint again replaces its keys and revives it.
+-- Store a browser's subscription; the same endpoint again replaces its keys and revives it.  Only its
+-- owner's (or, once the owner revoked it, anyone's): another user's endpoint returns no row (refused).
 INSERT INTO push_subscriptions (id, tenant_id, user_ref, endpoint, p256dh, auth)
 VALUES (%(id)s, %(tenant_id)s, %(user_ref)s, %(endpoint)s, %(p256dh)s, %(auth)s)
 ON CONFLICT (tenant_id, endpoint) DO UPDATE
 SET p256dh = excluded.p256dh, auth = excluded.auth, user_ref = excluded.user_ref, state = 'active',
     invalid_reason = NULL
+WHERE push_subscriptions.user_ref IS NOT DISTINCT FROM excluded.user_ref OR push_subscriptions.state = 'revoked'
 RETURNING *;
 
 -- name: push_subscription_get
@@ -249,3 +251,15 @@ SELECT l.*, coalesce(up.state, ex.state) AS effect_state, coalesce(up.provider_r
 FROM loaded l
 LEFT JOIN up ON up.key = l.key
 LEFT JOIN effects ex ON l.attempt_it AND up.key IS NULL AND ex.key = l.key AND ex.tenant_id = l.tenant_id;
+
+-- name: user_push_subscriptions
+-- A user's active Web Push subscriptions in a tenant.
+SELECT id, endpoint, state, created_at FROM push_subscriptions
+WHERE tenant_id = %(tenant_id)s AND user_ref = %(user_ref)s AND state = 'active'
+ORDER BY created_at;
+
+-- name: user_push_subscription_revoke
+-- The user unregisters a device: revoked, never used again.
+UPDATE push_subscriptions SET state = 'revoked'
+WHERE id = %(id)s AND user_ref = %(user_ref)s AND state = 'active'
+RETURNING id, state;

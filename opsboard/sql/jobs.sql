@@ -404,28 +404,6 @@ UPDATE effects SET provider_ref = %(ref)s, job_id = %(job_id)s
 WHERE key = %(key)s AND tenant_id = %(tenant_id)s AND state = 'started'
 RETURNING *;
 
--- name: worker_upsert
--- Register a worker process (or refresh it).
-INSERT INTO workers (id, hostname, pid, queues, version, state, is_leader, running_jobs)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(version)s, 'running', false, 0)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), state = 'running';
-
--- name: worker_heartbeat
--- A worker is alive: refresh its row.
-UPDATE workers SET last_seen_at = now(), state = %(state)s, is_leader = %(is_leader)s,
-                   running_jobs = %(running_jobs)s,
-                   abandoned_threads = coalesce(%(abandoned)s::jsonb, abandoned_threads)
-WHERE id = %(id)s;
-
--- name: worker_delete
--- A worker stopped cleanly.
-DELETE FROM workers WHERE id = %(id)s;
-
--- name: worker_prune_stale
--- Forget workers silent for longer than the cutoff.
-DELETE FROM workers WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
-RETURNING id;
-
 -- name: job_stats_add
 -- Add a worker's per-minute counters (its own rows: workers never contend).
 -- %(rows)s is a JSON array of objects; histograms are added element-wise.
@@ -448,3 +426,56 @@ ON CONFLICT (minute, worker_id, queue, type) DO UPDATE SET
 -- Wake every worker's claimer for these queues (a finished job freed room
 -- under a concurrency limit, or the next job of an ordered group).
 SELECT pg_notify('opsboard_jobs', q) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: job_still_held
+-- Whether this attempt still holds its job: running, fenced by (locked_by,
+-- attempts), and the lease not yet run out (even if no reaper has noticed).
+-- "Running" is read from locked_by, which is set exactly while a job runs (a
+-- check constraint): with status = 'running' here the planner may read the
+-- whole running partial index, which statistics taken while little ran call
+-- empty, instead of one primary-key probe (so in the statements below too).
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE id = %(id)s AND locked_by = %(worker)s AND attempts = %(attempt)s  -- locked_by: running (see below)
+      AND locked_until > coalesce(%(now)s::timestamptz, now())
+) AS held;
+
+-- name: effect_begin_held
+-- effect_begin, only while the calling attempt holds its job (see
+-- job_still_held): a stale attempt starts nothing and adopts nothing.  The job
+-- row is share-locked so that the reaper cannot take it between the check and
+-- the insert.  Returns one row: held, and the effect (NULL columns when not held
+-- and none exists); attempt is the attempt that started or last adopted it.
+WITH held AS (
+    SELECT EXISTS (
+        SELECT 1 FROM jobs
+        WHERE id = %(job_id)s AND locked_by = %(worker)s AND attempts = %(attempt)s
+          AND locked_until > coalesce(%(now)s::timestamptz, now())
+        FOR SHARE
+    ) AS held
+), up AS (
+    INSERT INTO effects (key, job_id, tenant_id, provider, attempt)
+    SELECT %(key)s, %(job_id)s, %(tenant_id)s, %(provider)s, %(attempt)s FROM held WHERE held.held
+    ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, attempt = excluded.attempt
+        WHERE effects.state = 'started' AND effects.tenant_id = excluded.tenant_id
+    RETURNING *, (xmax = 0) AS created
+), found AS (
+    SELECT * FROM up
+    UNION ALL
+    SELECT *, false AS created FROM effects
+    WHERE key = %(key)s AND tenant_id = %(tenant_id)s AND NOT EXISTS (SELECT 1 FROM up)
+)
+SELECT held.held, found.* FROM held LEFT JOIN found ON true;
+
+-- name: job_running_by_worker
+-- The jobs a (dead) worker process still holds, with how each one's earlier
+-- runs ended: crashes (a worker died under it) versus any other end.
+SELECT j.id, j.type, j.version, j.queue, j.tenant_id, j.attempts, j.max_attempts, j.group_key, j.started_at,
+       (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id
+         AND a.error_code IN ('crashed_worker', 'crash_suspect')) AS crashes,
+       (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id
+         AND a.outcome IN ('succeeded', 'retryable', 'dead', 'lease_expired')
+         AND a.error_code IS DISTINCT FROM 'crashed_worker') AS other_ends
+FROM jobs j
+WHERE j.status = 'running' AND j.locked_by = %(worker)s
+ORDER BY j.started_at;

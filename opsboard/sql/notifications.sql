@@ -176,12 +176,6 @@ RETURNING *;
 SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')
        AS locale;
 
--- name: notification_tenant_locale_set
--- Set the tenant's default locale.
-INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%(tenant_id)s, %(locale)s)
-ON CONFLICT (tenant_id) DO UPDATE SET default_locale = excluded.default_locale
-RETURNING *;
-
 -- name: notification_insert_lock
 -- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.
 SELECT pg_advisory_xact_lock(7957911069121085795);
@@ -299,29 +293,13 @@ VALUES (%(id)s, %(user_id)s, %(name)s, %(prefix)s, %(token_hash)s)
 RETURNING id, user_id, name, prefix, created_at;
 
 -- name: user_token_verify
--- The live token's user (an active user with an active membership).
+-- The live token's user (an active user) and whether they hold an active membership: callers refuse
+-- (403) a user whose every membership was deactivated.
 UPDATE user_tokens t SET last_used_at = now()
 FROM users u
 WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND u.id = t.user_id AND u.is_active
-RETURNING t.id, t.user_id, u.email;
-
--- name: user_push_subscriptions
--- A user's active Web Push subscriptions in a tenant.
-SELECT id, endpoint, state, created_at FROM push_subscriptions
-WHERE tenant_id = %(tenant_id)s AND user_ref = %(user_ref)s AND state = 'active'
-ORDER BY created_at;
-
--- name: user_push_subscription_revoke
--- The user unregisters a device: revoked, never used again.
-UPDATE push_subscriptions SET state = 'revoked'
-WHERE id = %(id)s AND user_ref = %(user_ref)s AND state = 'active'
-RETURNING id, state;
-
--- name: user_tenants
--- The tenants where a user has an active membership (first: the oldest).
-SELECT m.tenant_id, t.slug FROM memberships m JOIN tenants t ON t.id = m.tenant_id
-WHERE m.user_id = %(user_id)s AND m.active
-GROUP BY m.tenant_id, t.slug ORDER BY min(m.created_at), t.slug;
+RETURNING t.id, t.user_id, u.email,
+          EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.active) AS active_member;
 
 -- name: template_live_for_key
 -- The live (highest published) version of each channel x locale of a key.
@@ -345,11 +323,6 @@ SELECT * FROM notification_templates WHERE key = %(key)s ORDER BY channel, local
 -- name: template_get
 -- One version by id.
 SELECT * FROM notification_templates WHERE id = %(id)s;
-
--- name: template_get_version
--- One version by key, channel, locale and number.
-SELECT * FROM notification_templates
-WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND version = %(version)s;
 
 -- name: template_draft_get
 -- The draft of a key x channel x locale, if any.
@@ -394,24 +367,3 @@ ORDER BY channel, locale, template_version DESC;
 -- Wake SSE streams: one NOTIFY per key (a recipient id, or '*'), delivered at commit.
 SELECT pg_notify(%(channel)s, k) FROM unnest(%(keys)s::text[]) AS k;
 
--- name: tenant_users_with_role
--- Users holding an active membership with a role in a tenant (recipients such as "the tenant's admins").
-SELECT DISTINCT m.user_id FROM memberships m JOIN users u ON u.id = m.user_id
-WHERE m.tenant_id = %(tenant_id)s AND m.role::text = ANY(%(roles)s::text[]) AND m.active AND u.is_active
-ORDER BY m.user_id;
-
--- name: demo_order_recipient
--- The platform user matching the demo user of an order (by email), if any.
-SELECT u.id AS user_id FROM demo_orders o JOIN demo_users du ON du.id = o.user_id JOIN users u ON u.email = du.email
-WHERE o.id = %(order_id)s::uuid;
-
--- name: demo_otp_recipient
--- The platform users of a tenant whose notification phone is the OTP's phone, and the code.
-SELECT p.user_id, r.code FROM demo_otp_requests r
-JOIN notification_profiles p ON p.phone = r.phone
-JOIN memberships m ON m.user_id = p.user_id AND m.tenant_id = r.tenant_id AND m.active
-WHERE r.id = %(otp_id)s::uuid;
-
--- name: demo_user_by_email
--- The demo domain's user row of an email in a tenant (the demo's end user).
-SELECT * FROM demo_users WHERE tenant_id = %(tenant_id)s AND email = %(email)s ORDER BY created_at LIMIT 1;

@@ -99,31 +99,6 @@ WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
 -- One event by id, inside a tenant scope.
 SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
 
--- name: outbox_unrelayed_count
--- Events waiting for a relay, and the age of the oldest (for metrics and the bench).
-SELECT count(*)::bigint AS waiting, min(occurred_at) AS oldest FROM outbox_events WHERE relayed_at IS NULL;
-
--- name: api_idempotency_get
--- The stored answer to an earlier request with this tenant's Idempotency-Key.
-SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
-
--- name: api_idempotency_claim
--- Claim an Idempotency-Key inside the request's transaction; a concurrent claim
--- of the same key waits here until the first commits (then conflicts) or rolls back.
-INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response)
-VALUES (%(tenant_id)s, %(key)s, %(request_hash)s, 0, '{}')
-ON CONFLICT (tenant_id, key) DO NOTHING
-RETURNING key;
-
--- name: api_idempotency_store
--- Remember the answer given to a claimed Idempotency-Key.
-UPDATE api_idempotency SET status = %(status)s, response = %(response)s
-WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
-
--- name: api_idempotency_prune
--- Forget Idempotency-Keys older than the retention.
-DELETE FROM api_idempotency WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval;
-
 -- name: outbox_prune_relayed
 -- Delete up to %(limit)s relayed events older than the retention (the trigger
 -- refuses to delete an unrelayed one).
@@ -134,30 +109,6 @@ WITH doomed AS (
 )
 DELETE FROM outbox_events e USING doomed d WHERE e.id = d.id
 RETURNING 1;
-
--- name: demo_user_insert
--- The demo domain: a user of a tenant signs up.
-INSERT INTO demo_users (id, tenant_id, email, plan) VALUES (%(id)s, %(tenant_id)s, %(email)s, %(plan)s)
-RETURNING id, tenant_id, plan, created_at;
-
--- name: demo_order_insert
--- The demo domain: an order is paid.
-INSERT INTO demo_orders (id, tenant_id, user_id, amount_cents, currency)
-VALUES (%(id)s, %(tenant_id)s, %(user_id)s, %(amount_cents)s, %(currency)s)
-RETURNING id, tenant_id, amount_cents, currency, paid_at;
-
--- name: demo_otp_insert
--- The demo domain: a one-time password is requested for a phone number.
-INSERT INTO demo_otp_requests (id, tenant_id, phone, code, expires_at)
-VALUES (%(id)s, %(tenant_id)s, %(phone)s, %(code)s, coalesce(%(now)s::timestamptz, now()) + %(ttl)s::interval)
-RETURNING id, tenant_id, created_at, expires_at;
-
--- name: demo_effect_record
--- A demo subscriber's effect, once per (subscriber, event) however often the job runs.
-INSERT INTO demo_effects (subscriber, event_id, job_id, tenant_id, aggregate, detail)
-VALUES (%(subscriber)s, %(event_id)s, %(job_id)s, %(tenant_id)s, %(aggregate)s, %(detail)s)
-ON CONFLICT (subscriber, event_id) DO NOTHING
-RETURNING seq;
 
 -- name: outbox_backlog
 -- Events of the tenants in a scope waiting for a relay, the age of the oldest

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from ..persian import load_zone
+
+
 @dataclass(frozen=True)
 class BusinessHours:
     """Working days (Monday=0) and daily hours in ``time_zone``."""
@@ -34,7 +37,8 @@ class BusinessHours:
         start, end = time.fromisoformat(spec.get("start", "09:00")), time.fromisoformat(spec.get("end", "17:00"))
         if not days or not days <= set(range(7)) or start >= end:
             raise ValueError("business hours need working days 0-6 and start < end")
-        ZoneInfo(time_zone)  # raises for an unknown zone
+        if load_zone(time_zone) is None:
+            raise ValueError("unknown time zone")
         return cls(days, start, end, time_zone)
 
 

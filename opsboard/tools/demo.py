@@ -1,7 +1,8 @@
 """``opsboard demo``: a live dashboard on a bare machine.
 
 Starts (or reuses) an embedded PostgreSQL when ``DATABASE_URL`` is unset,
-migrates, seeds demo tenants and users (passwords generated once, kept in the
+migrates, creates the demo application's own tables (``demo_schema.sql``),
+seeds demo tenants and users (passwords generated once, kept in the
 instance folder and printed), starts gunicorn and a worker as subprocesses,
 and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
@@ -9,7 +10,9 @@ dead letters.  Ctrl-C stops everything.
 
 The demo's job types, events, policies and templates are the plug-in
 :mod:`opsboard.tools.demo_catalogue`, which the demo's web and worker
-processes register (``OPSBOARD_JOB_MODULES=opsboard.tools.demo_catalogue``).
+processes register (``OPSBOARD_JOB_MODULES=opsboard.tools.demo_catalogue``); its
+domain (tables, queries, producers) is :mod:`opsboard.tools.demo_domain` and its
+handlers :mod:`opsboard.tools.demo_handlers`.
 """
 from __future__ import annotations
 
@@ -111,11 +114,12 @@ def _seed_notifications(conn, ids: dict, creds: dict) -> None:
 
 def _inbox_tick(conn, tenants: dict, tick: int, rng) -> None:
     """Every few seconds an order of user@acme.demo is paid (and now and then an OTP): the inbox fills live."""
-    from .. import db, demo_domain
+    from . import demo_domain
 
     if tick % 6 != 3:
         return
-    demo_user = db.one(conn, "demo_user_by_email", {"tenant_id": tenants["acme"], "email": "user@acme.demo"})
+    demo_user = demo_domain.one(conn, "demo_user_by_email",
+                                {"tenant_id": tenants["acme"], "email": "user@acme.demo"})
     if demo_user is None:
         demo_user = demo_domain.sign_up_user(conn, tenants["acme"], "user@acme.demo", plan="pro")["user"]
     if tick % 30 == 3:
@@ -176,7 +180,7 @@ def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) ->
 
 def _domain_events(conn, tenant_id, rng: random.Random) -> None:
     """The outbox demo: signups, paid orders and OTPs, each a domain row + its event in one transaction."""
-    from .. import demo_domain
+    from . import demo_domain
     if rng.random() < 0.5:
         user = demo_domain.sign_up_user(conn, tenant_id, f"user{rng.randint(1, 10**6)}@example.test",
                                         plan=rng.choice(["free", "free", "pro"]))["user"]
@@ -196,13 +200,22 @@ def _port_free(host: str, port: int) -> bool:
 
 def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True) -> int:
     from ..errors import UsageError
-    from ..db import resolve_url
+    from ..db import connect, resolve_url
     from ..migrate import migrate
 
     if not _port_free(host, port):
         raise UsageError(f"port {port} on {host} is in use; pass --port")
     url = resolve_url(config)
+    # This process seeds and produces traffic with the demo plug-in's catalogue, as its children do
+    # (the CLI activates none for ``demo``: it leaves the plug-in to this function).
+    from ..catalogue import activate
+    from ..features import build_catalogue
+    modules = [*config.job_modules, "opsboard.tools.demo_catalogue"]
+    activate(build_catalogue(config, modules=modules))
     migrate(url, log=lambda line: print(f"  {line}"))
+    from . import demo_domain
+    with connect(url) as conn:
+        demo_domain.apply_schema(conn)  # the demo's own tables: never part of the product schema
     creds = _credentials(config)
     tenants = seed(url, creds)
     from . import demo_deliveries
@@ -210,7 +223,7 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
 
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "OPSBOARD_ENV": "demo", "OPSBOARD_SECRET_KEY": creds["secret_key"],
-                "OPSBOARD_JOB_MODULES": ",".join([*config.job_modules, "opsboard.tools.demo_catalogue"]),
+                "OPSBOARD_JOB_MODULES": ",".join(modules),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT), **provider_env})
     logs = config.instance_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

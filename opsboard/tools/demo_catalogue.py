@@ -5,11 +5,15 @@ outbox and notifications with the demo domain): a production process has none of
 * events: ``user.signed_up`` (v1, v2 and the upcaster between), ``order.paid``, ``otp.requested``;
 * ``webhooks``: the demo events go to the tenant's subscribed webhook endpoints (``webhook.fanout``);
 * the ``outbox_demo.*`` job types are the demo application's own consumers (a CRM sync, a partner
-  ledger, the nightly report): they record their effect in ``demo_effects``;
+  ledger, the nightly report): they record their effect in ``demo_effects``
+  (:func:`opsboard.tools.demo_handlers.record_effect`);
 * policies: ``user.signed_up`` -> the tenant's admins (inbox + email, ``account``); ``order.paid``
   -> the order's user (inbox, push, email, sms; ``financial``, sensitive); ``otp.requested`` ->
   the users whose phone is the OTP's (inbox + SMS, ``otp``: critical);
 * ``demo.*`` job types: the synthetic traffic of ``opsboard demo`` (handler times and failure rates).
+
+Its tables and queries are the demo domain's (:mod:`opsboard.tools.demo_domain`); its handlers
+are named by string and resolved by the worker.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from .. import db
 from ..jobtypes import Field, define, define_provider
 from ..notifications import policy
 from ..outbox import EventField, define_event, define_upcaster, subscribe
+from . import demo_domain
 
 
 def _webhook_fanout(event: dict) -> dict:
@@ -36,7 +41,7 @@ def _order_recipients(conn, event):
         order_id = uuid.UUID(str(event["payload"].get("order_id")))
     except ValueError:
         return []  # not an order of the demo domain (the delivery demo publishes raw events)
-    row = db.one(conn, "demo_order_recipient", {"order_id": order_id})
+    row = demo_domain.one(conn, "demo_order_recipient", {"order_id": order_id})
     if row is not None:
         return [row["user_id"]]
     return [r["user_id"] for r in db.all_rows(conn, "tenant_users_with_role",
@@ -48,11 +53,12 @@ def _otp_recipients(conn, event):
         uuid.UUID(str(event["payload"].get("otp_id")))
     except ValueError:
         return []
-    return [r["user_id"] for r in db.all_rows(conn, "demo_otp_recipient", {"otp_id": event["payload"]["otp_id"]})]
+    rows = demo_domain.all_rows(conn, "demo_otp_recipient", {"otp_id": event["payload"]["otp_id"]})
+    return [r["user_id"] for r in rows]
 
 
 def _otp_variables(conn, event, user_id):
-    rows = db.all_rows(conn, "demo_otp_recipient", {"otp_id": event["payload"]["otp_id"]})
+    rows = demo_domain.all_rows(conn, "demo_otp_recipient", {"otp_id": event["payload"]["otp_id"]})
     return {"code": rows[0]["code"] if rows else "", "minutes": 2}
 
 
@@ -104,14 +110,15 @@ def register(cat) -> None:
 
     # ------------------------------------------------------------ demo job types
 
-    # One handler records each subscriber's effect (worker/handlers/outbox_demo.py).
-    _RECORD = "worker.handlers.outbox_demo:record_effect"
+    # The demo application's own consumers: one handler records each subscriber's effect
+    # (opsboard/tools/demo_handlers.py).
+    _RECORD = "opsboard.tools.demo_handlers:record_effect"
     define(cat, "outbox_demo.email", handler=_RECORD, max_attempts=5, timeout=10,
-           description="Demo stand-in for email.send: records the effect.")
+           description="The demo application's emails (welcome, receipt): records the effect.")
     define(cat, "outbox_demo.webhook", handler=_RECORD, max_attempts=8, timeout=10,
-           description="Demo stand-in for webhook.fanout: records the effect.")
+           description="The demo application's CRM and partner webhooks: records the effect.")
     define(cat, "outbox_demo.sms", handler=_RECORD, queue="critical", priority=0, max_attempts=3, timeout=5,
-           description="Demo stand-in for sms.send: records the effect.")
+           description="The demo application's sign-in SMS: records the effect.")
     define(cat, "outbox_demo.report_row", handler=_RECORD, queue="bulk", max_attempts=5, timeout=10,
            description="Demo: includes the signup in the nightly report.")
 
@@ -142,15 +149,15 @@ def register(cat) -> None:
 
     define_provider(cat, "demo_smtp", concurrency=4, rate_per_second=15, burst=15)
     define_provider(cat, "demo_sms", concurrency=2, rate_per_second=20, burst=20)
-    define(cat, "demo.send_email", handler="worker.handlers.demo:send_email", provider="demo_smtp",
+    define(cat, "demo.send_email", handler="opsboard.tools.demo_handlers:send_email", provider="demo_smtp",
            fields={"to_user": Field(str), "template": Field(str)}, max_attempts=4, timeout=10,
            backoff_base=2, backoff_cap=30)
-    define(cat, "demo.deliver_webhook", handler="worker.handlers.demo:deliver_webhook", concurrency=6,
+    define(cat, "demo.deliver_webhook", handler="opsboard.tools.demo_handlers:deliver_webhook", concurrency=6,
            fields={"endpoint_id": Field(str), "event": Field(str)}, max_attempts=5, timeout=10,
            backoff_base=1, backoff_cap=20)
-    define(cat, "demo.send_otp", handler="worker.handlers.demo:send_otp", queue="critical", priority=0,
+    define(cat, "demo.send_otp", handler="opsboard.tools.demo_handlers:send_otp", queue="critical", priority=0,
            provider="demo_sms", fields={"user_id": Field(str)}, max_attempts=3, timeout=5,
            backoff_base=0.5, backoff_cap=2)
-    define(cat, "demo.generate_report", handler="worker.handlers.demo:generate_report", queue="bulk",
+    define(cat, "demo.generate_report", handler="opsboard.tools.demo_handlers:generate_report", queue="bulk",
            long_running=True, fields={"report": Field(str), "title": Field(str, required=False)},
            max_attempts=2, timeout=120)

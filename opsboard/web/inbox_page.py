@@ -41,6 +41,8 @@ def index():
     raw = request.args.get("cursor")
     try:
         before = int(raw) if raw else None
+        if before is not None and not 0 <= before <= inbox.MAX_CURSOR:
+            raise ValueError(raw)
     except ValueError:
         raise ApiError(400, "invalid_cursor", _("cursor must be an integer")) from None
     return render_template("inbox/index.html", **_context(before))

@@ -5,12 +5,14 @@ preview (htmx, debounced) of every channel in the edited locale beside the
 from __future__ import annotations
 
 import json
+import threading
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, current_app, redirect, render_template, request, url_for
 from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
 
 from ..errors import OpsError
-from ..notifications import render, templates, tracking
+from ..notifications import render, render_sandbox, templates, tracking
 from ..notifications.policy import CHANNELS, policies
 from . import forms
 from .context import get_db
@@ -31,6 +33,41 @@ def _sample(raw: str | None) -> dict:
     if not isinstance(value, dict):
         raise ApiError(400, "invalid_sample", _("The sample payload must be a JSON object."))
     return value
+
+
+#: Refusals of the bounded sandbox (opsboard.notifications.render), shown in the editor in the reader's language.
+_LIMIT_MESSAGES = {
+    "too_many_steps": _l("The template does too much work (loops, calls or recursion); simplify it."),
+    "too_large": _l("The template makes a number, text or list that is too large; simplify it."),
+    "unsupported_tag": _l("include, import, extends and from are not available in notification templates."),
+    "render_error": _l("The template failed while rendering with the sample payload."),
+    "too_slow": _l("The preview took too long and was stopped; simplify the template."),
+    "busy": _l("The preview is busy; try again in a moment."),
+}
+_sandbox_lock = threading.Lock()
+
+
+def _sandbox() -> render_sandbox.RenderSandbox:
+    """The process's preview renderer, started on first use (after gunicorn forked)."""
+    with _sandbox_lock:
+        box = current_app.extensions.get("opsboard_render_sandbox")
+        if box is None:
+            box = current_app.extensions["opsboard_render_sandbox"] = render_sandbox.RenderSandbox()
+        return box
+
+
+def _render_cells(specs: list[dict]) -> list[render.Rendered]:
+    """Every cell's preview, rendered in the sandbox processes under one deadline; a refusal of the
+    bounds becomes a translated message in the editor, never a 500."""
+    try:
+        outs = _sandbox().preview_many(specs) if specs else []
+    except render_sandbox.RenderUnavailable as exc:
+        outs = [render.Rendered("", "", s["locale"], s["locale"] in render.RTL_LOCALES, error=str(exc),
+                                error_code=exc.code) for s in specs]
+    for out in outs:
+        if out.error_code in _LIMIT_MESSAGES:
+            out.error = str(_LIMIT_MESSAGES[out.error_code])
+    return outs
 
 
 def _key_arg(key: str) -> str:
@@ -102,7 +139,7 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
         live = templates.live(conn, key)
     drafts = {(v["channel"], v["locale"]): v for v in versions if v["status"] == "draft"}
     locales = [locale] if locale == render.FALLBACK_LOCALE else [locale, render.FALLBACK_LOCALE]
-    rows = []
+    rows, specs = [], []
     for ch in CHANNELS:
         cells = []
         for loc in locales:
@@ -119,11 +156,17 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
                               "fallback": render.pick_locale({l for (c, l) in live if c == ch},
                                                              render.locale_chain(loc, None))})
                 continue
-            out = render.preview(ch, loc, src["subject"], src["body"], src["variables"], src["sample"])
-            cells.append({"locale": loc, "absent": False, "origin": src["origin"], "out": out,
+            specs.append({"channel": ch, "locale": loc, "subject": src["subject"], "body": src["body"],
+                          "declared": src["variables"], "sample": src["sample"]})
+            cells.append({"locale": loc, "absent": False, "origin": src["origin"], "out": None,
                           "declared": src["variables"]})
         if any(not c["absent"] for c in cells) or ch == channel:
             rows.append({"channel": ch, "cells": cells})
+    outs = iter(_render_cells(specs))
+    for row in rows:
+        for c in row["cells"]:
+            if not c["absent"]:
+                c["out"] = next(outs)
     edited_live = live.get((channel, locale))
     new = {"version": "draft", "subject": form.get("subject", ""), "body": form.get("body", ""),
            "variables": declared}

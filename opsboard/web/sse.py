@@ -52,7 +52,7 @@ def _cursor_from_request() -> int | None:
         value = int(raw)
     except ValueError:
         return -1
-    return value if value >= 0 else -1
+    return value if 0 <= value <= inbox.MAX_CURSOR else -1
 
 
 def event_text(row: dict) -> str:
@@ -68,6 +68,10 @@ def stream_response(user_id) -> Response:
     cursor = _cursor_from_request()
     if cursor == -1:
         raise ValueError("Last-Event-ID must be an inbox cursor (a non-negative integer)")
+    if request.method == "HEAD":
+        # No body will be read, so the generator below would never run and never release its slot
+        # and waiter: answer the headers only, holding nothing.
+        return _headers(Response(mimetype="text/event-stream"))
     h = hub()
     streams = current_app.extensions["opsboard_sse_streams"]
     key = str(user_id)
@@ -80,12 +84,20 @@ def stream_response(user_id) -> Response:
     database = get_db()
     waiter = h.waiter(inbox.CHANNEL, key)
 
+    released = []
+
     def release():
-        waiter.close()
+        # Idempotent: called by the generator's end and by the response's close, whichever comes first.
+        # A response closed before its first chunk (client gone) never starts the generator, so its
+        # ``finally`` alone would leak the slot.
         with _lock:
+            if released:
+                return
+            released.append(True)
             streams[key] = streams.get(key, 1) - 1
             if streams[key] <= 0:
                 streams.pop(key, None)
+        waiter.close()
 
     def generate():
         last = cursor
@@ -107,13 +119,12 @@ def stream_response(user_id) -> Response:
         finally:
             release()
 
-    resp = Response(generate(), mimetype="text/event-stream")
-    resp.headers["Cache-Control"] = "no-cache"
-    resp.headers["X-Accel-Buffering"] = "no"
-    resp.call_on_close(lambda: None)
+    resp = _headers(Response(generate(), mimetype="text/event-stream"))
+    resp.call_on_close(release)
     return resp
 
 
-def open_streams() -> int:
-    streams = current_app.extensions.get("opsboard_sse_streams") or {}
-    return sum(streams.values())
+def _headers(resp: Response) -> Response:
+    resp.headers["Cache-Control"] = "no-cache"
+    resp.headers["X-Accel-Buffering"] = "no"
+    return resp

@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 
-from opsboard import auth, demo_domain, outbox
+from opsboard import auth, outbox
 from opsboard.config import ROOT
+from opsboard.tools import demo_domain
 from tests.conftest import connect, wait_for, worker_env
 
 

@@ -3,6 +3,7 @@ wakes the claimer of another worker, through the NOTIFY alone."""
 import signal
 
 from opsboard import auth, queue
+from opsboard.tools import demo_domain
 from opsboard.queue import NewJob
 from tests.conftest import connect, wait_for
 
@@ -37,3 +38,32 @@ def test_group_job_finishing_in_one_worker_wakes_a_claimer_in_another(db_url, st
         assert a.wait(30) == 0
         b.send_signal(signal.SIGTERM)
         assert b.wait(30) == 0
+
+
+def test_a_worker_process_holds_exactly_one_listen_connection(db_url, start_worker):
+    """The fetchers' wake-ups and the relay share the process's one hub (opsboard.pgnotify)."""
+    with connect(db_url) as c:
+        c.execute(EFFECTS)
+        tenant = auth.ensure_tenant(c, "acme")["id"]
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        # This database is the test's own: every backend in it besides ours is the worker's.
+        listening = "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() " \
+                    "AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%%'"
+        w = start_worker(db_url, "--queues", "critical=1,default=1,bulk=1", "--id", "worker-one", **SLOW_POLL)
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id = 'worker-one'"), timeout=30,
+                 message="the worker to start")
+        wait_for(lambda: n(listening), timeout=30, message="the worker to listen")
+        # Both channels are served (the fallback polls are a minute away) ...
+        job = queue.enqueue(c, "test.record", {"key": "one"}, tenant=tenant)
+        wait_for(lambda: queue.get_job(c, job["id"])["status"] == "succeeded", timeout=15,
+                 message="the job to run on its notification")
+        with connect(db_url) as producer:
+            event = demo_domain.sign_up_user(producer, tenant, "one@example.test")["event"]
+        wait_for(lambda: n("SELECT count(*) AS n FROM outbox_events WHERE id = %s AND relayed_at IS NOT NULL",
+                           event["id"]), timeout=15, message="the event to be relayed on its notification")
+        # ... through one connection.
+        assert n(listening) == 1
+        assert n("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND pid <> pg_backend_pid() AND query ILIKE '%%LISTEN%%'") == 1
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(30) == 0

@@ -144,17 +144,88 @@ def test_jobs_enqueue_read_and_tenant_isolation(client, key_for):
 
 
 def test_otp_goes_to_the_critical_queue(client, key_for, app):
-    secret, _ = key_for()
+    secret, tenant = key_for()
     r = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret))
     assert r.status_code == 202, r.json
+    assert set(r.json) == {"otp_id", "expires_at", "message_id", "job_id"}
     with connect(app.extensions["test_db_url"]) as c:
-        Relay().run_once(c)
-        job = c.execute("SELECT * FROM jobs WHERE event_id = %s", (r.json["event_id"],)).fetchone()
-        event = c.execute("SELECT * FROM outbox_events WHERE id = %s", (r.json["event_id"],)).fetchone()
-    assert job["queue"] == "critical" and (job["expires_at"] - event["occurred_at"]).total_seconds() == 120
-    assert "347" not in str(event["payload"])
+        job = c.execute("SELECT * FROM jobs WHERE id = %s", (r.json["job_id"],)).fetchone()
+        row = c.execute("SELECT * FROM otp_requests WHERE id = %s", (r.json["otp_id"],)).fetchone()
+        msg = c.execute("SELECT * FROM outbound_messages WHERE id = %s", (r.json["message_id"],)).fetchone()
+    # Enqueued with the request, no relay in between; it expires with the code.
+    assert (job["type"], job["queue"], job["tenant_id"]) == ("sms.otp", "critical", tenant["id"])
+    assert job["expires_at"] == row["expires_at"] and (row["expires_at"] - row["created_at"]).total_seconds() == 120
+    assert r.json["expires_at"] == row["expires_at"].isoformat()
+    assert msg["recipient"] == "+393471234567" and "code" not in row  # a hash, never the code
     bad = client.post("/api/v1/otp", json={"phone": "3471234567"}, headers=bearer(secret))
     assert (bad.status_code, bad.json["field"]) == (422, "phone")
+
+
+def _otp_code(app, message_id: str) -> str:
+    with connect(app.extensions["test_db_url"]) as c:
+        return c.execute("SELECT params FROM outbound_messages WHERE id = %s",
+                         (message_id,)).fetchone()["params"]["code"]
+
+
+def _verify(client, secret, otp_id, code):
+    return client.post(f"/api/v1/otp/{otp_id}/verify", json={"code": code}, headers=bearer(secret))
+
+
+def test_otp_verify_accepts_the_right_code_once_and_counts_attempts(client, key_for, app):
+    secret, _ = key_for()
+    sent = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret)).json
+    code = _otp_code(app, sent["message_id"])
+    wrong = f"{(int(code) + 1) % 1000000:06d}"
+    r = _verify(client, secret, sent["otp_id"], wrong)
+    assert (r.status_code, r.json) == (200, {"verified": False})
+    r = _verify(client, secret, sent["otp_id"], code)
+    assert (r.status_code, r.json) == (200, {"verified": True})
+    again = _verify(client, secret, sent["otp_id"], code)
+    assert (again.status_code, again.json["error"]) == (410, "otp_used")
+    with connect(app.extensions["test_db_url"]) as c:
+        assert c.execute("SELECT attempts FROM otp_requests WHERE id = %s",
+                         (sent["otp_id"],)).fetchone()["attempts"] == 2
+    # Five attempts at most, the right code included.
+    other = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret)).json
+    code = _otp_code(app, other["message_id"])
+    for _ in range(5):
+        assert _verify(client, secret, other["otp_id"], f"{(int(code) + 1) % 1000000:06d}").json == {"verified": False}
+    late = _verify(client, secret, other["otp_id"], code)
+    assert (late.status_code, late.json["error"]) == (410, "otp_attempts_exhausted")
+
+
+def test_otp_verify_refuses_an_expired_code_and_other_tenants(client, key_for, app):
+    secret, _ = key_for()
+    sent = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret)).json
+    code = _otp_code(app, sent["message_id"])
+    other, _ = key_for()
+    r = _verify(client, other, sent["otp_id"], code)
+    assert (r.status_code, r.json["error"], r.json["field"]) == (404, "not_found", "otp_id")
+    with connect(app.extensions["test_db_url"]) as c:
+        assert c.execute("SELECT attempts FROM otp_requests WHERE id = %s",
+                         (sent["otp_id"],)).fetchone()["attempts"] == 0
+        # As if its two minutes had passed (the web app reads the database's clock).
+        c.execute("UPDATE otp_requests SET created_at = created_at - interval '1 hour', "
+                  "expires_at = expires_at - interval '1 hour' WHERE id = %s", (sent["otp_id"],))
+    r = _verify(client, secret, sent["otp_id"], code)
+    assert (r.status_code, r.json["error"]) == (410, "otp_expired")
+
+
+@pytest.mark.parametrize("otp_id,body,status,error,field", [
+    ("{id}", {"code": "12345"}, 422, "invalid_code", "code"),
+    ("{id}", {"code": "12345a"}, 422, "invalid_code", "code"),
+    ("{id}", {"code": 123456}, 400, "invalid_field", "code"),
+    ("{id}", {}, 400, "missing_field", "code"),
+    ("{id}", {"code": "123456", "phone": "+393471234567"}, 400, "unknown_field", "phone"),
+    ("not-a-uuid", {"code": "123456"}, 404, "not_found", "otp_id"),
+    ("0190a0a0-0000-7000-8000-000000000000", {"code": "123456"}, 404, "not_found", "otp_id"),
+])
+def test_otp_verify_validation(client, key_for, otp_id, body, status, error, field):
+    secret, _ = key_for()
+    sent = client.post("/api/v1/otp", json={"phone": "+393471234567"}, headers=bearer(secret)).json
+    r = client.post(f"/api/v1/otp/{otp_id.format(id=sent['otp_id'])}/verify", json=body, headers=bearer(secret))
+    assert (r.status_code, r.json["error"], r.json.get("field")) == (status, error, field), r.json
+    assert client.post(f"/api/v1/otp/{sent['otp_id']}/verify", json={"code": "123456"}).status_code == 401
 
 
 def test_429_when_the_tenant_is_over_its_rate(client, key_for, app):

@@ -35,7 +35,7 @@ def test_api_matches_its_openapi_document(app, api_key, mode):
     # Driven through hypothesis directly: schemathesis' pytest fixture loader does not run on pytest 9.
     schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 24  # events, jobs (2), otp, webhooks (7) + 6 ticket and 7 inbox operations (user token: 401 here)
+    assert len(operations) == 25  # events, jobs (2), otp (2), webhooks (7) + 6 ticket and 7 inbox operations (user token: 401 here)
     for operation in operations:
         @given(case=operation.as_strategy(generation_mode=mode))
         @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -8,11 +8,12 @@ from datetime import datetime, time, timedelta, timezone
 import psycopg
 import pytest
 
-from opsboard import auth, db, demo_domain, outbox
+from opsboard import auth, db, outbox
 from opsboard.audit import Actor
 from opsboard.errors import OpsError
 from opsboard.notifications import fanout, inbox, policy, preferences, templates
 from opsboard.outbox import EventField
+from opsboard.tools import demo_domain
 from tests.conftest import CATALOGUE, connect
 from worker.handlers import notifications as handlers
 

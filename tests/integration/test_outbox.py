@@ -5,9 +5,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from opsboard import demo_domain, outbox
+from opsboard import outbox
 from opsboard.outbox import EventRefused
-from tests.conftest import connect
+from opsboard.tools import demo_domain
+from tests.conftest import CATALOGUE, connect
 from worker.services.relay import Relay, RelayConfig
 
 
@@ -118,7 +119,8 @@ def test_stored_events_are_immutable(conn, tenant):
 
 def test_an_event_without_a_route_stays_unrelayed_and_the_rest_go_on(conn, tenant, monkeypatch):
     bad = outbox.Subscription("broken", "order.paid", "no.such_type")
-    monkeypatch.setitem(outbox._subscriptions, "order.paid", [bad])
+    monkeypatch.setitem(CATALOGUE.subscriptions, "order.paid", [bad])
+    CATALOGUE.changed()
     e1 = outbox.publish(conn, "order.paid", 1, aggregate=("order", "o-1"), tenant=tenant["id"],
                         payload={"order_id": "o-1", "amount_cents": 1, "currency": "EUR"})
     demo_domain.sign_up_user(conn, tenant["id"], "x@example.test")
@@ -146,11 +148,12 @@ def test_outbox_pruner_deletes_old_relayed_events_and_idempotency_keys(conn, ten
 def poisoned(monkeypatch):
     """``test.poisoned`` routes to a job type nobody registered; ``test.fine`` (same aggregate) to diag.noop."""
     for name in ("test.poisoned", "test.fine"):
-        monkeypatch.setitem(outbox._types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
-    monkeypatch.setitem(outbox._subscriptions, "test.poisoned", [outbox.Subscription("broken", "test.poisoned",
+        monkeypatch.setitem(CATALOGUE.event_types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
+    monkeypatch.setitem(CATALOGUE.subscriptions, "test.poisoned", [outbox.Subscription("broken", "test.poisoned",
                                                                                       "no.such_type")])
-    monkeypatch.setitem(outbox._subscriptions, "test.fine", [outbox.Subscription("fine", "test.fine", "diag.noop",
+    monkeypatch.setitem(CATALOGUE.subscriptions, "test.fine", [outbox.Subscription("fine", "test.fine", "diag.noop",
                                                                                   ordered=True)])
+    CATALOGUE.changed()
 
 
 def test_an_unroutable_event_is_parked_after_its_grace_and_stops_blocking(conn, tenant, t0, poisoned):
@@ -211,13 +214,14 @@ def sql_routed(monkeypatch):
     """``test.sql_routed`` v1 with two subscriptions the database can route (one ordered, on the
     critical queue, expiring) and ``test.py_routed`` whose subscription builds its own payload."""
     for name in ("test.sql_routed", "test.py_routed"):
-        monkeypatch.setitem(outbox._types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
-    monkeypatch.setitem(outbox._subscriptions, "test.sql_routed", [
+        monkeypatch.setitem(CATALOGUE.event_types, (name, 1), outbox.EventType(name, 1, "thing", {"n": outbox.EventField(int)}))
+    monkeypatch.setitem(CATALOGUE.subscriptions, "test.sql_routed", [
         outbox.Subscription("plain", "test.sql_routed", "diag.noop"),
         outbox.Subscription("in-order", "test.sql_routed", "diag.noop", ordered=True, queue="critical",
                             expires_in=timedelta(minutes=2))])
-    monkeypatch.setitem(outbox._subscriptions, "test.py_routed", [
+    monkeypatch.setitem(CATALOGUE.subscriptions, "test.py_routed", [
         outbox.Subscription("own", "test.py_routed", "diag.noop", payload=lambda e: {"event_id": str(e["id"])})])
+    CATALOGUE.changed()
 
 
 _JOB_COLUMNS = ("id", "type", "version", "tenant_id", "queue", "priority", "group_key", "payload", "max_attempts",

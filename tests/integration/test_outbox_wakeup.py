@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, demo_domain
+from opsboard import db, pgnotify
+from opsboard.tools import demo_domain
 from tests.conftest import connect, wait_for
 from worker.services.relay import CHANNEL, Relay, RelayConfig
 
@@ -27,17 +28,18 @@ def _relayed(c, event_id) -> bool:
 @contextmanager
 def _relay_running(url, **config):
     stopping = threading.Event()
+    hub = pgnotify.Hub(url, poll=0.2, name="test-relay-hub")
     with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
                                                              "options": db.SESSION_OPTIONS}) as pool:
-        t = threading.Thread(target=Relay(RelayConfig(**config)).loop, args=(url, pool, stopping), daemon=True)
+        t = threading.Thread(target=Relay(RelayConfig(**config)).loop, args=(hub, pool, stopping), daemon=True)
         t.start()
         try:
             yield
         finally:
             stopping.set()
-            with connect(url) as c:
-                c.execute(f"NOTIFY {CHANNEL}")  # out of its hour-long wait
+            hub.stop()  # wakes its waiters: the relay leaves its hour-long wait
             t.join(30)
+            assert not t.is_alive()
 
 
 def test_a_session_notifies_once_per_interval_at_commit_and_a_rollback_does_not_count(db_url, make_tenant):

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from opsboard import db
+from opsboard.tools import demo_domain
 
 _TOKEN = re.compile(r"%%|%\((\w+)\)[sbt]")
 
@@ -86,6 +87,14 @@ def test_named_query_prepares(conn, name):
     error = check_query(conn, name, db.queries[name])
     if error:
         pytest.fail(f"query {name!r} does not prepare against the migrated schema: {error}")
+
+
+@pytest.mark.parametrize("name", sorted(demo_domain.DEMO_QUERIES))
+def test_demo_query_prepares(conn, name):
+    """The demo plug-in's queries, against the product schema plus the demo's (the test template has both)."""
+    error = check_query(conn, name, demo_domain.DEMO_QUERIES[name])
+    if error:
+        pytest.fail(f"demo query {name!r} does not prepare against the demo schema: {error}")
 
 
 def test_the_check_catches_broken_queries(conn):

@@ -122,7 +122,7 @@ def test_only_one_leader_at_a_time(db_url):
         assert b.try_hold() is False
         assert a.try_hold() is True  # still held
         a.release()
-        assert b.try_hold() is True
+        assert b.try_hold() is True  # at once: release() unlocked, it did not leave it to the server
         assert a.try_hold() is False
         # A leader whose connection dies loses the lock with it (once the server
         # has ended that backend: closing the socket is not instant on a busy server).
@@ -131,6 +131,42 @@ def test_only_one_leader_at_a_time(db_url):
         _wait_backend_gone(db_url, pid)
         assert a.try_hold() is True
         assert b.try_hold() is False
+    finally:
+        a.release()
+        b.release()
+
+
+def test_release_hands_over_even_before_the_server_ends_the_old_backend(db_url, monkeypatch):
+    a, b = LeaderLock(db_url), LeaderLock(db_url)
+    conn = None
+    try:
+        assert a.try_hold() is True
+        # Keep a's backend alive after release(), as a busy server does for a while after the
+        # socket closed: only an explicit unlock can let b in now.
+        conn, pid = a.conn, a.conn.info.backend_pid
+        monkeypatch.setattr(conn, "close", lambda: None)
+        a.release()
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid  # still there
+        assert b.try_hold() is True
+    finally:
+        monkeypatch.undo()
+        if conn is not None:
+            conn.close()
+        a.release()
+        b.release()
+
+
+def test_release_tolerates_a_connection_the_server_already_ended(db_url):
+    a, b = LeaderLock(db_url), LeaderLock(db_url)
+    try:
+        assert a.try_hold() is True
+        pid = a.conn.info.backend_pid
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        _wait_backend_gone(db_url, pid)
+        a.release()  # the unlock fails on the dead connection: not an error
+        assert a.conn is None and a.held is False
+        assert b.try_hold() is True
     finally:
         a.release()
         b.release()

@@ -3,10 +3,11 @@
 Not leader-only: batches are claimed with ``FOR UPDATE SKIP LOCKED``, so the
 relays of all workers share the work.  Each pass (:meth:`Relay.run_once`)
 relays batches until none is full, each in one transaction
-(:func:`opsboard.outbox.relay_events`).  The loop waits on ``LISTEN
-opsboard_outbox`` on its own connection and polls every ``poll_interval`` as
-a fallback, so a lost notification or a dropped connection delays events,
-never loses them.
+(:func:`opsboard.outbox.relay_events`).  The loop waits on ``opsboard_outbox``
+through the process's one LISTEN connection (a waiter of the worker's
+:class:`opsboard.pgnotify.Hub`) and polls every ``poll_interval`` as a
+fallback, so a lost notification or a dropped connection delays events, never
+loses them.
 
 A producer's session notifies at most once per ``opsboard.outbox_notify_interval_ms``
 (100 ms; migration 0017), so that publishers do not queue on PostgreSQL's
@@ -28,7 +29,7 @@ from datetime import datetime
 
 import psycopg
 
-from opsboard import db, outbox
+from opsboard import db, outbox, pgnotify
 
 log = logging.getLogger("worker.relay")
 
@@ -45,7 +46,7 @@ class RelayConfig:
     active_poll: float = 0.005
     #: ... for this many seconds (much longer than the producers' notify interval, 0.1 s).
     active_window: float = 2.0
-    #: After (re)connecting the listener, poll actively this long: a producer that notified just
+    #: After the hub (re)starts listening (and when the loop starts), poll actively this long: a producer that notified just
     #: before we listened stays silent for its notify interval (0.1 s by default).  Not the whole
     #: active window: every worker start would poll 400 times for nothing.
     connect_window: float = 0.5
@@ -87,45 +88,52 @@ class Relay:
         self._logged[event_id] = now
         return True
 
-    def loop(self, url: str, pool, stopping: threading.Event) -> None:
+    def loop(self, hub: pgnotify.Hub, pool, stopping: threading.Event, *,
+             waiter: pgnotify.Waiter | None = None) -> None:
         """Run passes until ``stopping``: on each notification, every ``active_poll`` while recently
-        active (an empty pass is one read-only statement), else every ``poll_interval``."""
-        listener, failures, active_until = None, 0, 0.0
-        while not stopping.is_set():
-            try:
-                if listener is None:
-                    listener = db.connect(url)
-                    listener.execute(f"LISTEN {CHANNEL}")
-                    active_until = time.monotonic() + min(self.config.connect_window, self.config.active_window)
-                with pool.connection() as conn:
-                    n = self.run_once(conn)
+        active (an empty pass is one read-only statement), else every ``poll_interval``.
+
+        ``hub`` is the process's LISTEN connection; ``waiter`` one already registered on it for
+        :data:`CHANNEL` (else the loop registers its own).  The loop waits on the waiter, not on
+        ``stopping``: whoever sets ``stopping`` stops the hub too (which wakes every waiter).
+        """
+        waiter = waiter or hub.waiter(CHANNEL)
+        connect_window = min(self.config.connect_window, self.config.active_window)
+        failures, active_until = 0, time.monotonic() + connect_window
+        try:
+            while not stopping.is_set():
+                try:
+                    with pool.connection() as conn:
+                        n = self.run_once(conn)
+                except Exception as exc:  # a relay failure must not stop the worker's claim loops
+                    if stopping.is_set():
+                        break  # the worker is closing its pool
+                    failures += 1
+                    log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
+                    stopping.wait(min(10.0, 0.2 * 2 ** failures))
+                    continue
+                failures = 0
                 if n:
                     log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
                     active_until = time.monotonic() + self.config.active_window
-                failures = 0
-                # Drain what arrived during the pass, then wait for the next one.
                 active = time.monotonic() < active_until
-                for _ in listener.notifies(timeout=self.config.active_poll if active else self.interval,
-                                           stop_after=1):
+                # A notification that came during the pass wakes this at once (waiters count wake-ups).
+                waiter.wait(self.config.active_poll if active else self.interval)
+                if waiter.notified:
                     active_until = time.monotonic() + self.config.active_window
-            except Exception as exc:  # a relay failure must not stop the worker's claim loops
-                if stopping.is_set():
-                    break  # the worker is closing its pool
-                failures += 1
-                log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
-                if listener is not None:
-                    listener.close()
-                    listener = None
-                stopping.wait(min(10.0, 0.2 * 2 ** failures))
-        if listener is not None:
-            listener.close()
+                elif waiter.resynced:  # the hub (re)started listening: a producer may have notified just before
+                    active_until = max(active_until, time.monotonic() + connect_window)
+        finally:
+            waiter.close()
 
 
 def start(worker) -> threading.Thread:
-    """Start the relay loop of ``worker`` (a daemon thread; it ends with the worker)."""
+    """Start the relay loop of ``worker`` (a daemon thread; it ends with the worker).  Its waiter is
+    registered here, before the worker starts its hub, so the hub's first LISTEN includes it."""
     relay = Relay(RelayConfig(poll_interval=worker.config.poll_interval))
-    t = threading.Thread(target=relay.loop, args=(worker.url, worker.pool, worker.stopping), name="relay",
-                         daemon=True)
+    waiter = worker.hub.waiter(CHANNEL, start=False)
+    t = threading.Thread(target=relay.loop, args=(worker.hub, worker.pool, worker.stopping),
+                         kwargs={"waiter": waiter}, name="relay", daemon=True)
     t.start()
     return t
 
@@ -144,10 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--active-window", type=float, default=RelayConfig.active_window)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from opsboard.catalogue import activate
+    from opsboard.config import Config
+    from opsboard.features import build_catalogue
+    activate(build_catalogue(Config.from_env()))  # the subscriptions it routes by
     url = os.environ["DATABASE_URL"]
+    hub = pgnotify.Hub(url, poll=0.5, name="relay-hub")
     with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
                                                              "options": db.SESSION_OPTIONS}) as pool:
-        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch, active_window=args.active_window)).loop(url, pool, threading.Event())
+        Relay(RelayConfig(poll_interval=args.poll, batch=args.batch, active_window=args.active_window)).loop(hub, pool, threading.Event())
     return 0
 
 

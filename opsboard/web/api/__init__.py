@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
-from .common import Problem
+from .common import Problem, refuse_deep_json
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
+# Before any view parses a body: json.loads recurses once per level, so "[" * 50000 would end in a
+# RecursionError (a 500) in whichever view reads it first.
+bp.before_request(refuse_deep_json)
 
 
 @bp.errorhandler(Problem)

@@ -10,6 +10,7 @@ same transaction.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -55,6 +56,32 @@ def authenticate() -> dict:
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard", error="invalid_token"'})
     g.api_key = key
     return key
+
+
+#: Deepest nesting of arrays and objects a JSON body may have: every body the API takes is a few levels deep.
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in ``raw``, brackets inside strings not counted (no parsing)."""
+    depth = deepest = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", raw)):
+        if m.group() in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def refuse_deep_json() -> None:
+    """400 ``json_too_deep`` for a JSON body nested deeper than :data:`MAX_JSON_DEPTH` (a before_request)."""
+    if request.is_json and request.content_length != 0 and request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        if json_depth(request.get_data(cache=True)) > MAX_JSON_DEPTH:
+            raise Problem(400, "json_too_deep", f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.",
+                          "body")
 
 
 def json_object() -> dict:
@@ -110,42 +137,71 @@ def _utf8(text: str) -> bool:
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
+def idempotency_key() -> str | None:
+    """The request's Idempotency-Key header (None without one), or 400."""
+    idem = request.headers.get("Idempotency-Key")
+    if idem is not None and not _KEY_RE.match(idem):
+        raise Problem(400, "invalid_idempotency_key",
+                      "Idempotency-Key must be 1 to 200 printable ASCII characters.", "Idempotency-Key")
+    return idem
+
+
 def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connection], tuple[int, dict]]):
     """Run ``work`` under admission and Idempotency-Key semantics; returns the Flask response."""
-    idem = request.headers.get("Idempotency-Key")
     tenant_id = key["tenant_id"]
+
+    def admit(conn):
+        # Admission inside the request's transaction: one commit per request, and a request that
+        # fails later (422) gives its token back.  The bucket's row stays locked until this commit,
+        # which serialises one tenant's requests only for the length of their insert and commit.
+        verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
+        if not verdict.accepted:
+            raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+        g.admitted_at = verdict.at  # the transaction's clock: views may write it instead of reading it back
+
+    return idempotent(tenant_id, body, work, before=admit)
+
+
+def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, dict]], *, namespace: str = "",
+               before: Callable[[psycopg.Connection], None] | None = None, not_replayed: tuple[str, ...] = ()):
+    """The one Idempotency-Key helper of every create endpoint: run ``work`` in one transaction and, with
+    a key, remember its answer.  The same key with the same body (and method and path) answers the
+    stored answer with ``Idempotent-Replayed: true``; with another body, 409 ``idempotency_conflict``.
+
+    ``body`` is what identifies the request (the JSON body, or form fields and upload digests);
+    ``namespace`` separates keys of different callers of one tenant (a user token's user id);
+    fields named in ``not_replayed`` (a secret shown once) are not stored, so a replay lacks them.
+    """
+    idem = idempotency_key()
     digest = None
+    stored_key = None
     if idem is not None:
-        if not _KEY_RE.match(idem):
-            raise Problem(400, "invalid_idempotency_key",
-                          "Idempotency-Key must be 1 to 200 printable ASCII characters.", "Idempotency-Key")
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
         digest = hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).digest()
+        # The column holds 200 characters: a namespaced key is stored as its digest.
+        stored_key = f"{namespace}{hashlib.sha256(idem.encode()).hexdigest()}" if namespace else idem
     database = get_db()
     with database.connection() as conn:
         if idem is not None:
-            stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
+            stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
             if stored is not None:
                 return _replay(stored, digest)
         # Pipeline mode: BEGIN travels with the admission statement, saving a round trip.
-        with conn.pipeline(), conn.transaction():
-            # Admission inside the request's transaction: one commit per request, and a request that
-            # fails later (422) gives its token back.  The bucket's row stays locked until this commit,
-            # which serialises one tenant's requests only for the length of their insert and commit.
-            verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
-            if not verdict.accepted:
-                raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
-            g.admitted_at = verdict.at  # the transaction's clock: views may write it instead of reading it back
+        with (conn.pipeline() if before is not None else contextlib.nullcontext()), conn.transaction():
+            if before is not None:
+                before(conn)
             if idem is not None:
                 # Waits for a concurrent request holding the same key to finish.
-                if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": idem,
+                if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": stored_key,
                                                           "request_hash": digest}) is None:
-                    stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": idem})
+                    stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
                     return _replay(stored, digest)
             status, answer = work(conn)
             if idem is not None:
-                db.execute(conn, "api_idempotency_store", {"tenant_id": tenant_id, "key": idem, "status": status,
-                                                           "response": Jsonb(answer)})
+                db.execute(conn, "api_idempotency_store", {"tenant_id": tenant_id, "key": stored_key,
+                                                           "status": status, "response": Jsonb(
+                                                               {k: v for k, v in answer.items()
+                                                                if k not in not_replayed})})
     resp = jsonify(answer)
     resp.status_code = status
     return resp

@@ -30,6 +30,9 @@ def authenticate_user() -> dict:
     if tok is None:
         raise Problem(401, "unauthorized", "The token is unknown or revoked.",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox", error="invalid_token"'})
+    if not tok["active_member"]:
+        # The same refusal as the ticket API's (no_tenant): a deactivated member reads nothing.
+        raise Problem(403, "no_membership", "The token's user has no active membership of a tenant.")
     g.inbox_user = tok
     return tok
 
@@ -42,8 +45,8 @@ def _int_arg(name: str) -> int | None:
         value = int(raw)
     except ValueError:
         raise Problem(400, "invalid_cursor", f"{name} must be an inbox cursor (an integer).", name) from None
-    if value < 0:
-        raise Problem(400, "invalid_cursor", f"{name} must not be negative.", name)
+    if not 0 <= value <= inbox.MAX_CURSOR:
+        raise Problem(400, "invalid_cursor", f"{name} must be between 0 and {inbox.MAX_CURSOR}.", name)
     return value
 
 

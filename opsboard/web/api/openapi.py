@@ -290,7 +290,7 @@ def document() -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "opsboard producer API", "version": __version__,
-                 "description": "Publish outbox events, enqueue jobs and read their status, request OTPs. "
+                 "description": "Publish outbox events, enqueue jobs and read their status, request and verify OTPs. "
                                 "Every answer is JSON; errors are `{error, message, field?}`. Under overload "
                                 "the API answers 429 or 503 with Retry-After instead of waiting."},
         "servers": [{"url": "/api/v1"}],
@@ -327,7 +327,27 @@ def document() -> dict:
                 "parameters": [_IDEMPOTENCY],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/OtpRequest"}}}},
-                "responses": {"202": _ok("Requested", "Otp"), **_POST_ERRORS}}},
+                "responses": {"202": _ok("Requested: the code's SMS is enqueued (`sms.otp`, expiring with the "
+                                         "code) to the phone given", "Otp"), **_POST_ERRORS}}},
+            "/otp/{otp_id}/verify": {"post": {
+                "operationId": "verifyOtp",
+                "summary": "Check a code of an OTP of the key's tenant. Every call counts one attempt (at most "
+                           "5, the right one included); the right code is accepted once. Not rate-admitted and "
+                           "no Idempotency-Key: an attempt is never replayed",
+                "parameters": [{"name": "otp_id", "in": "path", "required": True, "schema": _STR}],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/OtpVerifyRequest"}}}},
+                "responses": {
+                    "200": _json("Checked: `verified` is true for the right code (the OTP is then used up), "
+                                 "false for a wrong one", "OtpVerification"),
+                    "400": _error("Malformed request: not a JSON object, a missing, mistyped or unknown field "
+                                  "(`field` names it)"),
+                    "401": _POST_ERRORS["401"],
+                    "404": _error("No such OTP for this tenant (another tenant's is not found either)"),
+                    "410": _error("The OTP can no longer be verified: `otp_expired` (past expires_at), "
+                                  "`otp_used` (verified already) or `otp_attempts_exhausted` (5 attempts made)"),
+                    "413": _POST_ERRORS["413"],
+                    "422": _error("The code is not 6 digits (`field`: code)")}}},
             **_ticket_paths(),
             **_inbox_paths(),
         },
@@ -378,9 +398,18 @@ def document() -> dict:
                     "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
                     "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
                 **_WEBHOOK_SCHEMAS,
-                "Otp": {"type": "object", "required": ["otp_id", "event_id", "expires_at"], "properties": {
-                    "otp_id": {"type": "string", "format": "uuid"}, "event_id": {"type": "string", "format": "uuid"},
-                    "expires_at": {"type": "string", "format": "date-time"}}},
+                "Otp": {"type": "object", "required": ["otp_id", "expires_at", "message_id", "job_id"],
+                        "properties": {
+                    "otp_id": {"type": "string", "format": "uuid"},
+                    "expires_at": {"type": "string", "format": "date-time"},
+                    "message_id": {"type": "string", "format": "uuid", "description": "the SMS (outbound message)"},
+                    "job_id": {"type": "string", "format": "uuid",
+                               "description": "its `sms.otp` job (GET /jobs/{id}): critical queue, expiring"}}},
+                "OtpVerifyRequest": {"type": "object", "required": ["code"], "additionalProperties": False,
+                                     "properties": {"code": {"type": "string", "pattern": "^[0-9]{6}$",
+                                                             "examples": ["123456"]}}},
+                "OtpVerification": {"type": "object", "required": ["verified"],
+                                    "properties": {"verified": {"type": "boolean"}}},
             },
         },
     }

@@ -12,6 +12,7 @@ several tenants ``tenant_ambiguous`` (403).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 
@@ -24,7 +25,7 @@ from ...notifications import inbox
 from ...tickets import service
 from ..context import get_config, get_db, request_id
 from . import bp
-from .common import Problem
+from .common import Problem, idempotent
 
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -131,15 +132,21 @@ def ticket_create():
     who = _customer()
     body, uploads = _body()
     store, limits = _limits()
+    request_key = _request_key(who)
+
+    def work(conn):
+        t = service.create_ticket(conn, _caller(who), tenant_id=who["tenant_id"],
+                                  subject=_text_field(body, "subject"), body=_text_field(body, "body"),
+                                  priority=body.get("priority") or "normal",
+                                  category=_text_field(body, "category", required=False),
+                                  uploads=uploads, store=store, limits=limits, request_key=request_key,
+                                  round_robin=get_config().ticket_round_robin)
+        return 201, _detail(conn, who, t["id"])
+
+    # What identifies the request: its fields and each upload's name and digest.  Keys are the user's own.
+    identity = {"fields": body, "uploads": [[u.filename, hashlib.sha256(u.data).hexdigest()] for u in uploads]}
     try:
-        with get_db().connection() as conn:
-            t = service.create_ticket(conn, _caller(who), tenant_id=who["tenant_id"],
-                                      subject=_text_field(body, "subject"), body=_text_field(body, "body"),
-                                      priority=body.get("priority") or "normal",
-                                      category=_text_field(body, "category", required=False),
-                                      uploads=uploads, store=store, limits=limits, request_key=_request_key(who),
-                                      round_robin=get_config().ticket_round_robin)
-            return jsonify(_detail(conn, who, t["id"])), 201
+        return idempotent(who["tenant_id"], identity, work, namespace=f"user:{who['user_id']}:")
     except OpsError as exc:
         return _refused(exc)
 

@@ -15,7 +15,7 @@ from ...auth import TenantScope
 from ...errors import OpsError
 from ..context import get_config, get_db, request_id
 from . import bp
-from .common import _KEY_RE, Problem, authenticate, field, json_object, only_fields
+from .common import _KEY_RE, Problem, authenticate, field, idempotent, json_object, only_fields
 
 
 def endpoint_json(row: dict) -> dict:
@@ -59,9 +59,13 @@ def _body_or_empty() -> dict:
 
 
 def _call(fn):
+    with get_db().connection() as conn:
+        return _call_on(conn, fn)
+
+
+def _call_on(conn, fn):
     try:
-        with get_db().connection() as conn:
-            return fn(conn)
+        return fn(conn)
     except OpsError as exc:
         field_name = {"invalid_url": "url", "target_refused": "url", "invalid_event_types": "event_types"}.get(
             exc.code)
@@ -91,12 +95,15 @@ def create_webhook():
     description = field(body, "description", str, required=False, max_length=200) or ""
     reason = _reason(body, "new webhook endpoint (API)")
     request_key = _request_key(key)
-    row = _call(lambda conn: webhooks.manage_create(
-        conn, key["tenant_id"], url, types, _actor(key), allow=get_config().providers.webhook_allow,
-        description=description, reason=reason, request_key=request_key))
-    resp = jsonify(endpoint_json(row))
-    resp.status_code = 201
-    return resp
+
+    def work(conn):
+        row = _call_on(conn, lambda c: webhooks.manage_create(
+            c, key["tenant_id"], url, types, _actor(key), allow=get_config().providers.webhook_allow,
+            description=description, reason=reason, request_key=request_key))
+        return 201, endpoint_json(row)
+
+    # The same key with another body is a 409, not the first endpoint (issue 25).
+    return idempotent(key["tenant_id"], body, work, not_replayed=("secret",))
 
 
 def _one(key, endpoint_id):

@@ -1,0 +1,85 @@
+"""Issue 25: one Idempotency-Key helper for every create endpoint, and JSON nesting bounded before
+parsing on every JSON endpoint (hypothesis over nested, huge, out-of-range and odd-type values)."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import connect
+from tests.integration.test_api import bearer, key_for  # noqa: F401  (fixture)
+from tests.integration.test_inbox_api import _member
+
+SLOW_OK = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def callers(app, key_for):
+    secret, tenant = key_for("sec25-api")
+    with connect(app.extensions["test_db_url"]) as c:
+        _, _, token = _member(c, "sec25-api")
+    return {"key": secret, "user": token}
+
+
+# (method, path, who, a valid body, another valid body)
+CREATES = [
+    ("/api/v1/events", "key", {"type": "order.paid", "aggregate": {"type": "order", "id": "o-1"},
+                                "payload": {"order_id": "o-1", "amount_cents": 1250, "currency": "EUR"}},
+     {"type": "order.paid", "aggregate": {"type": "order", "id": "o-2"},
+      "payload": {"order_id": "o-2", "amount_cents": 99, "currency": "EUR"}}),
+    ("/api/v1/jobs", "key", {"type": "test.record", "payload": {"key": "a"}},
+     {"type": "test.record", "payload": {"key": "b"}}),
+    ("/api/v1/otp", "key", {"phone": "+393471234567"}, {"phone": "+393471234568"}),
+    ("/api/v1/webhooks", "key", {"url": "https://93.184.216.34/a"}, {"url": "https://93.184.216.34/b"}),
+    ("/api/v1/tickets", "user", {"subject": "Help", "body": "It broke"}, {"subject": "Other", "body": "Else"}),
+]
+
+
+@pytest.mark.parametrize("path, who, first, other", CREATES, ids=[c[0] for c in CREATES])
+def test_idempotency_key_replays_the_same_body_and_refuses_another(client, callers, path, who, first, other):
+    headers = bearer(callers[who], **{"Idempotency-Key": f"k-{uuid.uuid4()}"})
+    a = client.post(path, json=first, headers=headers)
+    assert a.status_code in (201, 202), a.json
+    b = client.post(path, json=first, headers=headers)
+    assert b.status_code == a.status_code and b.headers["Idempotent-Replayed"] == "true"
+    assert b.json == {k: v for k, v in a.json.items() if k != "secret"}   # a webhook secret is shown once
+    c = client.post(path, json=other, headers=headers)
+    assert c.status_code == 409 and c.json["error"] == "idempotency_conflict", c.json
+
+
+JSON_POSTS = [("/api/v1/events", "key"), ("/api/v1/jobs", "key"), ("/api/v1/otp", "key"),
+              ("/api/v1/webhooks", "key"), ("/api/v1/tickets", "user"), ("/api/v1/devices", "user"),
+              ("/api/v1/tickets/{}/replies".format(uuid.UUID(int=1)), "user")]
+
+
+@pytest.mark.parametrize("path, who", JSON_POSTS, ids=[p for p, _ in JSON_POSTS])
+def test_deep_nesting_is_400_everywhere(client, callers, path, who):
+    r = client.post(path, data="[" * 50000 + "]" * 50000, content_type="application/json",
+                    headers=bearer(callers[who]))
+    assert r.status_code == 400 and r.json["error"] == "json_too_deep"
+
+
+_LEAF = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**200), max_value=2**200),
+                  st.floats(allow_nan=False), st.text(max_size=50), st.sampled_from(["9999-12-31T23:59:59-14:00",
+                                                                                    "0001-01-01T00:00:00+14:00",
+                                                                                    "x" * 5000, "\ud800"[:0]]))
+_VALUE = st.recursive(_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                     st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+                      max_leaves=12)
+_FIELDS = ["type", "version", "aggregate", "payload", "run_at", "expires_at", "priority", "queue", "max_attempts",
+           "phone", "url", "event_types", "description", "subject", "body", "category", "endpoint", "keys",
+           "idempotency_key", "group_key", "correlation_id"]
+
+
+@SLOW_OK
+@given(target=st.sampled_from(JSON_POSTS), body=st.one_of(
+    st.dictionaries(st.sampled_from(_FIELDS), _VALUE, max_size=6), _VALUE,
+    st.integers(2, 200).map(lambda n: "[" * n + "]" * n), st.integers(2, 200).map(lambda n: '{"a":' * n + "1" + "}" * n)))
+def test_no_json_body_reaches_a_5xx(client, callers, target, body):
+    path, who = target
+    data = body if isinstance(body, str) and body[:1] in "[{" else json.dumps(body)
+    r = client.post(path, data=data, content_type="application/json", headers=bearer(callers[who]))
+    assert r.status_code < 500, (path, data[:200], r.status_code, r.get_data(as_text=True)[:300])
