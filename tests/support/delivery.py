@@ -13,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, jobtypes, providers, queue, retry
+from opsboard import db, jobqueue, jobtypes, providers, retry
 from opsboard.providers import ProviderSettings
 
 try:  # the worker's job context (worker/context.py once the runner is split)
@@ -40,11 +40,11 @@ class Runner:
     def run(self, job_id, queue_name: str = "default", worker: str = "test-worker") -> dict:
         """Claim ``job_id`` (it must be due), run its handler, record the outcome; returns the job row after."""
         with self.pool.connection() as conn:
-            rows = queue.claim_batch(conn, queue_name, worker, 200, 30)
+            rows = jobqueue.claim_batch(conn, queue_name, worker, 200, 30)
             row = next((r for r in rows if r["id"] == job_id), None)
             others = [r for r in rows if r["id"] != job_id]
             if others:  # give back what we did not ask for
-                queue.record_outcomes(conn, worker, [queue.OutcomeRecord(r["id"], r["attempts"], "released",
+                jobqueue.record_outcomes(conn, worker, [jobqueue.OutcomeRecord(r["id"], r["attempts"], "released",
                                                                          r["started_at"]) for r in others])
         assert row is not None, "the job was not claimable"
         jt = jobtypes.get(row["type"], row["version"])
@@ -64,7 +64,7 @@ class Runner:
         decision = retry.decide(outcome, row["attempts"], row["max_attempts"], jt.policy.backoff_base,
                                 jt.policy.backoff_cap, now=datetime.now(timezone.utc))
         with self.pool.connection() as conn:
-            queue.record_outcomes(conn, worker, [queue.OutcomeRecord(
+            jobqueue.record_outcomes(conn, worker, [jobqueue.OutcomeRecord(
                 row["id"], row["attempts"], decision.kind, row["started_at"],
                 int((time.monotonic() - started) * 1000), decision.delay, decision.code, decision.detail,
                 has_effects=ctx.has_effects)])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from opsboard import breaker, db, providers, queue, retry, webhooks
+from opsboard import breaker, db, jobqueue, providers, retry, webhooks
 from opsboard.providers import WEBHOOK_SCHEDULE, render
 from worker.providers import push as push_provider
 from worker.providers import sms as sms_provider
