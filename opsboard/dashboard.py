@@ -3,7 +3,7 @@ dead letters, resolutions and the redacted payload view.
 
 Every function takes the caller's :class:`~opsboard.auth.TenantScope`; a row
 outside it does not exist for the caller.  Replay and cancel are
-:mod:`opsboard.queue`'s; this module adds what only the dashboard needs.  No
+:mod:`opsboard.jobqueue`'s; this module adds what only the dashboard needs.  No
 Flask here: the blueprints in ``opsboard.web`` parse, authorize and render.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from . import audit, db, queue
+from . import audit, db, jobqueue
 from .auth import TenantScope
 from .config import WORKER_LIVE_SECONDS
 from .errors import OpsError
@@ -188,7 +188,7 @@ def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetai
         group_active = db.all_rows(conn, "dashboard_group_active", params)
         group_dead = db.all_rows(conn, "dashboard_group_dead_before", params)
     return JobDetail(
-        job=job, attempts=queue.attempts(conn, jid),
+        job=job, attempts=jobqueue.attempts(conn, jid),
         replays=db.all_rows(conn, "dashboard_job_replays", {"id": jid, **scope.params}),
         replay_of=original, payload_preview=preview, payload_cut=cut,
         payload_bytes=len(text.encode("utf-8")), group_active=group_active, group_dead_before=group_dead)
@@ -196,7 +196,7 @@ def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetai
 
 def job_payload(conn: psycopg.Connection, scope: TenantScope, job_id) -> tuple[dict, str] | None:
     """A job and its whole redacted payload text; ``None`` outside scope."""
-    job = queue.get_job(conn, job_id, scope)
+    job = jobqueue.get_job(conn, job_id, scope)
     if job is None:
         return None
     return job, payload_text(job["payload"])
@@ -223,8 +223,8 @@ def dead_letter_groups(conn: psycopg.Connection, scope: TenantScope, *, queue_na
         "include_handled": include_handled, "limit": limit})
 
 
-def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> int:
-    """How many dead jobs match ``filter`` (what :func:`opsboard.queue.replay_many` would replay,
+def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter) -> int:
+    """How many dead jobs match ``filter`` (what :func:`opsboard.jobqueue.replay_many` would replay,
     up to its limit): the same query, asked for one row and its count."""
     rows = _rows(conn, "job_dead_select", {
         **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
@@ -233,9 +233,9 @@ def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadF
     return int(rows[0]["matched"]) if rows else 0
 
 
-def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter, actor: audit.Actor,
-                    reason: str, request_key: str, *, limit: int = 1000) -> queue.BulkReplay:
-    """Replay every dead job matching ``filter`` (see :func:`opsboard.queue.replay_many`),
+def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter, actor: audit.Actor,
+                    reason: str, request_key: str, *, limit: int = 1000) -> jobqueue.BulkReplay:
+    """Replay every dead job matching ``filter`` (see :func:`opsboard.jobqueue.replay_many`),
     then write one summary audit row ``job.replay_many`` listing the new job ids.
 
     Each replay has its own ``job.replay`` audit row and is idempotent on
@@ -246,17 +246,17 @@ def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.
 
     # One transaction: the replays and their summary land together, and a
     # concurrent identical request waits on the first replay's audit key.
-    def perform(ctx: audit.ActionContext) -> queue.BulkReplay:
-        result = queue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
+    def perform(ctx: audit.ActionContext) -> jobqueue.BulkReplay:
+        result = jobqueue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
         ctx.write(tenant_id=_summary_tenant(filter, scope, result),
                   before={"matched": result.matched, "filter": description},
                   after={"job_ids": [str(r["id"]) for r in result.replayed if r]})
         return result
 
-    def repeat(previous: dict) -> queue.BulkReplay:
+    def repeat(previous: dict) -> jobqueue.BulkReplay:
         # A repeated submit: the jobs it replayed are no longer open.
         ids = (previous["after"] or {}).get("job_ids", [])
-        return queue.BulkReplay(replayed=[queue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
+        return jobqueue.BulkReplay(replayed=[jobqueue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
                                 matched=(previous["before"] or {}).get("matched", len(ids)))
 
     return audit.operator_action(
@@ -265,7 +265,7 @@ def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: queue.
         perform=perform, repeat=repeat)
 
 
-def _summary_tenant(filter: queue.DeadFilter, scope: TenantScope, result: queue.BulkReplay):
+def _summary_tenant(filter: jobqueue.DeadFilter, scope: TenantScope, result: jobqueue.BulkReplay):
     """The tenant a bulk replay's summary audit row belongs to, so that the
     tenant's own staff see it: the filter's tenant, else the one tenant of the
     replayed jobs, else the caller's only tenant; ``None`` (operator staff
@@ -302,7 +302,7 @@ def resolve(conn: psycopg.Connection, job_id, resolution: str, actor: audit.Acto
         raise OpsError("no such job", "not_found")
 
     def perform(ctx: audit.ActionContext) -> dict:
-        job = queue.get_job(conn, jid, scope)
+        job = jobqueue.get_job(conn, jid, scope)
         if job is None:
             raise OpsError("no such job", "not_found")
         if job["status"] != JobStatus.DEAD.value:
@@ -345,7 +345,7 @@ def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: in
     return db.all_rows(conn, "dashboard_top_error_codes", {**scope.params, "since": since, "limit": limit})
 
 
-def replay_outlook(conn: psycopg.Connection, scope: TenantScope, filter: queue.DeadFilter) -> dict:
+def replay_outlook(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter) -> dict:
     """For a bulk replay's confirmation: how many of the matching jobs died of a
     permanent error (before their last attempt), and the tenant's name."""
     return db.one(conn, "dashboard_replay_outlook", {

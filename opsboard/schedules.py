@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from . import catalogue as _catalogue
-from . import db, queue
+from . import db, jobqueue
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,9 @@ def fire_due(conn, schedule: Schedule, now: datetime | None = None) -> int:
                 row = db.one(conn, "tenant_get_by_slug", {"slug": schedule.tenant_slug})
                 tenants = [row] if row else []
             key = schedule.key(slot)
-            new = [queue.NewJob(schedule.job_type, schedule.payload(slot, t if schedule.per_tenant else None),
+            new = [jobqueue.NewJob(schedule.job_type, schedule.payload(slot, t if schedule.per_tenant else None),
                                 tenant=t["id"], idempotency_key=key) for t in tenants]
-            jobs = len(queue.enqueue_many(conn, new))
+            jobs = len(jobqueue.enqueue_many(conn, new))
         db.execute(conn, "schedule_state_set", {"name": schedule.name, "slot": slot, "fired": fired,
                                                 "jobs": jobs, "now": now})
         return jobs

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.types.json import Jsonb
 
-from opsboard import db, queue
+from opsboard import db, jobqueue
 from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ class Completer:
             attempt += 1
             try:
                 with w.pool.connection() as conn:
-                    return queue.record_outcomes(conn, w.id, records)
+                    return jobqueue.record_outcomes(conn, w.id, records)
             except psycopg.OperationalError as exc:
                 # The database is away: wait for it while the worker runs (the
                 # bounded queue holds the slots back meanwhile); once stopping,

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, queue
+from opsboard import db, jobqueue
 from opsboard.config import ProviderSettings
 
 #: Connections one running job may hold at the same time.
@@ -155,7 +155,7 @@ class JobContext:
 
     def begin_effect(self, provider: str, key: str | None = None) -> dict:
         """Record an external effect as started, or return the existing record
-        (see :func:`opsboard.queue.begin_effect`), only while this attempt holds the job.
+        (see :func:`opsboard.jobqueue.begin_effect`), only while this attempt holds the job.
 
         In one statement with the lease check: a stale attempt (paused past its
         lease, or its job taken over) raises :class:`LeaseLost` instead of
@@ -175,4 +175,4 @@ class JobContext:
     def set_effect_ref(self, ref: str, key: str | None = None) -> None:
         """Remember the provider's reference for this job's started effect."""
         with self.connection() as conn:
-            queue.set_effect_ref(conn, key or self.effect_key(), {"id": self.id, "tenant_id": self.tenant_id}, ref)
+            jobqueue.set_effect_ref(conn, key or self.effect_key(), {"id": self.id, "tenant_id": self.tenant_id}, ref)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from opsboard import jobtypes, queue, retry
+from opsboard import jobqueue, jobtypes, retry
 from opsboard.backpressure import take_token
 
 from .context import JobContext, LeaseLost
@@ -300,7 +300,7 @@ class Executor:
         duration = int(elapsed * 1000)
         if r.slot is not None and decision.kind != "released":
             r.slot.qs.observe(elapsed)
-        w.completer.submit((queue.OutcomeRecord(
+        w.completer.submit((jobqueue.OutcomeRecord(
             job_id=row["id"], token=row["attempts"], kind=decision.kind,
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
             code=decision.code, detail=decision.detail,
@@ -318,7 +318,7 @@ class Executor:
             r = Running(r, None)
         with w.running_lock:
             w.running.pop(r.row["id"], None)
-        w.completer.submit((queue.OutcomeRecord(
+        w.completer.submit((jobqueue.OutcomeRecord(
             job_id=r.row["id"], token=r.row["attempts"], kind="released",
             started_at=r.started_at or datetime.now(timezone.utc), code=why), r.row["queue"], r.row["type"],
             self.frees_others(r.row)), block=block)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from opsboard import queue
+from opsboard import jobqueue
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -70,8 +70,8 @@ class QueueState:
     work: queue_mod.SimpleQueue = field(default_factory=queue_mod.SimpleQueue)
     wake: threading.Event = field(default_factory=threading.Event)
     in_flight: int = 0
-    #: Round-robin cursor over tenants (see opsboard.queue.claim).
-    after_tenant: uuid.UUID = queue.ZERO_TENANT
+    #: Round-robin cursor over tenants (see opsboard.jobqueue.claim).
+    after_tenant: uuid.UUID = jobqueue.ZERO_TENANT
     lock: threading.Lock = field(default_factory=threading.Lock)
     slot_freed: threading.Event = field(default_factory=threading.Event)
     #: A slot that frees its job wakes the fetcher (``slot_freed``) only once
@@ -126,7 +126,7 @@ class Fetcher:
 
     def __init__(self, worker: "Worker", qs: QueueState):
         self.worker, self.qs = worker, qs
-        if qs.after_tenant == queue.ZERO_TENANT:
+        if qs.after_tenant == jobqueue.ZERO_TENANT:
             qs.after_tenant = walk_origin(worker.id)
 
     def run(self) -> None:
@@ -152,7 +152,7 @@ class Fetcher:
             qs.wake.clear()
             try:
                 with w.pool.connection() as conn:
-                    claimed = queue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
+                    claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
                                           after_tenant=qs.after_tenant)
                 rows, qs.after_tenant = claimed.rows, claimed.next_after_tenant
                 failures = 0

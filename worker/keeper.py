@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.types.json import Jsonb
 
-from opsboard import db, queue, retry
+from opsboard import db, jobqueue, retry
 
 if TYPE_CHECKING:
     from .executor import Running
@@ -89,7 +89,7 @@ class Keeper:
         kept: set = set()
         with w.pool.connection() as conn:
             if held:
-                kept = queue.heartbeat(conn, w.id, held, w.lease)
+                kept = jobqueue.heartbeat(conn, w.id, held, w.lease)
                 for job_id, _ in held:
                     if job_id not in kept:
                         r = w.running.get(job_id)

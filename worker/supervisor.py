@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 
 import psycopg
 
-from opsboard import db, jobtypes, queue, retry
+from opsboard import db, jobqueue, jobtypes, retry
 from opsboard.config import Config
 
 from .running_file import read_running
@@ -170,7 +170,7 @@ class Supervisor:
             records, now, rank = [], datetime.now(timezone.utc), 0
             for r in rows:
                 if started is not None and r["id"] not in started:
-                    records.append(queue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
+                    records.append(jobqueue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
                                                        code="crash_unstarted"))
                 elif r in suspects:
                     try:
@@ -179,13 +179,13 @@ class Supervisor:
                         policy = jobtypes.JobPolicy()
                     d = retry.decide(retry.Unknown("crashed_worker", f"the worker process died ({how})"),
                                      r["attempts"], r["max_attempts"], policy.backoff_base, policy.backoff_cap, now=now)
-                    records.append(queue.OutcomeRecord(r["id"], r["attempts"], d.kind, r["started_at"] or now,
+                    records.append(jobqueue.OutcomeRecord(r["id"], r["attempts"], d.kind, r["started_at"] or now,
                                                        delay=d.delay, code="crashed_worker", detail=d.detail))
                 else:
-                    records.append(queue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
+                    records.append(jobqueue.OutcomeRecord(r["id"], r["attempts"], "released", r["started_at"] or now,
                                                        delay=rank * RELEASE_STAGGER, code="crash_suspect"))
                     rank += 1
-            applied = queue.record_outcomes(conn, worker_id, records) if records else set()
+            applied = jobqueue.record_outcomes(conn, worker_id, records) if records else set()
             db.execute(conn, "worker_delete", {"id": worker_id})
         unstarted = sum(1 for rec in records if rec.code == "crash_unstarted" and rec.job_id in applied)
         if unstarted:

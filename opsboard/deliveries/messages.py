@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .. import catalogue as _catalogue
-from .. import db, queue
+from .. import db, jobqueue
 from ..jobtypes import InvalidPayload
 from ..schema import new_id
 from . import targets
@@ -88,7 +88,7 @@ def _message(conn, tenant, channel, recipient, template, params, version):
     except (KeyError, IndexError) as exc:
         raise InvalidPayload(f"template {template!r} needs parameter {exc}") from None
     row = db.one(conn, "outbound_message_insert", {
-        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "channel": channel, "recipient": recipient,
+        "id": new_id(), "tenant_id": jobqueue.tenant_id_of(tenant), "channel": channel, "recipient": recipient,
         "template": template, "template_version": version, "params": Jsonb(params)})
     return row
 
@@ -100,7 +100,7 @@ def send_sms(conn: psycopg.Connection, tenant, to: str, template: str, params: d
     check_e164(to)
     msg = _message(conn, tenant, "sms", to, template, params, version)
     expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if otp else None
-    job = queue.enqueue(conn, "sms.otp" if otp else "sms.send", {"message_id": str(msg["id"])}, tenant=tenant,
+    job = jobqueue.enqueue(conn, "sms.otp" if otp else "sms.send", {"message_id": str(msg["id"])}, tenant=tenant,
                         idempotency_key=idempotency_key or f"sms:{msg['id']}", expires_at=expires)
     return {"message": msg, "job": job}
 
@@ -111,7 +111,7 @@ def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params:
     if not isinstance(to, str) or not EMAIL.match(to) or len(to) > 254:
         raise InvalidRecipient("the email address is not valid")
     msg = _message(conn, tenant, "email", to, template, params, version)
-    job = queue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
+    job = jobqueue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
                         idempotency_key=idempotency_key or f"email:{msg['id']}")
     return {"message": msg, "job": job}
 
@@ -135,22 +135,22 @@ def add_push_subscription(conn: psycopg.Connection, tenant, subscription: dict, 
     except targets.Refused as exc:
         raise InvalidRecipient(f"the push endpoint is refused: {exc}") from None
     return db.one(conn, "push_subscription_upsert", {
-        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "user_ref": user_ref, "endpoint": endpoint,
+        "id": new_id(), "tenant_id": jobqueue.tenant_id_of(tenant), "user_ref": user_ref, "endpoint": endpoint,
         "p256dh": p256dh, "auth": auth})
 
 
 def revoke_push_subscription(conn: psycopg.Connection, tenant, subscription_id) -> bool:
     """The owner unsubscribed: the subscription is never used again (queued pushes to it end permanent)."""
     return db.one(conn, "push_subscription_revoke", {"id": subscription_id,
-                                                     "tenant_id": queue._tenant_id(tenant)}) is not None
+                                                     "tenant_id": jobqueue.tenant_id_of(tenant)}) is not None
 
 
 def send_push(conn: psycopg.Connection, tenant, subscription_id, notification_id: str,
               title: str = "New notification") -> dict:
     """Enqueue one push to one subscription (refused when it is no longer active)."""
-    sub = db.one(conn, "push_subscription_get", {"id": subscription_id, "tenant_id": queue._tenant_id(tenant)})
+    sub = db.one(conn, "push_subscription_get", {"id": subscription_id, "tenant_id": jobqueue.tenant_id_of(tenant)})
     if sub is None or sub["state"] != "active":
         raise InvalidRecipient("the push subscription is not active")
-    return queue.enqueue(conn, "push.send", {"subscription_id": str(subscription_id),
+    return jobqueue.enqueue(conn, "push.send", {"subscription_id": str(subscription_id),
                                              "notification_id": str(notification_id), "title": title},
                          tenant=tenant, idempotency_key=f"push:{subscription_id}:{notification_id}")

@@ -33,7 +33,7 @@ from typing import Iterable, Mapping
 
 import psycopg
 
-from .. import audit, db, queue
+from .. import audit, db, jobqueue
 from ..auth import TenantScope
 from ..errors import OpsError
 from ..schema import new_id
@@ -133,7 +133,7 @@ def create_endpoint(conn: psycopg.Connection, tenant, url: str, event_types: Ite
         raise EndpointError("the secret must be whsec_ followed by base64") from None
     types = sorted(set(event_types)) or ["*"]
     return db.one(conn, "webhook_endpoint_insert", {
-        "id": new_id(), "tenant_id": queue._tenant_id(tenant), "url": url, "secrets": [secret],
+        "id": new_id(), "tenant_id": jobqueue.tenant_id_of(tenant), "url": url, "secrets": [secret],
         "event_types": types, "description": description})
 
 
@@ -141,12 +141,12 @@ def rotate_secret(conn: psycopg.Connection, tenant, endpoint_id, new_secret: str
                   keep: int = 2) -> dict:
     """Make a new secret current; the previous ``keep - 1`` keep signing until the receiver switched."""
     return db.one(conn, "webhook_endpoint_rotate", {
-        "id": endpoint_id, "tenant_id": queue._tenant_id(tenant), "secret": new_secret or generate_secret(),
+        "id": endpoint_id, "tenant_id": jobqueue.tenant_id_of(tenant), "secret": new_secret or generate_secret(),
         "keep": keep})
 
 
 def get_endpoint(conn: psycopg.Connection, tenant, endpoint_id) -> dict | None:
-    return db.one(conn, "webhook_endpoint_get", {"id": endpoint_id, "tenant_id": queue._tenant_id(tenant)})
+    return db.one(conn, "webhook_endpoint_get", {"id": endpoint_id, "tenant_id": jobqueue.tenant_id_of(tenant)})
 
 
 def list_endpoints(conn: psycopg.Connection, scope: TenantScope, limit: int = 200) -> list[dict]:
@@ -175,7 +175,7 @@ def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
     jobs = []
     for ep in db.all_rows(conn, "webhook_endpoint_subscribed", {"tenant_id": event["tenant_id"],
                                                                 "type": event["type"]}):
-        jobs.append(queue.enqueue(conn, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(event_id)},
+        jobs.append(jobqueue.enqueue(conn, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(event_id)},
                                   tenant=event["tenant_id"], idempotency_key=f"{event_id}:{ep['id']}",
                                   event_id=event_id))
     return jobs

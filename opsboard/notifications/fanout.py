@@ -29,9 +29,9 @@ from datetime import datetime
 
 import psycopg
 
-from .. import auth, db, outbox, queue
+from .. import auth, db, jobqueue, outbox
 from ..auth import TenantScope
-from ..queue import ALL_TENANTS
+from ..jobqueue import ALL_TENANTS
 from ..schema import new_id_array
 from . import policy as policymod
 from . import render, templates
@@ -132,7 +132,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
         cat = policymod.category(pol.category)
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
         # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
-        job = queue._prepare(queue.NewJob(
+        job = jobqueue.prepare_row(jobqueue.NewJob(
             job_type, {"delivery_id": str(event["id"])}, tenant_id, idempotency_key="delivery:x",
             correlation_id=event.get("correlation_id"), event_id=event["id"],
             expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if cat.critical else None))

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import audit, db, outbox, queue
+from .. import audit, db, jobqueue, outbox
 from ..auth import Principal, TenantScope
 from ..errors import OpsError
 from ..jobtypes import Field, define
@@ -129,7 +129,7 @@ def plan_sla_jobs(conn, ticket: dict) -> list[dict]:
                             ("resolution", ticket["resolution_due_at"], ticket["resolution_breached_at"])):
         if due is None or done is not None:
             continue
-        jobs.append(queue.enqueue(conn, "tickets.sla_check", {"ticket_id": str(ticket["id"]), "kind": kind,
+        jobs.append(jobqueue.enqueue(conn, "tickets.sla_check", {"ticket_id": str(ticket["id"]), "kind": kind,
                                                               "due_at": due.isoformat()},
                                   tenant=ticket["tenant_id"], run_at=due,
                                   idempotency_key=f"sla:{ticket['id']}:{kind}:{due.isoformat()}"))

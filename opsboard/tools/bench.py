@@ -29,7 +29,7 @@ from typing import Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import auth, queue
+from .. import auth, jobqueue
 from ..config import ROOT, Config
 from ..db import connect, resolve_url
 from ..migrate import migrate
@@ -169,7 +169,7 @@ def enqueue_single(b: Bench) -> None:
         t0 = time.perf_counter()
         for i in range(n):
             with c.transaction():
-                queue.enqueue(c, "diag.noop", {}, tenant=tenant)
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=tenant)
         elapsed = time.perf_counter() - t0
     b.add("enqueue", "single-job transactions", n / elapsed, "jobs/s", f"{n} jobs")
     b.reset()
@@ -180,12 +180,12 @@ def enqueue_many(b: Bench) -> None:
     n = b.jobs or 100_000
     batch = 1000
     tenants = b.tenants(10)
-    jobs = [queue.NewJob("diag.noop", {"i": i}, tenants[i % len(tenants)]) for i in range(n)]
+    jobs = [jobqueue.NewJob("diag.noop", {"i": i}, tenants[i % len(tenants)]) for i in range(n)]
     with b.conn() as c:
         t0 = time.perf_counter()
         for i in range(0, n, batch):
             with c.transaction():
-                queue.enqueue_many(c, jobs[i:i + batch])
+                jobqueue.enqueue_many(c, jobs[i:i + batch])
         elapsed = time.perf_counter() - t0
     b.add("enqueue", f"enqueue_many ({batch}/transaction)", n / elapsed, "jobs/s", f"{n} jobs")
     b.reset()
@@ -198,7 +198,7 @@ def _process(b: Bench, workers: int, queues: str | None = None) -> None:
     with b.conn() as c:
         for i in range(0, n, 5000):
             with c.transaction():
-                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % 10]) for j in range(i, min(n, i + 5000))])
+                jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[j % 10]) for j in range(i, min(n, i + 5000))])
         c.execute("VACUUM ANALYZE jobs")
     with b.conn() as c:
         wal_start = c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"]
@@ -246,7 +246,7 @@ def latency_idle(b: Bench) -> None:
     with b.conn() as c:
         for _ in range(n):
             with c.transaction():
-                queue.enqueue(c, "diag.noop", {}, tenant=tenant)
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=tenant)
             time.sleep(rng.uniform(0.01, 0.03))
     b.wait_done(n)
     b.stop_workers()
@@ -267,19 +267,19 @@ def fairness(b: Bench) -> None:
     with b.conn() as c:
         for i in range(0, heavy, 5000):
             with c.transaction():
-                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[0]) for _ in range(min(5000, heavy - i))])
+                jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[0]) for _ in range(min(5000, heavy - i))])
         c.execute("VACUUM ANALYZE jobs")
         with c.transaction():
-            queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in tenants[1:] for _ in range(100)])
+            jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in tenants[1:] for _ in range(100)])
         light = set(tenants[1:])
-        left, claims, cursor = 400, 0, queue.ZERO_TENANT
+        left, claims, cursor = 400, 0, jobqueue.ZERO_TENANT
         t0 = time.perf_counter()
         while left > 0:
-            got = queue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor)
+            got = jobqueue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor)
             cursor = got.next_after_tenant
             claims += 1
             left -= sum(1 for r in got.rows if r["tenant_id"] in light)
-            queue.record_outcomes(c, "bench-fair", [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded",
+            jobqueue.record_outcomes(c, "bench-fair", [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded",
                                                                           r["started_at"]) for r in got.rows])
         elapsed = time.perf_counter() - t0
         waits = [float(r["ms"]) for r in c.execute(
@@ -301,7 +301,7 @@ def otp_flood(b: Bench) -> None:
     with b.conn() as c:
         for i in range(0, backlog, 5000):
             with c.transaction():
-                queue.enqueue_many(c, [queue.NewJob("diag.sleep", {"ms": 50}, tenants[j % 4],
+                jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.sleep", {"ms": 50}, tenants[j % 4],
                                                     queue="bulk" if j % 3 == 0 else "default")
                                        for j in range(i, min(backlog, i + 5000))])
         c.execute("VACUUM ANALYZE jobs")
@@ -312,7 +312,7 @@ def otp_flood(b: Bench) -> None:
         next_at = time.monotonic()
         for i in range(otp):
             with c.transaction():
-                queue.enqueue(c, "diag.sleep", {"ms": 5}, version=2, tenant=tenants[i % 4])
+                jobqueue.enqueue(c, "diag.sleep", {"ms": 5}, version=2, tenant=tenants[i % 4])
             next_at += 1 / 20
             time.sleep(max(0.0, next_at - time.monotonic()))
         deadline = time.monotonic() + 30
@@ -341,7 +341,7 @@ def claim_cost(b: Bench) -> None:
     with b.conn() as c:
         for i in range(0, total, 10_000):
             with c.transaction():
-                queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % n_tenants])
+                jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[j % n_tenants])
                                        for j in range(i, min(total, i + 10_000))])
         fill = time.perf_counter() - t0
         c.execute("VACUUM ANALYZE jobs")
@@ -351,7 +351,7 @@ def claim_cost(b: Bench) -> None:
             with c.transaction(force_rollback=True):
                 plan = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + dbmod.queries["job_claim_many"], {
                     "queue": "default", "worker": "bench", "limit": 64, "lease": 30, "now": None,
-                    "after_tenant": queue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
+                    "after_tenant": jobqueue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
                     "limit_type_limits": [], "limit_type_groups": [], "limit_groups": [],
                     "limit_group_limits": []}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]

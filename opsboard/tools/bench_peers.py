@@ -33,7 +33,7 @@ from typing import Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import auth, queue
+from .. import auth, jobqueue
 from ..config import ROOT, Config
 from ..db import connect, resolve_url
 from ..migrate import migrate
@@ -160,7 +160,7 @@ OPS_UNFINISHED = ("SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending',
 
 def _ops_fill(c, n: int, tenants: list) -> None:
     for i in range(0, n, 1000):
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, tenants[j % len(tenants)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[j % len(tenants)])
                                for j in range(i, min(n, i + 1000))])
 
 
@@ -171,17 +171,17 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
         tenants = [auth.ensure_tenant(c, f"bench-{i}", f"Bench {i}")["id"] for i in range(10)]
     reset = "TRUNCATE jobs, job_attempts, job_stats, effects, workers CASCADE"
     if enqueue:
-        js = [queue.NewJob("diag.noop", {"i": i}, tenants[i % 10]) for i in range(jobs)]
+        js = [jobqueue.NewJob("diag.noop", {"i": i}, tenants[i % 10]) for i in range(jobs)]
         with connect(url) as c:
             t0 = time.perf_counter()
             for i in range(0, jobs, 1000):
                 with c.transaction():
-                    queue.enqueue_many(c, js[i:i + 1000])
+                    jobqueue.enqueue_many(c, js[i:i + 1000])
             row.batch = jobs / (time.perf_counter() - t0)
             c.execute(reset)
             t0 = time.perf_counter()
             for i in range(single):  # autocommit: one statement, one transaction, as for the peers
-                queue.enqueue(c, "diag.noop", {}, tenant=tenants[i % 10])
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=tenants[i % 10])
             row.single = single / (time.perf_counter() - t0)
             c.execute(reset)
     for k in (1, 2):
@@ -217,7 +217,7 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
         rng = random.Random(7)
         with connect(url) as c:
             for i in range(lat):
-                queue.enqueue(c, "diag.noop", {}, tenant=tenants[i % 10])
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=tenants[i % 10])
                 time.sleep(rng.uniform(0.01, 0.03))
         _wait(url, OPS_UNFINISHED)
     finally:

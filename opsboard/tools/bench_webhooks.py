@@ -55,7 +55,7 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
     """Signed webhook deliveries, 100 endpoints (10% down for 60 s): deliveries/s, attempts on a down endpoint."""
     from psycopg.types.json import Jsonb
 
-    from .. import queue
+    from .. import jobqueue
     from ..deliveries import webhooks
     from ..schema import new_id
 
@@ -82,12 +82,12 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
                     c.execute("INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id,"
                               " payload, relayed_at) VALUES (%s, 'order.paid', 1, 'order', 'o', %s, %s, now())",
                               (eid, t, Jsonb({"order_id": 1})))
-                    jobs += [queue.NewJob("webhook.deliver", {"endpoint_id": str(ep), "event_id": str(eid)}, t,
+                    jobs += [jobqueue.NewJob("webhook.deliver", {"endpoint_id": str(ep), "event_id": str(eid)}, t,
                                           idempotency_key=f"{eid}:{ep}", event_id=eid)
                              for (tt, ep, _) in endpoints if tt == t]
             for i in range(0, len(jobs), 5000):
                 with c.transaction():
-                    queue.enqueue_many(c, jobs[i:i + 5000])
+                    jobqueue.enqueue_many(c, jobs[i:i + 5000])
             c.execute("VACUUM ANALYZE jobs")
         healthy = sum(1 for (_, _, down) in endpoints if not down) * per_endpoint
         down_count = sum(1 for e in endpoints if e[2])

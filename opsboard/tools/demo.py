@@ -85,7 +85,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
                 auth.set_display_prefs(conn, user["id"], locale="fa", calendar="jalali", time_zone="Asia/Tehran")
         _seed_notifications(conn, ids, creds)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
-        # The nightly per-tenant report is scheduled in opsboard/reports.py (01:30 Asia/Tehran).
+        # The nightly per-tenant report is scheduled by opsboard.reports (registration.py) (01:30 Asia/Tehran).
         from .. import audit, reports
         today = datetime.now(timezone.utc).date()
         reports.request_report(conn, ids["parsian"], "job_activity",
@@ -130,7 +130,7 @@ def _inbox_tick(conn, tenants: dict, tick: int, rng) -> None:
 
 def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) -> None:
     """Enqueue a realistic mix until ``stop``: acme floods in bursts, others trickle."""
-    from .. import queue
+    from .. import jobqueue
     from ..db import connect
 
     rng = random.Random()
@@ -148,26 +148,26 @@ def _traffic(url: str, tenants: dict, stop: threading.Event, deliveries=None) ->
                         for _ in range(n):
                             kind = rng.random()
                             if kind < 0.45:
-                                batch.append(queue.NewJob("demo.send_email", {"to_user": f"u{rng.randint(1, 500)}",
+                                batch.append(jobqueue.NewJob("demo.send_email", {"to_user": f"u{rng.randint(1, 500)}",
                                                                                "template": "welcome"}, tid))
                             else:
-                                batch.append(queue.NewJob("demo.deliver_webhook",
+                                batch.append(jobqueue.NewJob("demo.deliver_webhook",
                                                           {"endpoint_id": f"ep{rng.randint(1, 20)}",
                                                            "event": "order.paid"}, tid,
                                                           group_key=f"ep{rng.randint(1, 20)}"
                                                           if rng.random() < 0.2 else None))
                         if rng.random() < 0.5:
-                            batch.append(queue.NewJob("demo.send_otp", {"user_id": f"u{rng.randint(1, 500)}"}, tid,
+                            batch.append(jobqueue.NewJob("demo.send_otp", {"user_id": f"u{rng.randint(1, 500)}"}, tid,
                                                       expires_at=datetime.now(timezone.utc) + timedelta(seconds=60)))
                     if tick % 15 == 1:  # acme's nightly import, every 15 s in the demo
-                        batch += [queue.NewJob("demo.deliver_webhook", {"endpoint_id": "ep-bulk", "event": "import"},
+                        batch += [jobqueue.NewJob("demo.deliver_webhook", {"endpoint_id": "ep-bulk", "event": "import"},
                                                tenants["acme"]) for _ in range(300)]
                     if tick % 20 == 5:
-                        batch.append(queue.NewJob("demo.generate_report",
+                        batch.append(jobqueue.NewJob("demo.generate_report",
                                                   {"report": "monthly", "title": "گزارش ماهانه"},
                                                   tenants[rng.choice(customers)]))
                     with conn.transaction():
-                        queue.enqueue_many(conn, batch)
+                        jobqueue.enqueue_many(conn, batch)
                     _domain_events(conn, tenants[rng.choice(customers)], rng)
                     _inbox_tick(conn, tenants, tick, rng)
                     if deliveries:  # real sends to the provider sandbox

@@ -51,7 +51,7 @@ def traffic_tick(conn, sb: Sandbox, tenants: dict, state: dict, rng: random.Rand
     """One second of delivery traffic: events fanned out to webhooks, emails, SMS, OTPs, pushes."""
     from psycopg.types.json import Jsonb
 
-    from .. import queue
+    from .. import jobqueue
     from ..deliveries import messages
     from ..schema import new_id
 
@@ -68,7 +68,7 @@ def traffic_tick(conn, sb: Sandbox, tenants: dict, state: dict, rng: random.Rand
                          "payload) VALUES (%s, %s, 1, 'order', %s, %s, %s)",
                          (event_id, rng.choice(["order.paid", "order.shipped", "order.refunded"]),
                           f"o-{rng.randint(1, 9999)}", tid, Jsonb({"order_id": rng.randint(1, 9999)})))
-            queue.enqueue(conn, "webhook.fanout", {"event_id": str(event_id)}, tenant=tid, event_id=event_id)
+            jobqueue.enqueue(conn, "webhook.fanout", {"event_id": str(event_id)}, tenant=tid, event_id=event_id)
             r = rng.random()
             if r < 0.3:
                 messages.send_email(conn, tid, f"user{rng.randint(1, 99)}@{slug}.demo", "welcome",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, make_response, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import dashboard, jobtypes, queue
+from .. import dashboard, jobqueue, jobtypes
 from ..config import QUEUE_NAMES
 from ..schema import JobStatus
 from . import forms
@@ -93,7 +93,7 @@ def payload(job_id):
 
 def _job_for_action(conn, job_id, permission: str) -> dict:
     """The job, visible to the user (else 404) and actionable for its tenant (else 403)."""
-    job = queue.get_job(conn, job_id, current_scope("jobs.view"))
+    job = jobqueue.get_job(conn, job_id, current_scope("jobs.view"))
     if job is None:
         raise ApiError(404, "not_found", _("No such job, or it belongs to a tenant you cannot see."))
     require_for_tenant(permission, job["tenant_id"])
@@ -106,7 +106,7 @@ def replay(job_id):
     reason, key = forms.reason(), forms.request_key()
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.replay")
-        new = queue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
+        new = jobqueue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
     return forms.render_result("jobs/_action_result.html", action="replay", job_id=job_id, new_jobs=[new],
                                reason=reason)
 
@@ -130,17 +130,17 @@ def cancel(job_id):
     reason, key = forms.reason(), forms.request_key()
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.cancel")
-        row = queue.cancel(conn, job_id, actor=forms.actor(), reason=reason, request_key=key,
+        row = jobqueue.cancel(conn, job_id, actor=forms.actor(), reason=reason, request_key=key,
                            scope=current_scope("jobs.cancel"))
     return forms.render_result("jobs/_action_result.html", action="cancel", job_id=job_id, job=row,
                                reason=reason)
 
 
-def _dead_filter(source) -> queue.DeadFilter:
+def _dead_filter(source) -> jobqueue.DeadFilter:
     queue_name = forms.arg_text("queue", source)
     if queue_name is not None and queue_name not in QUEUE_NAMES:
         raise ApiError(400, "invalid_filter", _("queue must be one of %(names)s", names=", ".join(QUEUE_NAMES)))
-    return queue.DeadFilter(type=forms.arg_text("type", source), queue=queue_name,
+    return jobqueue.DeadFilter(type=forms.arg_text("type", source), queue=queue_name,
                             tenant_id=forms.arg_uuid("tenant_id", source),
                             error_code=forms.arg_text("error_code", source), open_only=True)
 

@@ -9,8 +9,8 @@ import os
 import signal
 import pytest
 
-from opsboard import auth, queue
-from opsboard.queue import NewJob
+from opsboard import auth, jobqueue
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 from worker.services.reaper import Reaper
 
@@ -52,8 +52,8 @@ def reap_until(db, expected: int, timeout: float = 20.0) -> int:
 def test_sigkill_while_jobs_run_then_the_reaper_recovers_them(db_url, db, start_worker):
     n, m = scaled(6), scaled(2)
     t = auth.ensure_tenant(db, "acme")
-    retried = queue.enqueue_many(db, [NewJob("test.slow", {"key": f"r{i}", "ms": 1500}, t["id"]) for i in range(n)])
-    last = queue.enqueue_many(db, [NewJob("test.slow", {"key": f"l{i}", "ms": 1500}, t["id"], max_attempts=1)
+    retried = jobqueue.enqueue_many(db, [NewJob("test.slow", {"key": f"r{i}", "ms": 1500}, t["id"]) for i in range(n)])
+    last = jobqueue.enqueue_many(db, [NewJob("test.slow", {"key": f"l{i}", "ms": 1500}, t["id"], max_attempts=1)
                                    for i in range(m)])
     a = start_worker(db_url, "--queues", f"default={n + m}", "--id", "worker-a", "--no-services", **LEASE)
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM test_effects") == n + m, timeout=30,
@@ -64,9 +64,9 @@ def test_sigkill_while_jobs_run_then_the_reaper_recovers_them(db_url, db, start_
 
     assert reap_until(db, n + m) == n + m
     for job_id in last:
-        j = queue.get_job(db, job_id)
+        j = jobqueue.get_job(db, job_id)
         assert (j["status"], j["last_error_code"], j["attempts"]) == ("dead", "lease_expired", 1)
-        [att] = queue.attempts(db, job_id)
+        [att] = jobqueue.attempts(db, job_id)
         assert (att["outcome"], att["worker"], att["attempt"]) == ("lease_expired", "worker-a", 1)
     assert one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'retryable' AND last_error_code = 'lease_expired'") == n
 
@@ -74,9 +74,9 @@ def test_sigkill_while_jobs_run_then_the_reaper_recovers_them(db_url, db, start_
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'") == n, timeout=60,
              message="the recovered jobs to succeed")
     for job_id in retried:
-        j = queue.get_job(db, job_id)
+        j = jobqueue.get_job(db, job_id)
         assert (j["status"], j["attempts"]) == ("succeeded", 2)
-        assert [(x["attempt"], x["worker"], x["outcome"]) for x in queue.attempts(db, job_id)] == \
+        assert [(x["attempt"], x["worker"], x["outcome"]) for x in jobqueue.attempts(db, job_id)] == \
             [(1, "worker-a", "lease_expired"), (2, "worker-b", "succeeded")]
     # One run per attempt: the killed run and the one that succeeded.
     runs = db.execute("SELECT job_id, array_agg(worker ORDER BY attempt) AS w FROM test_effects "
@@ -90,7 +90,7 @@ def test_sigkill_while_jobs_run_then_the_reaper_recovers_them(db_url, db, start_
 def test_killing_workers_mid_run_loses_nothing_and_succeeds_each_job_once(db_url, db, start_worker):
     total = scaled(1500)
     tenants = [auth.ensure_tenant(db, f"t{i}")["id"] for i in range(3)]
-    queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 2}, tenants[i % 3], max_attempts=10)
+    jobqueue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 2}, tenants[i % 3], max_attempts=10)
                             for i in range(total)])
     procs = [start_worker(db_url, "--queues", "default=6", "--id", f"w{i}", "--no-services", **LEASE) for i in range(3)]
     succeeded = lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'")
@@ -128,12 +128,12 @@ def test_killing_workers_mid_run_loses_nothing_and_succeeds_each_job_once(db_url
 def test_poison_jobs_die_while_other_types_and_tenants_finish(db_url, db, start_worker):
     poisoned, healthy = auth.ensure_tenant(db, "poisoned")["id"], auth.ensure_tenant(db, "healthy")["id"]
     poison = {
-        "test.raise": queue.enqueue_many(db, [NewJob("test.raise", {}, poisoned) for _ in range(scaled(3))]),
-        "test.hang": queue.enqueue_many(db, [NewJob("test.hang", {}, poisoned) for _ in range(scaled(2))]),
-        "test.suicide": queue.enqueue_many(db, [NewJob("test.suicide", {}, poisoned) for _ in range(scaled(1))]),
+        "test.raise": jobqueue.enqueue_many(db, [NewJob("test.raise", {}, poisoned) for _ in range(scaled(3))]),
+        "test.hang": jobqueue.enqueue_many(db, [NewJob("test.hang", {}, poisoned) for _ in range(scaled(2))]),
+        "test.suicide": jobqueue.enqueue_many(db, [NewJob("test.suicide", {}, poisoned) for _ in range(scaled(1))]),
     }
     n = scaled(150)
-    good = queue.enqueue_many(db, [NewJob("test.record", {"key": f"{t}-{i}", "ms": 5}, t, max_attempts=10)
+    good = jobqueue.enqueue_many(db, [NewJob("test.record", {"key": f"{t}-{i}", "ms": 5}, t, max_attempts=10)
                                    for i in range(n) for t in (poisoned, healthy)])
     all_ids = good + [i for ids in poison.values() for i in ids]
     final = lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status IN ('succeeded', 'dead')")
@@ -156,10 +156,10 @@ def test_poison_jobs_die_while_other_types_and_tenants_finish(db_url, db, start_
     expected_code = {"test.raise": "runtime_error", "test.hang": "timeout", "test.suicide": "crashed_worker"}
     for type_, ids in poison.items():
         for job_id in ids:
-            j = queue.get_job(db, job_id)
+            j = jobqueue.get_job(db, job_id)
             assert j["status"] == "dead" and j["attempts"] == j["max_attempts"], (type_, j)
             assert j["last_error_code"] == expected_code[type_], (type_, j)
-            counted = [a for a in queue.attempts(db, job_id) if a["outcome"] != "released"]
+            counted = [a for a in jobqueue.attempts(db, job_id) if a["outcome"] != "released"]
             assert len(counted) == j["max_attempts"]
             assert {a["error_code"] for a in counted} == {expected_code[type_]}, (type_, counted)
     assert one(db, "SELECT count(*) AS n FROM job_attempts WHERE outcome = 'lease_expired'") == 0
@@ -174,7 +174,7 @@ def test_sigterm_mid_run_hands_every_claimed_job_back(db_url, db, start_worker):
     # 800 jobs/s of 5 ms) cannot finish it before the third leaver is busy.
     total = scaled(6000)
     t = auth.ensure_tenant(db, "acme")
-    queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 5}, t["id"]) for i in range(total)])
+    jobqueue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}", "ms": 5}, t["id"]) for i in range(total)])
     env = {**LEASE, "OPSBOARD_LEASE_SECONDS": "600", "OPSBOARD_SHUTDOWN_GRACE_SECONDS": "1"}
     stayer = start_worker(db_url, "--queues", "default=4", "--id", "stayer", "--no-services", **env)
     succeeded = lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from opsboard import queue
+from opsboard import jobqueue
 from opsboard.config import ROOT
 from tests.conftest import connect, worker_env
 from tests.support import dashboard as seed
@@ -52,7 +52,7 @@ def test_ctrl_c_to_the_process_group_stops_the_demo_gracefully(db_url, tmp_path)
         _wait(lambda: b"opsboard demo is running" in (tmp_path / "demo.out").read_bytes(), 90, "the demo")
         with connect(db_url) as c:
             t = seed.tenant(c, "signals")
-            [job] = queue.enqueue_many(c, [queue.NewJob("test.record", {"key": "k", "ms": 3000}, t)])
+            [job] = jobqueue.enqueue_many(c, [jobqueue.NewJob("test.record", {"key": "k", "ms": 3000}, t)])
         with connect(db_url) as c:
             _wait(lambda: c.execute("SELECT status FROM jobs WHERE id = %s", (job,)).fetchone()["status"]
                   == "running", 30, "the job to start")

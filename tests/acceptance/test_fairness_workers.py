@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect, wait_for
 import tests.support.limits  # noqa: F401
 
@@ -27,10 +27,10 @@ def test_type_and_provider_limits_hold_across_three_workers(db_url, start_worker
     with connect(db_url) as c:
         c.execute(SPANS)
         t = [auth.ensure_tenant(c, f"t{i}")["id"] for i in range(3)]
-        jobs = ([queue.NewJob("test.limited", {"key": "l", "ms": 60}, t[i % 3]) for i in range(30)]
-                + [queue.NewJob("test.sms_a" if i % 2 else "test.sms_b", {"key": "s", "ms": 60}, t[i % 3])
+        jobs = ([jobqueue.NewJob("test.limited", {"key": "l", "ms": 60}, t[i % 3]) for i in range(30)]
+                + [jobqueue.NewJob("test.sms_a" if i % 2 else "test.sms_b", {"key": "s", "ms": 60}, t[i % 3])
                    for i in range(20)])
-        queue.enqueue_many(c, jobs)
+        jobqueue.enqueue_many(c, jobs)
     for _ in range(3):
         start_worker(db_url, "--queues", "default=8", **MODULES)
     with connect(db_url) as c:
@@ -47,7 +47,7 @@ def test_rate_limited_jobs_snooze_without_spending_attempts(db_url, start_worker
     with connect(db_url) as c:
         c.execute(SPANS)
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("test.rated", {"key": "r", "ms": 1}, t) for _ in range(30)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.rated", {"key": "r", "ms": 1}, t) for _ in range(30)])
     start_worker(db_url, "--queues", "default=8", **MODULES)
     with connect(db_url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'").fetchone()["n"] == 30,
@@ -67,12 +67,12 @@ def test_critical_slots_run_at_once_while_default_is_busy(db_url, start_worker):
     with connect(db_url) as c:
         c.execute(EFFECTS)
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("test.slow", {"key": "bg", "ms": 20000}, t) for _ in range(6)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.slow", {"key": "bg", "ms": 20000}, t) for _ in range(6)])
     start_worker(db_url, "--queues", "critical=1,default=2", OPSBOARD_SHUTDOWN_GRACE_SECONDS=0)
     with connect(db_url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 2,
                  message="default slots busy")
-        otp = queue.enqueue(c, "test.record", {"key": "otp"}, version=2, tenant=t)
+        otp = jobqueue.enqueue(c, "test.record", {"key": "otp"}, version=2, tenant=t)
         row = wait_for(lambda: c.execute("SELECT status, started_at - created_at AS wait FROM jobs WHERE id = %s",
                                          (otp["id"],)).fetchone() if c.execute(
             "SELECT status FROM jobs WHERE id = %s", (otp["id"],)).fetchone()["status"] == "succeeded" else None,
@@ -89,9 +89,9 @@ def test_ordered_groups_with_two_workers(db_url, start_worker):
         t = auth.ensure_tenant(c, "acme")["id"]
         jobs = []
         for i in range(20):
-            jobs.append(queue.NewJob("test.record", {"key": f"g{i:02d}", "ms": 5}, t, group_key="order-42"))
-            jobs.append(queue.NewJob("test.record", {"key": f"x{i:02d}", "ms": 5}, t))
-        queue.enqueue_many(c, jobs)
+            jobs.append(jobqueue.NewJob("test.record", {"key": f"g{i:02d}", "ms": 5}, t, group_key="order-42"))
+            jobs.append(jobqueue.NewJob("test.record", {"key": f"x{i:02d}", "ms": 5}, t))
+        jobqueue.enqueue_many(c, jobs)
     start_worker(db_url, "--queues", "default=4")
     start_worker(db_url, "--queues", "default=4")
     with connect(db_url) as c:
@@ -107,7 +107,7 @@ def test_ordered_groups_with_two_workers(db_url, start_worker):
 def test_metrics_endpoint_parses(app, client, login_as):
     with connect(app.extensions["test_db_url"]) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(7)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(7)])
         from worker.services.depth import DepthSampler
         DepthSampler().run_once(c)
     assert client.get("/metrics").status_code == 401
@@ -147,8 +147,8 @@ def test_limited_and_grouped_work_does_not_wait_for_the_poll(db_url, start_worke
         c.execute(SPANS)
         c.execute(EFFECTS)
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("test.sms_a", {"key": "s", "ms": 20}, t) for _ in range(8)]
-                           + [queue.NewJob("test.record", {"key": f"g{i}"}, t, group_key="g") for i in range(8)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.sms_a", {"key": "s", "ms": 20}, t) for _ in range(8)]
+                           + [jobqueue.NewJob("test.record", {"key": f"g{i}"}, t, group_key="g") for i in range(8)])
     start_worker(db_url, "--queues", "default=4", OPSBOARD_POLL_INTERVAL=60, **MODULES)
     with connect(db_url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'").fetchone()["n"] == 16,

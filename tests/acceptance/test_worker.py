@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from opsboard import auth, queue
-from opsboard.queue import NewJob
+from opsboard import auth, jobqueue
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 
 EFFECTS = ("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, "
@@ -49,7 +49,7 @@ def test_four_workers_run_every_job_exactly_once(db_url, db, start_worker):
     tenants = [auth.ensure_tenant(db, f"t{i}")["id"] for i in range(3)]
     ids = []
     for start in range(0, total, 500):  # batches while the workers already claim
-        ids += queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}"}, tenants[i % 3])
+        ids += jobqueue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}"}, tenants[i % 3])
                                        for i in range(start, min(total, start + 500))])
     assert len(set(ids)) == total
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'") == total,
@@ -79,21 +79,21 @@ def test_a_worker_wakes_on_notify_not_on_its_poll(db_url, db, start_worker):
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'") >= 1,
              message="the worker to listen")
     t = auth.ensure_tenant(db, "acme")
-    j = queue.enqueue(db, "test.record", {"key": "wake"}, tenant=t["id"])
-    wait_for(lambda: queue.get_job(db, j["id"])["status"] == "succeeded", timeout=15,
+    j = jobqueue.enqueue(db, "test.record", {"key": "wake"}, tenant=t["id"])
+    wait_for(lambda: jobqueue.get_job(db, j["id"])["status"] == "succeeded", timeout=15,
              message="the job to run well before the 60s poll")
     assert stop(w) == 0
 
 
 def test_a_snoozed_job_runs_again_without_counting_the_attempt(db_url, db, start_worker):
     t = auth.ensure_tenant(db, "acme")
-    j = queue.enqueue(db, "test.snooze", {"key": "s1"}, tenant=t["id"])
+    j = jobqueue.enqueue(db, "test.snooze", {"key": "s1"}, tenant=t["id"])
     assert j["max_attempts"] == 1
     w = start_worker(db_url, "--queues", "default=2", **FAST)
-    wait_for(lambda: queue.get_job(db, j["id"])["status"] == "succeeded", timeout=30, message="the snoozed job to succeed")
-    done = queue.get_job(db, j["id"])
+    wait_for(lambda: jobqueue.get_job(db, j["id"])["status"] == "succeeded", timeout=30, message="the snoozed job to succeed")
+    done = jobqueue.get_job(db, j["id"])
     assert done["attempts"] == 1
-    assert [(a["attempt"], a["outcome"], a["error_code"]) for a in queue.attempts(db, j["id"])] == \
+    assert [(a["attempt"], a["outcome"], a["error_code"]) for a in jobqueue.attempts(db, j["id"])] == \
         [(1, "snoozed", "snoozed"), (1, "succeeded", None)]
     assert one(db, "SELECT count(*) AS n FROM test_effects WHERE key = 's1'") == 2
     assert stop(w) == 0
@@ -101,7 +101,7 @@ def test_a_snoozed_job_runs_again_without_counting_the_attempt(db_url, db, start
 
 def test_graceful_shutdown_releases_running_jobs_without_counting(db_url, db, start_worker):
     t = auth.ensure_tenant(db, "acme")
-    ids = queue.enqueue_many(db, [NewJob("test.slow", {"key": f"s{i}", "ms": 10_000}, t["id"]) for i in range(3)])
+    ids = jobqueue.enqueue_many(db, [NewJob("test.slow", {"key": f"s{i}", "ms": 10_000}, t["id"]) for i in range(3)])
     w = start_worker(db_url, "--queues", "default=4", OPSBOARD_SHUTDOWN_GRACE_SECONDS="1", **FAST)
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM test_effects") == 3, timeout=30, message="3 handlers to start")
     assert status_counts(db) == {"running": 3}
@@ -109,14 +109,14 @@ def test_graceful_shutdown_releases_running_jobs_without_counting(db_url, db, st
     rows = db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
     assert [(r["status"], r["attempts"], r["locked_by"]) for r in rows] == [("pending", 0, None)] * 3
     for job_id in ids:
-        [a] = queue.attempts(db, job_id)
+        [a] = jobqueue.attempts(db, job_id)
         assert (a["outcome"], a["attempt"], a["error_code"]) == ("released", 1, "shutdown_grace_exceeded")
     assert one(db, "SELECT count(*) AS n FROM workers") == 0
 
 
 def test_graceful_shutdown_lets_short_jobs_finish(db_url, db, start_worker):
     t = auth.ensure_tenant(db, "acme")
-    queue.enqueue_many(db, [NewJob("test.slow", {"key": f"s{i}", "ms": 700}, t["id"]) for i in range(2)])
+    jobqueue.enqueue_many(db, [NewJob("test.slow", {"key": f"s{i}", "ms": 700}, t["id"]) for i in range(2)])
     w = start_worker(db_url, "--queues", "default=2", OPSBOARD_SHUTDOWN_GRACE_SECONDS="20", **FAST)
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM test_effects") == 2, timeout=30, message="2 handlers to start")
     assert stop(w, timeout=30) == 0
@@ -126,17 +126,17 @@ def test_graceful_shutdown_lets_short_jobs_finish(db_url, db, start_worker):
 
 def test_failures_are_retried_then_dead_with_redacted_history(db_url, db, start_worker):
     t = auth.ensure_tenant(db, "acme")
-    boom = queue.enqueue(db, "test.raise", {}, tenant=t["id"])
-    gone = queue.enqueue(db, "test.permanent", {}, tenant=t["id"])
+    boom = jobqueue.enqueue(db, "test.raise", {}, tenant=t["id"])
+    gone = jobqueue.enqueue(db, "test.permanent", {}, tenant=t["id"])
     w = start_worker(db_url, "--queues", "default=2", **FAST)
     wait_for(lambda: status_counts(db).get("dead") == 2, timeout=30, message="both jobs to die")
-    b = queue.get_job(db, boom["id"])
+    b = jobqueue.get_job(db, boom["id"])
     assert (b["attempts"], b["last_error_code"]) == (3, "runtime_error")
-    history = queue.attempts(db, boom["id"])
+    history = jobqueue.attempts(db, boom["id"])
     assert [a["outcome"] for a in history] == ["retryable", "retryable", "dead"]
     assert all("ops@example.com" not in a["detail"] and a["detail"].startswith("RuntimeError: boom")
                for a in history)
-    g = queue.get_job(db, gone["id"])
+    g = jobqueue.get_job(db, gone["id"])
     assert (g["attempts"], g["last_error_code"]) == (1, "http_410")
     assert stop(w) == 0
 
@@ -144,8 +144,8 @@ def test_failures_are_retried_then_dead_with_redacted_history(db_url, db, start_
 def test_an_absurd_retry_after_does_not_poison_other_outcomes(db_url, db, start_worker):
     # Outcomes are written in batches; one unwritable outcome would sink its whole batch.
     t1, t2 = auth.ensure_tenant(db, "one")["id"], auth.ensure_tenant(db, "two")["id"]
-    absurd = queue.enqueue_many(db, [NewJob("test.retry_after", {"after": a}, t1) for a in ("inf", "1e12", "nan")])
-    good = queue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}"}, (t1, t2)[i % 2]) for i in range(40)])
+    absurd = jobqueue.enqueue_many(db, [NewJob("test.retry_after", {"after": a}, t1) for a in ("inf", "1e12", "nan")])
+    good = jobqueue.enqueue_many(db, [NewJob("test.record", {"key": f"k{i}"}, (t1, t2)[i % 2]) for i in range(40)])
     w = start_worker(db_url, "--queues", "default=8", **FAST)
     wait_for(lambda: one(db, "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'succeeded'", good) == 40,
              timeout=30, message="the other jobs to succeed")

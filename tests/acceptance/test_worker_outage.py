@@ -13,10 +13,10 @@ import time
 import psycopg
 import pytest
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from opsboard.db import Database
 from opsboard.migrate import migrate
-from opsboard.queue import NewJob
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, make_config, wait_for
 from tests.support import pgcluster
 
@@ -71,10 +71,10 @@ def test_outage_recovery_readiness_and_shutdown(cluster, start_worker):
         cluster.start()
         back = time.monotonic()
         with connect(url) as c:
-            job = queue.enqueue(c, "test.record", {"key": "after"}, tenant=t)
-            wait_for(lambda: queue.get_job(c, job["id"])["status"] == "succeeded", timeout=15,
+            job = jobqueue.enqueue(c, "test.record", {"key": "after"}, tenant=t)
+            wait_for(lambda: jobqueue.get_job(c, job["id"])["status"] == "succeeded", timeout=15,
                      message="a job to run after the outage")
-            j = queue.get_job(c, job["id"])
+            j = jobqueue.get_job(c, job["id"])
             assert (j["started_at"] - j["created_at"]).total_seconds() < 2.0, (j["started_at"], j["created_at"])
             assert time.monotonic() - back < 4.0
             wait_for(lambda: c.execute("SELECT count(*) AS n FROM workers WHERE id = 'w-b'").fetchone()["n"],
@@ -88,8 +88,8 @@ def test_outage_recovery_readiness_and_shutdown(cluster, start_worker):
         # SIGTERM during an outage: exit within the grace; a job that cannot be
         # released stays for the reaper, and the worker says so.
         with connect(url) as c:
-            held = queue.enqueue(c, "test.slow", {"key": "held", "ms": 600000}, tenant=t)
-            holder = wait_for(lambda: queue.get_job(c, held["id"])["locked_by"], timeout=10,
+            held = jobqueue.enqueue(c, "test.slow", {"key": "held", "ms": 600000}, tenant=t)
+            holder = wait_for(lambda: jobqueue.get_job(c, held["id"])["locked_by"], timeout=10,
                               message="the slow job to start")
         proc = {"w-a": a, "w-b": b}[holder]
         cluster.stop("fast")
@@ -107,6 +107,6 @@ def test_outage_recovery_readiness_and_shutdown(cluster, start_worker):
             p.wait(GRACE + 5)
         cluster.start()
         with connect(url) as c:
-            assert queue.get_job(c, held["id"])["status"] == "running"  # the reaper's, on its lease
+            assert jobqueue.get_job(c, held["id"])["status"] == "running"  # the reaper's, on its lease
     finally:
         database.close()

@@ -1,16 +1,16 @@
 """Worker resilience (issue 16): hung handler queries cannot starve the worker."""
 import time
 
-from opsboard import auth, queue
-from opsboard.queue import NewJob
+from opsboard import auth, jobqueue
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 
 
 def test_hung_handler_queries_do_not_delay_quick_jobs(db_url, start_worker):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        hung = queue.enqueue_many(c, [NewJob("test.slow_query", {}, t, priority=0) for _ in range(8)])
-        quick = queue.enqueue_many(c, [NewJob("diag.noop", {}, t) for _ in range(300)])
+        hung = jobqueue.enqueue_many(c, [NewJob("test.slow_query", {}, t, priority=0) for _ in range(8)])
+        quick = jobqueue.enqueue_many(c, [NewJob("diag.noop", {}, t) for _ in range(300)])
         started = time.monotonic()
         w = start_worker(db_url, "--queues", "default=4", "--id", "w-hung")
         n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
@@ -42,7 +42,7 @@ def test_a_paused_worker_cannot_begin_an_effect_after_its_lease_was_taken_over(d
         c.execute("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, "
                   "at timestamptz DEFAULT clock_timestamp())")
         t = auth.ensure_tenant(c, "acme")["id"]
-        job = queue.enqueue(c, "test.guarded", {"key": "sent"}, tenant=t)
+        job = jobqueue.enqueue(c, "test.guarded", {"key": "sent"}, tenant=t)
         n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
         a = start_worker(db_url, "--queues", "default=1", "--id", "w-paused", "--no-services", **lease)
         wait_for(lambda: n("SELECT count(*) AS n FROM test_effects WHERE key = 'ready'"), timeout=30,
@@ -51,7 +51,7 @@ def test_a_paused_worker_cannot_begin_an_effect_after_its_lease_was_taken_over(d
         try:
             reap_until(c, 1)  # its lease runs out; the job is retried
             b = start_worker(db_url, "--queues", "default=1", "--id", "w-live", "--no-services", **lease)
-            wait_for(lambda: queue.get_job(c, job["id"])["status"] == "succeeded", timeout=30,
+            wait_for(lambda: jobqueue.get_job(c, job["id"])["status"] == "succeeded", timeout=30,
                      message="the second attempt to succeed")
         finally:
             a.send_signal(signal.SIGCONT)
@@ -62,7 +62,7 @@ def test_a_paused_worker_cannot_begin_an_effect_after_its_lease_was_taken_over(d
         assert n("SELECT count(*) AS n FROM test_effects WHERE key = 'stale'") == 1  # still_held() said no
         eff = c.execute("SELECT state, attempt, job_id FROM effects").fetchone()
         assert (eff["state"], eff["attempt"], eff["job_id"]) == ("confirmed", 2, job["id"])
-        assert [(x["attempt"], x["worker"], x["outcome"]) for x in queue.attempts(c, job["id"])] == \
+        assert [(x["attempt"], x["worker"], x["outcome"]) for x in jobqueue.attempts(c, job["id"])] == \
             [(1, "w-paused", "lease_expired"), (2, "w-live", "succeeded")]
     for p in (a, b):
         p.send_signal(signal.SIGTERM)
@@ -77,14 +77,14 @@ def test_supervisor_restarts_a_crashed_worker_and_the_poison_job_ends_crashed_wo
                   "at timestamptz DEFAULT clock_timestamp())")
         t = auth.ensure_tenant(c, "acme")["id"]
         # test.suicide SIGKILLs its own process; 2 attempts.
-        [poison] = queue.enqueue_many(c, [NewJob("test.suicide", {}, t)])
-        good = queue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}", "ms": 20}, t) for i in range(60)])
+        [poison] = jobqueue.enqueue_many(c, [NewJob("test.suicide", {}, t)])
+        good = jobqueue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}", "ms": 20}, t) for i in range(60)])
         n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
         sup = start_worker(db_url, "--processes", "2", "--queues", "default=2", "--id", "sup")
-        wait_for(lambda: queue.get_job(c, poison)["status"] == "dead", timeout=60, message="the poison job to die")
-        j = queue.get_job(c, poison)
+        wait_for(lambda: jobqueue.get_job(c, poison)["status"] == "dead", timeout=60, message="the poison job to die")
+        j = jobqueue.get_job(c, poison)
         assert (j["last_error_code"], j["attempts"]) == ("crashed_worker", 2)
-        counted = [a["error_code"] for a in queue.attempts(c, poison) if a["outcome"] != "released"]
+        counted = [a["error_code"] for a in jobqueue.attempts(c, poison) if a["outcome"] != "released"]
         assert counted == ["crashed_worker", "crashed_worker"]
         wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'succeeded'", good) == 60,
                  timeout=60, message="the innocent jobs to succeed")

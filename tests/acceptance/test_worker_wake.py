@@ -2,9 +2,9 @@
 wakes the claimer of another worker, through the NOTIFY alone."""
 import signal
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from opsboard.tools import demo_domain
-from opsboard.queue import NewJob
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 
 EFFECTS = "CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, at timestamptz DEFAULT clock_timestamp())"
@@ -16,7 +16,7 @@ def test_group_job_finishing_in_one_worker_wakes_a_claimer_in_another(db_url, st
     with connect(db_url) as c:
         c.execute(EFFECTS)
         t = auth.ensure_tenant(c, "acme")["id"]
-        first, second = queue.enqueue_many(c, [
+        first, second = jobqueue.enqueue_many(c, [
             NewJob("test.slow", {"key": "g1", "ms": 4000}, t, group_key="order-1"),
             NewJob("test.slow", {"key": "g2", "ms": 10}, t, group_key="order-1")])
         n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
@@ -27,12 +27,12 @@ def test_group_job_finishing_in_one_worker_wakes_a_claimer_in_another(db_url, st
         # b is up (it registered, listened and found nothing it may run: g2 waits for g1).
         wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id = 'worker-b'"), timeout=30,
                  message="worker b to start")
-        assert queue.get_job(c, second)["status"] == "pending"
+        assert jobqueue.get_job(c, second)["status"] == "pending"
         # a stops claiming now, finishes g1 within its grace, then exits.
         a.send_signal(signal.SIGTERM)
-        wait_for(lambda: queue.get_job(c, second)["status"] == "succeeded", timeout=20,
+        wait_for(lambda: jobqueue.get_job(c, second)["status"] == "succeeded", timeout=20,
                  message="worker b to be woken for the group's next job")
-        assert queue.get_job(c, first)["status"] == "succeeded"
+        assert jobqueue.get_job(c, first)["status"] == "succeeded"
         [run] = c.execute("SELECT worker FROM test_effects WHERE key = 'g2'").fetchall()
         assert run["worker"] == "worker-b"
         assert a.wait(30) == 0
@@ -54,8 +54,8 @@ def test_a_worker_process_holds_exactly_one_listen_connection(db_url, start_work
                  message="the worker to start")
         wait_for(lambda: n(listening), timeout=30, message="the worker to listen")
         # Both channels are served (the fallback polls are a minute away) ...
-        job = queue.enqueue(c, "test.record", {"key": "one"}, tenant=tenant)
-        wait_for(lambda: queue.get_job(c, job["id"])["status"] == "succeeded", timeout=15,
+        job = jobqueue.enqueue(c, "test.record", {"key": "one"}, tenant=tenant)
+        wait_for(lambda: jobqueue.get_job(c, job["id"])["status"] == "succeeded", timeout=15,
                  message="the job to run on its notification")
         with connect(db_url) as producer:
             event = demo_domain.sign_up_user(producer, tenant, "one@example.test")["event"]

@@ -115,7 +115,7 @@ def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(app, server, brows
     page.wait_for_url(lambda url: "/login" not in url)
 
     # Home is queue health; its partial refreshes itself: new jobs appear without a reload.
-    from opsboard import queue
+    from opsboard import jobqueue
     from worker.services.depth import DepthSampler
     with connect(app.extensions["test_db_url"]) as c:
         DepthSampler().run_once(c)
@@ -125,7 +125,7 @@ def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(app, server, brows
     before = int(waiting.inner_text().replace(",", ""))
     with connect(app.extensions["test_db_url"]) as c:
         acme = c.execute("SELECT id FROM tenants WHERE slug = 'acme'").fetchone()["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, acme) for _ in range(5)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, acme) for _ in range(5)])
         DepthSampler().run_once(c)
     with page.expect_response(lambda r: "/queues/_health" in r.url, timeout=10_000):
         pass

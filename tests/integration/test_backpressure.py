@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta, timezone
 
-from opsboard import auth, backpressure, queue
+from opsboard import auth, backpressure, jobqueue
 from tests.conftest import connect
 from worker.services.depth import DepthSampler
 
@@ -60,7 +60,7 @@ def test_admission_429_and_503(db_url):
         assert limited.status == 429 and limited.code == "tenant_rate_limited"
         assert limited.headers()["Retry-After"] == "1"
 
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(30)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(30)])
         DepthSampler().run_once(c)
         other = auth.ensure_tenant(c, "other")["id"]
         full = backpressure.admission(c, other, "default", high_water={"default": 25})

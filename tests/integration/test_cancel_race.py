@@ -3,15 +3,15 @@ import threading
 
 import pytest
 
-from opsboard import audit, auth, queue
-from opsboard.queue import QueueError
+from opsboard import audit, auth, jobqueue
+from opsboard.jobqueue import QueueError
 from tests.conftest import connect
 
 
 def test_concurrent_identical_cancels(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        j = queue.enqueue(c, "diag.noop", {}, tenant=t)
+        j = jobqueue.enqueue(c, "diag.noop", {}, tenant=t)
     results, errors = [], []
     barrier = threading.Barrier(2)
 
@@ -19,7 +19,7 @@ def test_concurrent_identical_cancels(db_url):
         with connect(db_url) as c:
             barrier.wait()
             try:
-                results.append(queue.cancel(c, j["id"], actor=audit.Actor("ops@example.test"), reason="duplicate",
+                results.append(jobqueue.cancel(c, j["id"], actor=audit.Actor("ops@example.test"), reason="duplicate",
                                             request_key="same-click"))
             except QueueError as exc:
                 errors.append(exc.code)
@@ -36,10 +36,10 @@ def test_concurrent_identical_cancels(db_url):
 
 
 def test_a_cancel_request_key_is_bound_to_its_job(conn, tenant):
-    a = queue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
-    b = queue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
+    a = jobqueue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
+    b = jobqueue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
     actor = audit.Actor("ops@example.test")
-    queue.cancel(conn, a["id"], actor=actor, reason="x", request_key="k")
+    jobqueue.cancel(conn, a["id"], actor=actor, reason="x", request_key="k")
     with pytest.raises(QueueError) as e:
-        queue.cancel(conn, b["id"], actor=actor, reason="x", request_key="k")
+        jobqueue.cancel(conn, b["id"], actor=actor, reason="x", request_key="k")
     assert e.value.code == "request_key_reused"

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from opsboard import dashboard, db as dbmod, queue
+from opsboard import dashboard, db as dbmod, jobqueue
 from opsboard.auth import TenantScope
 from tests.conftest import connect
 from tests.support import dashboard as seed
@@ -65,7 +65,7 @@ def test_handled_dead_letters_leave_the_open_count(client, login_as, app, seeded
     login_as("ops")
     with connect(app.extensions["test_db_url"]) as c:
         from opsboard import audit
-        queue.replay(c, seeded["mails"][0], audit.Actor("ops@x"), "retry it", None)
+        jobqueue.replay(c, seeded["mails"][0], audit.Actor("ops@x"), "retry it", None)
         dashboard.resolve(c, seeded["mails"][1], "ignored", audit.Actor("ops@x"), "test mail", None, scope=ALL)
     html = client.get("/dead/").get_data(as_text=True)
     assert _groups(html)[("test.raise", "smtp_timeout")] == 1
@@ -91,10 +91,10 @@ def test_dead_count_matches_what_bulk_replay_selects(conn):
     seed.kill(conn, a, "http_410")
     seed.kill(conn, b, "http_500")
     from opsboard import audit
-    queue.replay(conn, a[0], audit.Actor("x"), "r", None)
-    for f in [queue.DeadFilter(), queue.DeadFilter(open_only=True), queue.DeadFilter(type="test.permanent"),
-              queue.DeadFilter(tenant_id=t2), queue.DeadFilter(error_code="http_410", open_only=True),
-              queue.DeadFilter(queue="bulk")]:
+    jobqueue.replay(conn, a[0], audit.Actor("x"), "r", None)
+    for f in [jobqueue.DeadFilter(), jobqueue.DeadFilter(open_only=True), jobqueue.DeadFilter(type="test.permanent"),
+              jobqueue.DeadFilter(tenant_id=t2), jobqueue.DeadFilter(error_code="http_410", open_only=True),
+              jobqueue.DeadFilter(queue="bulk")]:
         selected = dbmod.all_rows(conn, "job_dead_select", {
             **ALL.params, "type": f.type, "queue": f.queue, "tenant_id": f.tenant_id, "error_code": f.error_code,
             "since": f.since, "until": f.until, "open_only": f.open_only, "limit": 1000})

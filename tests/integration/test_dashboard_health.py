@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 from psycopg.types.json import Jsonb
 
-from opsboard import auth, metrics, queue
+from opsboard import auth, jobqueue, metrics
 from opsboard.auth import TenantScope
 from tests.conftest import connect
 from worker.services.depth import DepthSampler
@@ -14,11 +14,11 @@ from worker.services.depth import DepthSampler
 def _seed(c):
     acme = auth.ensure_tenant(c, "acme", "Acme")["id"]
     globex = auth.ensure_tenant(c, "globex", "Globex")["id"]
-    queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, acme) for _ in range(7)]
-                       + [queue.NewJob("diag.noop", {}, globex) for _ in range(3)]
-                       + [queue.NewJob("diag.sleep", {"ms": 1}, acme) for _ in range(2)])
+    jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, acme) for _ in range(7)]
+                       + [jobqueue.NewJob("diag.noop", {}, globex) for _ in range(3)]
+                       + [jobqueue.NewJob("diag.sleep", {"ms": 1}, acme) for _ in range(2)])
     # One running (claimed) and one dead job of acme's.
-    running = queue.claim_batch(c, "default", "w-test", 1, 30)
+    running = jobqueue.claim_batch(c, "default", "w-test", 1, 30)
     c.execute("UPDATE jobs SET status = 'dead', last_error_code = 'http_410', finished_at = now() "
               "WHERE id = (SELECT id FROM jobs WHERE status = 'pending' AND type = 'diag.sleep' LIMIT 1)")
     now = datetime.now(timezone.utc).replace(second=0, microsecond=0)

@@ -342,14 +342,14 @@ def test_workers_page_is_for_platform_staff_only(app, client, login_as):
 
 
 def test_running_share_counts_only_tenants_in_scope(app, client, login_as):
-    from opsboard import metrics, queue
+    from opsboard import jobqueue, metrics
     from opsboard.auth import TenantScope
     from tests.conftest import connect
     with connect(app.extensions["test_db_url"]) as c:
         mine = auth.ensure_tenant(c, "mine")["id"]
         other = auth.ensure_tenant(c, "other")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in (mine, other, other, other)])
-        queue.claim_batch(c, "default", "w", 10, 30)
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in (mine, other, other, other)])
+        jobqueue.claim_batch(c, "default", "w", 10, 30)
         metrics.sample_depth(c)
         rows = metrics.tenant_backlog(c, TenantScope(all=False, ids=(mine,)))
         assert [r.slug for r in rows] == ["mine"] and rows[0].running_share == 1.0

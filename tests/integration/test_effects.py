@@ -1,59 +1,59 @@
 """The effect ledger: started before the provider call, confirmed with the job's success."""
 from __future__ import annotations
 
-from opsboard import auth, queue
-from opsboard.queue import OutcomeRecord, QueueError
+from opsboard import auth, jobqueue
+from opsboard.jobqueue import OutcomeRecord, QueueError
 from tests.conftest import connect, wait_for
 
 import pytest
 
 
 def _claim(conn, job_id, worker="w"):
-    return next(r for r in queue.claim_batch(conn, "default", worker, 100, 30) if r["id"] == job_id)
+    return next(r for r in jobqueue.claim_batch(conn, "default", worker, 100, 30) if r["id"] == job_id)
 
 
 def test_confirmed_only_by_success_in_the_same_statement(conn, tenant):
-    j = queue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"], idempotency_key="order-1")
+    j = jobqueue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"], idempotency_key="order-1")
     row = _claim(conn, j["id"])
-    eff = queue.begin_effect(conn, "k1", j, "smtp")
+    eff = jobqueue.begin_effect(conn, "k1", j, "smtp")
     assert eff["created"] and eff["state"] == "started"
-    queue.set_effect_ref(conn, "k1", j, "msg-42")
+    jobqueue.set_effect_ref(conn, "k1", j, "msg-42")
     # A retryable outcome leaves the effect started: the next attempt must reconcile.
-    queue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "retryable", row["started_at"],
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "retryable", row["started_at"],
                                                     code="timeout", has_effects=True)])
-    again = queue.begin_effect(conn, "k1", j, "smtp")
+    again = jobqueue.begin_effect(conn, "k1", j, "smtp")
     assert not again["created"] and again["state"] == "started" and again["provider_ref"] == "msg-42"
     conn.execute("UPDATE jobs SET available_at = now() - interval '1 second' WHERE id = %s", (j["id"],))
     row = _claim(conn, j["id"])
-    queue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "succeeded", row["started_at"],
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "succeeded", row["started_at"],
                                                     has_effects=True)])
-    done = queue.begin_effect(conn, "k1", j, "smtp")
+    done = jobqueue.begin_effect(conn, "k1", j, "smtp")
     assert done["state"] == "confirmed" and done["confirmed_at"] is not None and not done["created"]
 
 
 def test_a_replay_adopts_the_dead_jobs_started_effect(conn, tenant):
-    j = queue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"], idempotency_key="order-2")
+    j = jobqueue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"], idempotency_key="order-2")
     row = _claim(conn, j["id"])
-    queue.begin_effect(conn, "k2", j, "smtp")
-    queue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "dead", row["started_at"],
+    jobqueue.begin_effect(conn, "k2", j, "smtp")
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "dead", row["started_at"],
                                                     code="provider_timeout", has_effects=True)])
     from opsboard import audit
-    new = queue.replay(conn, j["id"], audit.Actor("ops@example.test"), "provider is back", "rk-1")
-    adopted = queue.begin_effect(conn, "k2", new, "smtp")
+    new = jobqueue.replay(conn, j["id"], audit.Actor("ops@example.test"), "provider is back", "rk-1")
+    adopted = jobqueue.begin_effect(conn, "k2", new, "smtp")
     assert adopted["job_id"] == new["id"] and adopted["state"] == "started"
     row = _claim(conn, new["id"])
-    queue.record_outcomes(conn, "w", [OutcomeRecord(new["id"], row["attempts"], "succeeded", row["started_at"],
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(new["id"], row["attempts"], "succeeded", row["started_at"],
                                                     has_effects=True)])
-    assert queue.begin_effect(conn, "k2", new, "smtp")["state"] == "confirmed"
+    assert jobqueue.begin_effect(conn, "k2", new, "smtp")["state"] == "confirmed"
 
 
 def test_an_effect_key_is_never_shared_across_tenants(conn, tenant, make_tenant):
     other = make_tenant(conn)
-    j = queue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"])
-    k = queue.enqueue(conn, "test.record", {"key": "b"}, tenant=other["id"])
-    queue.begin_effect(conn, "shared-key", j, "smtp")
+    j = jobqueue.enqueue(conn, "test.record", {"key": "a"}, tenant=tenant["id"])
+    k = jobqueue.enqueue(conn, "test.record", {"key": "b"}, tenant=other["id"])
+    jobqueue.begin_effect(conn, "shared-key", j, "smtp")
     with pytest.raises(QueueError) as e:
-        queue.begin_effect(conn, "shared-key", k, "smtp")
+        jobqueue.begin_effect(conn, "shared-key", k, "smtp")
     assert e.value.code == "effect_key_conflict"
 
 
@@ -62,7 +62,7 @@ def test_worker_sends_once_across_an_ambiguous_timeout(db_url, start_worker):
         c.execute("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, "
                   "at timestamptz DEFAULT clock_timestamp())")
         t = auth.ensure_tenant(c, "acme")["id"]
-        j = queue.enqueue(c, "test.effect", {"key": "invoice-9"}, tenant=t, idempotency_key="invoice-9")
+        j = jobqueue.enqueue(c, "test.effect", {"key": "invoice-9"}, tenant=t, idempotency_key="invoice-9")
     start_worker(db_url, "--queues", "default=2")
     with connect(db_url) as c:
         wait_for(lambda: c.execute("SELECT status FROM jobs WHERE id = %s", (j["id"],)).fetchone()["status"]

@@ -7,20 +7,20 @@ import pytest
 
 import psycopg
 
-from opsboard import auth, jobtypes, queue
+from opsboard import auth, jobqueue, jobtypes
 from tests.conftest import connect
 import tests.support.limits  # noqa: F401  (registers the limited job types)
 
 
 def _claim_all(c, q="default", limit=10, worker="w1", max_batches=1000):
-    cursor, batches = queue.ZERO_TENANT, []
+    cursor, batches = jobqueue.ZERO_TENANT, []
     for _ in range(max_batches):
-        got = queue.claim(c, q, worker, limit, 30, after_tenant=cursor)
+        got = jobqueue.claim(c, q, worker, limit, 30, after_tenant=cursor)
         if not got.rows:
             break
         cursor = got.next_after_tenant
         batches.append(got.rows)
-        queue.record_outcomes(c, worker, [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded", r["started_at"])
+        jobqueue.record_outcomes(c, worker, [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded", r["started_at"])
                                           for r in got.rows])
     return batches
 
@@ -29,13 +29,13 @@ def test_light_tenant_starts_within_first_batches_despite_heavy_backlog(db_url):
     with connect(db_url) as c:
         heavy = auth.ensure_tenant(c, "heavy")["id"]
         light = auth.ensure_tenant(c, "light")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, heavy) for _ in range(5000)])
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, light) for _ in range(20)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, heavy) for _ in range(5000)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, light) for _ in range(20)])
         batches = []
-        cursor = queue.ZERO_TENANT
+        cursor = jobqueue.ZERO_TENANT
         light_seen = 0
         while light_seen < 20:
-            got = queue.claim(c, "default", "w1", 10, 30, after_tenant=cursor)
+            got = jobqueue.claim(c, "default", "w1", 10, 30, after_tenant=cursor)
             cursor = got.next_after_tenant
             batches.append(got.rows)
             light_seen += sum(1 for r in got.rows if r["tenant_id"] == light)
@@ -49,10 +49,10 @@ def test_light_tenant_starts_within_first_batches_despite_heavy_backlog(db_url):
 def test_round_robin_cursor_visits_every_tenant(db_url):
     with connect(db_url) as c:
         tenants = [auth.ensure_tenant(c, f"t{i:02d}")["id"] for i in range(12)]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in tenants for _ in range(5)])
-        first = queue.claim(c, "default", "w1", 4, 30)
-        second = queue.claim(c, "default", "w1", 4, 30, after_tenant=first.next_after_tenant)
-        third = queue.claim(c, "default", "w1", 4, 30, after_tenant=second.next_after_tenant)
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in tenants for _ in range(5)])
+        first = jobqueue.claim(c, "default", "w1", 4, 30)
+        second = jobqueue.claim(c, "default", "w1", 4, 30, after_tenant=first.next_after_tenant)
+        third = jobqueue.claim(c, "default", "w1", 4, 30, after_tenant=second.next_after_tenant)
         seen = [r["tenant_id"] for b in (first, second, third) for r in b.rows]
         # 12 tenants, batches of 4 visiting 4 tenants each: every tenant once, none twice.
         assert sorted(seen) == sorted(tenants)
@@ -62,8 +62,8 @@ def test_weights_give_proportional_share(db_url):
     with connect(db_url) as c:
         big = auth.ensure_tenant(c, "big", weight=3)["id"]
         small = auth.ensure_tenant(c, "small", weight=1)["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for t in (big, small) for _ in range(100)])
-        rows = queue.claim(c, "default", "w1", 40, 30).rows
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in (big, small) for _ in range(100)])
+        rows = jobqueue.claim(c, "default", "w1", 40, 30).rows
         n_big = sum(1 for r in rows if r["tenant_id"] == big)
         assert len(rows) == 40
         assert n_big == 30
@@ -72,55 +72,55 @@ def test_weights_give_proportional_share(db_url):
 def test_priority_inside_a_tenant_and_queue(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        low = queue.enqueue(c, "diag.noop", {}, tenant=t, priority=200)
-        high = queue.enqueue(c, "diag.noop", {}, tenant=t, priority=0)
-        rows = queue.claim(c, "default", "w1", 1, 30).rows
+        low = jobqueue.enqueue(c, "diag.noop", {}, tenant=t, priority=200)
+        high = jobqueue.enqueue(c, "diag.noop", {}, tenant=t, priority=0)
+        rows = jobqueue.claim(c, "default", "w1", 1, 30).rows
         assert [r["id"] for r in rows] == [high["id"]]
-        assert queue.claim(c, "default", "w1", 1, 30).rows[0]["id"] == low["id"]
+        assert jobqueue.claim(c, "default", "w1", 1, 30).rows[0]["id"] == low["id"]
 
 
 def test_queues_are_separate(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(50)])
-        otp = queue.enqueue(c, "diag.sleep", {"ms": 1}, version=2, tenant=t)
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(50)])
+        otp = jobqueue.enqueue(c, "diag.sleep", {"ms": 1}, version=2, tenant=t)
         assert otp["queue"] == "critical"
-        rows = queue.claim(c, "critical", "w1", 10, 30).rows
+        rows = jobqueue.claim(c, "critical", "w1", 10, 30).rows
         assert [r["id"] for r in rows] == [otp["id"]]
-        rows = queue.claim(c, "default", "w1", 100, 30).rows
+        rows = jobqueue.claim(c, "default", "w1", 100, 30).rows
         assert len(rows) == 50 and {r["queue"] for r in rows} == {"default"}
 
 
 def test_type_and_provider_limits_at_claim_time(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("test.limited", {"key": "x", "ms": 1}, t) for _ in range(10)]
-                           + [queue.NewJob("test.sms_a", {"key": "x", "ms": 1}, t) for _ in range(5)]
-                           + [queue.NewJob("test.sms_b", {"key": "x", "ms": 1}, t) for _ in range(5)])
-        rows = queue.claim(c, "default", "w1", 100, 30).rows
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.limited", {"key": "x", "ms": 1}, t) for _ in range(10)]
+                           + [jobqueue.NewJob("test.sms_a", {"key": "x", "ms": 1}, t) for _ in range(5)]
+                           + [jobqueue.NewJob("test.sms_b", {"key": "x", "ms": 1}, t) for _ in range(5)])
+        rows = jobqueue.claim(c, "default", "w1", 100, 30).rows
         by_type = {}
         for r in rows:
             by_type[r["type"]] = by_type.get(r["type"], 0) + 1
         assert by_type.get("test.limited") == 3
         assert by_type.get("test.sms_a", 0) + by_type.get("test.sms_b", 0) == 2
         # While they run, a second claim (another worker) gets none of the limited work.
-        assert queue.claim(c, "default", "w2", 100, 30).rows == []
+        assert jobqueue.claim(c, "default", "w2", 100, 30).rows == []
         # One finishes: exactly one more of that type may start.
         done = next(r for r in rows if r["type"] == "test.limited")
-        queue.record_outcomes(c, "w1", [queue.OutcomeRecord(done["id"], done["attempts"], "succeeded",
+        jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(done["id"], done["attempts"], "succeeded",
                                                             done["started_at"])])
-        more = queue.claim(c, "default", "w2", 100, 30).rows
+        more = jobqueue.claim(c, "default", "w2", 100, 30).rows
         assert [r["type"] for r in more] == ["test.limited"]
 
 
 def test_dead_job_in_group_does_not_block_the_rest(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        ids = queue.enqueue_many(c, [queue.NewJob("diag.noop", {"n": i}, t, group_key="order-1") for i in range(3)])
-        first = queue.claim(c, "default", "w1", 10, 30).rows
+        ids = jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {"n": i}, t, group_key="order-1") for i in range(3)])
+        first = jobqueue.claim(c, "default", "w1", 10, 30).rows
         assert [r["id"] for r in first] == [ids[0]]
-        queue.record_outcomes(c, "w1", [queue.OutcomeRecord(ids[0], 1, "dead", first[0]["started_at"], code="boom")])
-        second = queue.claim(c, "default", "w1", 10, 30).rows
+        jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(ids[0], 1, "dead", first[0]["started_at"], code="boom")])
+        second = jobqueue.claim(c, "default", "w1", 10, 30).rows
         assert [r["id"] for r in second] == [ids[1]]
 
 
@@ -131,13 +131,13 @@ def test_a_claim_that_fails_under_its_limit_locks_leaves_the_connection_idle_and
     assert names  # the default queue has limited providers (email, SMS, push)
     with connect(db_url) as holder, connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue(c, "test.limited", {"key": "x", "ms": 1}, tenant=t)
+        jobqueue.enqueue(c, "test.limited", {"key": "x", "ms": 1}, tenant=t)
         with holder.transaction():
             holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || %s, 0))",
                            (names[0],))
             c.execute("SET statement_timeout = 200")  # the server cancels the claim's wait for the lock
             with pytest.raises(psycopg.errors.QueryCanceled):
-                queue.claim(c, "default", "w1", 10, 30)
+                jobqueue.claim(c, "default", "w1", 10, 30)
             assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         c.execute("SET statement_timeout = 0")
-        assert [r["type"] for r in queue.claim(c, "default", "w1", 10, 30).rows] == ["test.limited"]
+        assert [r["type"] for r in jobqueue.claim(c, "default", "w1", 10, 30).rows] == ["test.limited"]

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from opsboard import audit, auth, queue
+from opsboard import audit, auth, jobqueue
 from opsboard.errors import OpsError
 from tests.conftest import connect, wait_for
 
@@ -14,13 +14,13 @@ def _enqueue_action(conn, tenant_id, target, request_key, calls, *, reason="beca
     """A sample action: enqueue a job (the change) and audit it (after names the job)."""
     def perform(ctx):
         calls.append(target)
-        job = queue.enqueue(conn, "diag.noop", {}, tenant=tenant_id)
+        job = jobqueue.enqueue(conn, "diag.noop", {}, tenant=tenant_id)
         ctx.write(tenant_id=tenant_id, after={"job_id": str(job["id"])})
         return job
 
     return audit.operator_action(
         conn, OPS, "test.enqueue", target_type="thing", target_id=target, reason=reason, request_key=request_key,
-        perform=perform, repeat=lambda previous: queue.get_job(conn, previous["after"]["job_id"]))
+        perform=perform, repeat=lambda previous: jobqueue.get_job(conn, previous["after"]["job_id"]))
 
 
 def _count(conn, sql):
@@ -59,7 +59,7 @@ def test_a_reason_is_required_before_anything_happens(conn, tenant, reason):
 
 def test_a_refusal_after_the_audit_row_leaves_neither_change_nor_record(conn, tenant):
     def perform(ctx):
-        queue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
+        jobqueue.enqueue(conn, "diag.noop", {}, tenant=tenant["id"])
         ctx.write(tenant_id=tenant["id"])
         raise OpsError("no, after all", "invalid_status")
 
@@ -100,4 +100,4 @@ def test_error_codes_map_to_http_statuses():
     assert OpsError("x", "reason_required").status == 400
     assert OpsError("x", "some_new_code").status == 400
     assert OpsError("x", "locked", status=423).status == 423
-    assert queue.QueueError is OpsError
+    assert jobqueue.QueueError is OpsError

@@ -11,8 +11,8 @@ makes any plan linear: every row lock reads its job through the primary key.
 """
 from datetime import timedelta
 
-from opsboard import db, queue
-from opsboard.queue import NewJob, OutcomeRecord
+from opsboard import db, jobqueue
+from opsboard.jobqueue import NewJob, OutcomeRecord
 
 N = 600
 
@@ -45,12 +45,12 @@ def explain(conn, name: str, params: dict) -> dict:
 
 
 def test_recording_a_batch_of_outcomes_reads_each_job_a_few_times_not_every_running_job(conn, tenant, t0):
-    queue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenant["id"]) for i in range(N)])
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenant["id"]) for i in range(N)])
     # Statistics taken while nothing runs: the planner believes "running" is empty.
     conn.execute("ANALYZE jobs")
     claimed = []
     while len(claimed) < N:
-        claimed += queue.claim_batch(conn, "default", "w1", 200, 300, now=t0)
+        claimed += jobqueue.claim_batch(conn, "default", "w1", 200, 300, now=t0)
     records = [OutcomeRecord(r["id"], r["attempts"], "succeeded" if i % 3 else "retryable", t0,
                              code=None if i % 3 else "boom", delay=5.0) for i, r in enumerate(claimed)]
     params = {
@@ -71,22 +71,22 @@ def test_recording_a_batch_of_outcomes_reads_each_job_a_few_times_not_every_runn
     assert {r["status"]: (r["n"], r["boom"]) for r in rows} == {"succeeded": (N - N // 3, 0),
                                                                   "retryable": (N // 3, N // 3)}
     assert conn.execute("SELECT count(*) AS n FROM job_attempts").fetchone()["n"] == N
-    again = queue.record_outcomes(conn, "w1", records[:5], now=t0)
+    again = jobqueue.record_outcomes(conn, "w1", records[:5], now=t0)
     assert again == set()  # no longer held: nothing written twice
 
 
 def test_a_claim_probes_its_candidates_by_primary_key_whatever_the_statistics(conn, make_tenant, t0):
     tenants = [make_tenant(conn)["id"] for _ in range(5)]
     # Statistics taken while nothing is pending: the planner believes the ready index is empty.
-    queue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]) for i in range(N)])
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]) for i in range(N)])
     done = []
     while len(done) < N:
-        done += queue.claim_batch(conn, "default", "w0", 200, 300, now=t0)
-    queue.record_outcomes(conn, "w0", [OutcomeRecord(r["id"], r["attempts"], "succeeded", t0) for r in done], now=t0)
+        done += jobqueue.claim_batch(conn, "default", "w0", 200, 300, now=t0)
+    jobqueue.record_outcomes(conn, "w0", [OutcomeRecord(r["id"], r["attempts"], "succeeded", t0) for r in done], now=t0)
     conn.execute("ANALYZE jobs")
-    queue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]) for i in range(N)])
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]) for i in range(N)])
     # The worker's claim, as it runs it (the limit locks first, when the queue has limits).
-    params = queue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1))
+    params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1))
     plan = explain(conn, "job_claim_many", params)
     assert rows_touched(plan["Plan"]) < 40 * N, plan
     # Before: the lock step probed the ready partial index (a scan of all of it per candidate).

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from opsboard import queue
-from opsboard.queue import NewJob
+from opsboard import jobqueue
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 
 FK = "jobs_tenant_id_fkey"
@@ -38,13 +38,13 @@ def test_an_unknown_tenant_is_refused_as_a_foreign_key_violation(conn, tenant, h
     ghost = uuid.uuid4()
     with pytest.raises(psycopg.errors.ForeignKeyViolation) as excinfo, conn.transaction():
         if how == "enqueue":
-            queue.enqueue(conn, "test.record", rec("a"), tenant=ghost)
+            jobqueue.enqueue(conn, "test.record", rec("a"), tenant=ghost)
         elif how == "enqueue_many":  # the COPY path
-            queue.enqueue_many(conn, [NewJob("test.record", rec("a"), ghost)])
+            jobqueue.enqueue_many(conn, [NewJob("test.record", rec("a"), ghost)])
         elif how == "enqueue_many_keyed":  # the INSERT path
-            queue.enqueue_many(conn, [NewJob("test.record", rec("a"), ghost, idempotency_key="k")])
+            jobqueue.enqueue_many(conn, [NewJob("test.record", rec("a"), ghost, idempotency_key="k")])
         elif how == "enqueue_many_mixed":
-            queue.enqueue_many(conn, [NewJob("test.record", rec(str(i)), tenant["id"]) for i in range(5)]
+            jobqueue.enqueue_many(conn, [NewJob("test.record", rec(str(i)), tenant["id"]) for i in range(5)]
                                + [NewJob("test.record", rec("x"), ghost)])
         else:
             conn.execute("INSERT INTO jobs (id, type, tenant_id, queue, payload, max_attempts) "
@@ -57,7 +57,7 @@ def test_an_unknown_tenant_is_refused_as_a_foreign_key_violation(conn, tenant, h
 # ---------------------------------------------------------------- guards
 
 def test_a_tenant_with_jobs_cannot_be_deleted_nor_change_its_id(conn, tenant, make_tenant):
-    queue.enqueue(conn, "test.record", rec("a"), tenant=tenant["id"])
+    jobqueue.enqueue(conn, "test.record", rec("a"), tenant=tenant["id"])
     with pytest.raises(psycopg.errors.ForeignKeyViolation) as excinfo, conn.transaction():
         conn.execute("DELETE FROM tenants WHERE id = %s", (tenant["id"],))
     assert_fk_violation(excinfo)
@@ -73,19 +73,19 @@ def test_a_tenant_with_jobs_cannot_be_deleted_nor_change_its_id(conn, tenant, ma
 
 def test_a_jobs_tenant_never_changes(conn, tenant, make_tenant):
     other = make_tenant(conn)
-    row = queue.enqueue(conn, "test.record", rec("a"), tenant=tenant["id"])
+    row = jobqueue.enqueue(conn, "test.record", rec("a"), tenant=tenant["id"])
     for target in (other["id"], uuid.uuid4()):
         with pytest.raises(psycopg.errors.ForeignKeyViolation) as excinfo, conn.transaction():
             conn.execute("UPDATE jobs SET tenant_id = %s WHERE id = %s", (target, row["id"]))
         assert_fk_violation(excinfo)
     # Updates that leave tenant_id as it is go through.
     conn.execute("UPDATE jobs SET tenant_id = tenant_id, priority = 7 WHERE id = %s", (row["id"],))
-    assert queue.get_job(conn, row["id"])["priority"] == 7
+    assert jobqueue.get_job(conn, row["id"])["priority"] == 7
 
 
 def test_truncating_tenants_with_jobs_is_refused_unless_jobs_go_too(db_url):
     with connect(db_url) as c:
-        t = queue.enqueue(c, "test.record", rec("a"), tenant=_tenant(c))["tenant_id"]
+        t = jobqueue.enqueue(c, "test.record", rec("a"), tenant=_tenant(c))["tenant_id"]
         with pytest.raises(psycopg.errors.ForeignKeyViolation):
             c.execute("TRUNCATE tenants CASCADE")
         assert c.execute("SELECT count(*) AS n FROM tenants WHERE id = %s", (t,)).fetchone()["n"] == 1
@@ -132,7 +132,7 @@ def test_a_delete_racing_an_enqueue_waits_for_it_then_sees_its_jobs(db_url):
     with connect(db_url) as producer, connect(db_url) as admin, connect(db_url) as watcher:
         t = _tenant(producer)
         with producer.transaction():
-            queue.enqueue_many(producer, [NewJob("test.record", rec(str(i)), t) for i in range(3)])
+            jobqueue.enqueue_many(producer, [NewJob("test.record", rec(str(i)), t) for i in range(3)])
             deleter, errors = _started(lambda: admin.execute("DELETE FROM tenants WHERE id = %s", (t,)))
             wait_for(lambda: _blocked(watcher, admin.info.backend_pid), message="the delete to wait on the tenant")
         deleter.join(30)
@@ -145,7 +145,7 @@ def test_an_enqueue_racing_a_delete_waits_for_it_then_is_refused(db_url):
         t = _tenant(producer)
         with admin.transaction():
             admin.execute("DELETE FROM tenants WHERE id = %s", (t,))
-            producer_thread, errors = _started(lambda: queue.enqueue(producer, "test.record", rec("a"), tenant=t))
+            producer_thread, errors = _started(lambda: jobqueue.enqueue(producer, "test.record", rec("a"), tenant=t))
             wait_for(lambda: _blocked(watcher, producer.info.backend_pid), message="the enqueue to wait on the tenant")
         producer_thread.join(30)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.ForeignKeyViolation)
@@ -165,13 +165,13 @@ def test_enqueue_returns_exactly_the_stored_row(conn, tenant):
     ]
     for i, options in enumerate(cases):
         payload = {"key": f"k{i}", "n": 1e16, "text": "a\\b\"c\nد"}
-        row = queue.enqueue(conn, "diag.noop", payload, tenant=tenant["id"], **options)
+        row = jobqueue.enqueue(conn, "diag.noop", payload, tenant=tenant["id"], **options)
         stored = conn.execute("SELECT * FROM jobs WHERE id = %s", (row["id"],)).fetchone()
         assert list(row) == list(stored)
         assert row == stored
         assert [type(v) for v in row.values()] == [type(v) for v in stored.values()]
     # The live holder of a key is returned as stored too.
-    again = queue.enqueue(conn, "diag.noop", {"key": "other"}, tenant=tenant["id"], idempotency_key="k-1")
+    again = jobqueue.enqueue(conn, "diag.noop", {"key": "other"}, tenant=tenant["id"], idempotency_key="k-1")
     assert again == conn.execute("SELECT * FROM jobs WHERE id = %s", (again["id"],)).fetchone()
 
 
@@ -186,7 +186,7 @@ def test_enqueue_many_stores_what_it_was_given(conn, tenant):
                group_key=odd, correlation_id=odd, event_id=str(event), expires_at=expires, priority=9,
                max_attempts=4),
     ]
-    ids = queue.enqueue_many(conn, jobs)
+    ids = jobqueue.enqueue_many(conn, jobs)
     rows = {r["id"]: r for r in conn.execute("SELECT * FROM jobs WHERE id = ANY(%s)", (ids,))}
     plain, full = rows[ids[0]], rows[ids[1]]
     assert (plain["payload"], plain["queue"], plain["group_key"], plain["expires_at"], plain["event_id"]) == \
@@ -200,5 +200,5 @@ def test_enqueue_many_stores_what_it_was_given(conn, tenant):
 
 def test_enqueue_many_in_pipeline_mode(conn, tenant):
     with conn.pipeline():
-        ids = queue.enqueue_many(conn, [NewJob("test.record", rec(str(i)), tenant["id"]) for i in range(3)])
+        ids = jobqueue.enqueue_many(conn, [NewJob("test.record", rec(str(i)), tenant["id"]) for i in range(3)])
     assert count_jobs(conn) == 3 and len(set(ids)) == 3

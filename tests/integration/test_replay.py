@@ -5,20 +5,20 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from opsboard import audit, auth, queue
-from opsboard.queue import DeadFilter, OutcomeRecord, QueueError
+from opsboard import audit, auth, jobqueue
+from opsboard.jobqueue import DeadFilter, OutcomeRecord, QueueError
 
 OPS = audit.Actor(label="ops@example.test")
 
 
 def make_dead(conn, tenant_id, t0, *, type="test.record", payload=None, code="http_410", **kw) -> dict:
     """Enqueue, claim and kill one job; returns the dead row."""
-    j = queue.enqueue(conn, type, payload or {"key": uuid.uuid4().hex}, tenant=tenant_id, **kw)
-    rows = queue.claim_batch(conn, j["queue"], "w", 1000, 30, now=t0 + timedelta(days=1))
+    j = jobqueue.enqueue(conn, type, payload or {"key": uuid.uuid4().hex}, tenant=tenant_id, **kw)
+    rows = jobqueue.claim_batch(conn, j["queue"], "w", 1000, 30, now=t0 + timedelta(days=1))
     [row] = [r for r in rows if r["id"] == j["id"]]
     others = [OutcomeRecord(r["id"], r["attempts"], "released", t0) for r in rows if r["id"] != j["id"]]
-    queue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "dead", t0, code=code)] + others, now=t0)
-    dead = queue.get_job(conn, j["id"])
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "dead", t0, code=code)] + others, now=t0)
+    dead = jobqueue.get_job(conn, j["id"])
     assert dead["status"] == "dead"
     return dead
 
@@ -29,13 +29,13 @@ def replays_of(conn, job_id) -> list[dict]:
 
 def test_replay_creates_a_new_job_and_an_audit_row(conn, tenant, t0):
     dead = make_dead(conn, tenant["id"], t0, payload={"key": "k1"}, correlation_id="req-9", group_key="g1")
-    new = queue.replay(conn, dead["id"], OPS, "  provider fixed  ", "rk-1")
+    new = jobqueue.replay(conn, dead["id"], OPS, "  provider fixed  ", "rk-1")
     assert new["id"] != dead["id"] and new["replay_of"] == dead["id"]
     assert (new["status"], new["attempts"], new["payload"]) == ("pending", 0, {"key": "k1"})
     assert (new["type"], new["tenant_id"], new["queue"], new["correlation_id"], new["group_key"]) == \
         (dead["type"], dead["tenant_id"], dead["queue"], "req-9", "g1")
     # The dead job is evidence: untouched.
-    assert queue.get_job(conn, dead["id"]) == dead
+    assert jobqueue.get_job(conn, dead["id"]) == dead
     rec = audit.find_by_request_key(conn, "job.replay", "rk-1")
     assert rec["actor_label"] == "ops@example.test" and rec["reason"] == "provider fixed"
     assert (rec["target_type"], rec["target_id"], rec["tenant_id"]) == ("job", str(dead["id"]), tenant["id"])
@@ -45,24 +45,24 @@ def test_replay_creates_a_new_job_and_an_audit_row(conn, tenant, t0):
 
 def test_the_same_request_key_replays_once(conn, tenant, t0):
     dead = make_dead(conn, tenant["id"], t0)
-    first = queue.replay(conn, dead["id"], OPS, "retry", "double-click")
-    second = queue.replay(conn, dead["id"], OPS, "retry", "double-click")
+    first = jobqueue.replay(conn, dead["id"], OPS, "retry", "double-click")
+    second = jobqueue.replay(conn, dead["id"], OPS, "retry", "double-click")
     assert second["id"] == first["id"]
     assert len(replays_of(conn, dead["id"])) == 1
     assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.replay'").fetchone()["n"] == 1
     # Another request is another replay.
-    third = queue.replay(conn, dead["id"], OPS, "again", "another-click")
+    third = jobqueue.replay(conn, dead["id"], OPS, "again", "another-click")
     assert third["id"] not in (first["id"], dead["id"])
     assert len(replays_of(conn, dead["id"])) == 2
 
 
 def test_a_request_key_cannot_fetch_another_jobs_replay(conn, tenant, make_tenant, t0):
     dead = make_dead(conn, tenant["id"], t0)
-    queue.replay(conn, dead["id"], OPS, "retry", "shared-key")
+    jobqueue.replay(conn, dead["id"], OPS, "retry", "shared-key")
     other = make_dead(conn, make_tenant(conn)["id"], t0)
     scope = auth.TenantScope(all=False, ids=(other["tenant_id"],))
     with pytest.raises(QueueError) as e:
-        queue.replay(conn, other["id"], OPS, "retry", "shared-key", scope=scope)
+        jobqueue.replay(conn, other["id"], OPS, "retry", "shared-key", scope=scope)
     assert e.value.code == "request_key_reused"
     assert replays_of(conn, other["id"]) == []
 
@@ -71,42 +71,42 @@ def test_a_request_key_cannot_fetch_another_jobs_replay(conn, tenant, make_tenan
 def test_a_reason_is_required(conn, tenant, t0, reason):
     dead = make_dead(conn, tenant["id"], t0)
     with pytest.raises(QueueError) as e:
-        queue.replay(conn, dead["id"], OPS, reason, "rk")
+        jobqueue.replay(conn, dead["id"], OPS, reason, "rk")
     assert e.value.code == "reason_required"
     assert replays_of(conn, dead["id"]) == []
 
 
 def test_only_dead_jobs_can_be_replayed(conn, tenant, make_tenant, t0):
-    pending = queue.enqueue(conn, "test.record", {"key": "p"}, tenant=tenant["id"])
+    pending = jobqueue.enqueue(conn, "test.record", {"key": "p"}, tenant=tenant["id"])
     with pytest.raises(QueueError) as e:
-        queue.replay(conn, pending["id"], OPS, "why not", "rk-p")
+        jobqueue.replay(conn, pending["id"], OPS, "why not", "rk-p")
     assert e.value.code == "invalid_status"
     for missing in (uuid.uuid4(), "not-a-uuid"):
         with pytest.raises(QueueError) as e:
-            queue.replay(conn, missing, OPS, "why not", None)
+            jobqueue.replay(conn, missing, OPS, "why not", None)
         assert e.value.code == "not_found"
     dead = make_dead(conn, tenant["id"], t0)
     other_scope = auth.TenantScope(all=False, ids=(make_tenant(conn)["id"],))
     with pytest.raises(QueueError) as e:
-        queue.replay(conn, dead["id"], OPS, "why not", "rk-x", scope=other_scope)
+        jobqueue.replay(conn, dead["id"], OPS, "why not", "rk-x", scope=other_scope)
     assert e.value.code == "not_found"
     assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.replay'").fetchone()["n"] == 0
 
 
 def test_replay_of_a_job_whose_key_is_live_again_returns_that_job(conn, tenant, t0):
     dead = make_dead(conn, tenant["id"], t0, idempotency_key="order-5")
-    live = queue.enqueue(conn, "test.record", {"key": "again"}, tenant=tenant["id"], idempotency_key="order-5")
-    got = queue.replay(conn, dead["id"], OPS, "retry", "rk-live")
+    live = jobqueue.enqueue(conn, "test.record", {"key": "again"}, tenant=tenant["id"], idempotency_key="order-5")
+    got = jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-live")
     assert got["id"] == live["id"]
     # The audit row names the job that stands for the replay, so a repeat finds it.
     assert audit.find_by_request_key(conn, "job.replay", "rk-live")["after"] == {"job_id": str(live["id"])}
-    assert queue.replay(conn, dead["id"], OPS, "retry", "rk-live")["id"] == live["id"]
+    assert jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-live")["id"] == live["id"]
 
 
 def test_replaying_a_keyed_job_twice_gives_one_live_job(conn, tenant, t0):
     dead = make_dead(conn, tenant["id"], t0, idempotency_key="order-6")
-    a = queue.replay(conn, dead["id"], OPS, "retry", "rk-a")
-    b = queue.replay(conn, dead["id"], OPS, "retry", "rk-b")
+    a = jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-a")
+    b = jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-b")
     assert a["id"] == b["id"]
     assert len(replays_of(conn, dead["id"])) == 1
 
@@ -118,7 +118,7 @@ def test_replay_many_by_filter_with_counts(conn, tenant, make_tenant, t0):
     theirs = make_dead(conn, other["id"], t0, code="smtp_timeout")
     slow = make_dead(conn, tenant["id"], t0, type="test.slow", payload={"key": "s", "ms": 1}, code="smtp_timeout")
 
-    result = queue.replay_many(conn, DeadFilter(type="test.record", error_code="smtp_timeout", tenant_id=tenant["id"]),
+    result = jobqueue.replay_many(conn, DeadFilter(type="test.record", error_code="smtp_timeout", tenant_id=tenant["id"]),
                                OPS, "smtp is back", "bulk-1")
     assert result.matched == 3 and len(result.replayed) == 3
     assert sorted(r["replay_of"] for r in result.replayed) == sorted(d["id"] for d in smtp)
@@ -128,36 +128,36 @@ def test_replay_many_by_filter_with_counts(conn, tenant, make_tenant, t0):
                         ).fetchone()["n"] == 3
 
     # The same request again replays nothing new.
-    again = queue.replay_many(conn, DeadFilter(type="test.record", error_code="smtp_timeout", tenant_id=tenant["id"]),
+    again = jobqueue.replay_many(conn, DeadFilter(type="test.record", error_code="smtp_timeout", tenant_id=tenant["id"]),
                               OPS, "smtp is back", "bulk-1")
     assert sorted(r["id"] for r in again.replayed) == sorted(r["id"] for r in result.replayed)
     # Only the open dead letters: the ones just replayed are done.
-    open_only = queue.replay_many(conn, DeadFilter(error_code="smtp_timeout", open_only=True), OPS, "rest", "bulk-2")
+    open_only = jobqueue.replay_many(conn, DeadFilter(error_code="smtp_timeout", open_only=True), OPS, "rest", "bulk-2")
     assert open_only.matched == 2
     assert {r["replay_of"] for r in open_only.replayed} == {theirs["id"], slow["id"]}
 
     # A tenant scope limits what matches; a limit bounds it.
-    scoped = queue.replay_many(conn, DeadFilter(), OPS, "scoped", "bulk-3",
+    scoped = jobqueue.replay_many(conn, DeadFilter(), OPS, "scoped", "bulk-3",
                                scope=auth.TenantScope(all=False, ids=(other["id"],)))
     assert scoped.matched == 1 and scoped.replayed[0]["tenant_id"] == other["id"]
-    limited = queue.replay_many(conn, DeadFilter(error_code="http_410"), OPS, "limited", "bulk-4", limit=1)
+    limited = jobqueue.replay_many(conn, DeadFilter(error_code="http_410"), OPS, "limited", "bulk-4", limit=1)
     # matched counts every matching dead job; the limit bounds what is replayed.
     assert limited.matched == 2 and len(limited.replayed) == 1
-    none = queue.replay_many(conn, DeadFilter(type="test.nothing"), OPS, "nothing", "bulk-5")
+    none = jobqueue.replay_many(conn, DeadFilter(type="test.nothing"), OPS, "nothing", "bulk-5")
     assert (none.matched, none.replayed) == (0, [])
 
 
 def test_replay_many_needs_a_reason_before_touching_anything(conn, tenant, t0):
     make_dead(conn, tenant["id"], t0)
     with pytest.raises(QueueError) as e:
-        queue.replay_many(conn, DeadFilter(), OPS, " ", "bulk-x")
+        jobqueue.replay_many(conn, DeadFilter(), OPS, " ", "bulk-x")
     assert e.value.code == "reason_required"
     assert conn.execute("SELECT count(*) AS n FROM jobs WHERE replay_of IS NOT NULL").fetchone()["n"] == 0
 
 
 def test_the_audit_log_cannot_be_edited(conn, tenant, t0):
     dead = make_dead(conn, tenant["id"], t0)
-    queue.replay(conn, dead["id"], OPS, "retry", "rk-audit")
+    jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-audit")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         with conn.transaction():
             conn.execute("UPDATE audit_log SET reason = 'edited' WHERE request_key = 'rk-audit'")
@@ -175,10 +175,10 @@ def test_concurrent_identical_replays_make_one_job(db_url):
         dead = make_dead(a, t["id"], t0)
         result = {}
         with a.transaction():
-            first = queue.replay(a, dead["id"], OPS, "retry", "same-click")
+            first = jobqueue.replay(a, dead["id"], OPS, "retry", "same-click")
 
             def second():
-                result["job"] = queue.replay(b, dead["id"], OPS, "retry", "same-click")
+                result["job"] = jobqueue.replay(b, dead["id"], OPS, "retry", "same-click")
 
             th = threading.Thread(target=second)
             th.start()

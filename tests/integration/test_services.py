@@ -5,8 +5,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from opsboard import queue
-from opsboard.queue import OutcomeRecord
+from opsboard import jobqueue
+from opsboard.jobqueue import OutcomeRecord
 from worker.leader import LeaderLock
 from worker.services.expiry import Expiry, ExpiryConfig
 from worker.services.pruner import Pruner, PrunerConfig, uuid7_floor
@@ -14,11 +14,11 @@ from worker.services.reaper import Reaper, ReaperConfig
 
 
 def enqueue(conn, tenant, n, **kw):
-    return [queue.enqueue(conn, "test.record", {"key": f"k{i}"}, tenant=tenant["id"], **kw)["id"] for i in range(n)]
+    return [jobqueue.enqueue(conn, "test.record", {"key": f"k{i}"}, tenant=tenant["id"], **kw)["id"] for i in range(n)]
 
 
 def finish(conn, rows, kind, now, code=None):
-    return queue.record_outcomes(conn, "w", [OutcomeRecord(r["id"], r["attempts"], kind, now, code=code)
+    return jobqueue.record_outcomes(conn, "w", [OutcomeRecord(r["id"], r["attempts"], kind, now, code=code)
                                              for r in rows], now=now)
 
 
@@ -30,7 +30,7 @@ def statuses(conn, ids) -> dict:
 def test_reaper_recovers_expired_leases_in_batches(conn, tenant, t0):
     ids = enqueue(conn, tenant, 7)
     last = enqueue(conn, tenant, 2, max_attempts=1)
-    queue.claim_batch(conn, "default", "w", 100, 10, now=t0)
+    jobqueue.claim_batch(conn, "default", "w", 100, 10, now=t0)
     reaper = Reaper(ReaperConfig(batch=3))
     assert reaper.run_once(conn, now=t0 + timedelta(seconds=9)) == 0
     assert reaper.run_once(conn, now=t0 + timedelta(seconds=11)) == 9
@@ -41,11 +41,11 @@ def test_reaper_recovers_expired_leases_in_batches(conn, tenant, t0):
     assert n == 9
     # Recovered jobs back off (2^attempts s, jittered by half: 1-2 s after a first attempt),
     # so that a job that kills its worker cannot crash-loop the fleet; they keep their attempt count.
-    assert queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=11.9)) == []
+    assert jobqueue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=11.9)) == []
     waits = conn.execute("SELECT extract(epoch FROM available_at - %s) AS w FROM jobs WHERE id = ANY(%s)",
                          (t0 + timedelta(seconds=11), ids)).fetchall()
     assert all(1.0 - 1e-3 <= float(r["w"]) <= 2.0 + 1e-3 for r in waits)
-    again = queue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=13.1))
+    again = jobqueue.claim_batch(conn, "default", "w2", 100, 10, now=t0 + timedelta(seconds=13.1))
     assert sorted(r["id"] for r in again) == sorted(ids) and {r["attempts"] for r in again} == {2}
     assert reaper.run_once(conn, now=t0 + timedelta(seconds=13.1)) == 0
 
@@ -60,20 +60,20 @@ def test_expiry_in_batches(conn, tenant, t0):
 
 def test_expiry_takes_retryable_jobs_too(conn, tenant, t0):
     [j] = enqueue(conn, tenant, 1, expires_at=t0 + timedelta(minutes=1))
-    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    rows = jobqueue.claim_batch(conn, "default", "w", 1, 30, now=t0)
     finish(conn, rows, "retryable", t0, code="http_503")
     assert Expiry().run_once(conn, now=t0 + timedelta(minutes=2)) == 1
-    assert queue.get_job(conn, j)["status"] == "dead"
+    assert jobqueue.get_job(conn, j)["status"] == "dead"
 
 
 def test_pruner_deletes_old_finished_jobs_with_their_attempts_and_keeps_dead_ones(conn, tenant, t0):
     ok = enqueue(conn, tenant, 4)
     dead = enqueue(conn, tenant, 2)
-    rows = {r["id"]: r for r in queue.claim_batch(conn, "default", "w", 100, 30, now=t0)}
+    rows = {r["id"]: r for r in jobqueue.claim_batch(conn, "default", "w", 100, 30, now=t0)}
     finish(conn, [rows[i] for i in ok], "succeeded", t0)
     finish(conn, [rows[i] for i in dead], "dead", t0, code="http_410")
     cancelled = enqueue(conn, tenant, 1)
-    queue.cancel(conn, cancelled[0], now=t0)
+    jobqueue.cancel(conn, cancelled[0], now=t0)
     pending = enqueue(conn, tenant, 1)
     pruner = Pruner(PrunerConfig(retention_days=7, batch=2))
 
@@ -90,14 +90,14 @@ def test_pruner_deletes_old_finished_jobs_with_their_attempts_and_keeps_dead_one
 def test_pruner_keeps_a_replayed_dead_job_and_prunes_its_succeeded_replay(conn, tenant, t0):
     from opsboard import audit
     [j] = enqueue(conn, tenant, 1)
-    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    rows = jobqueue.claim_batch(conn, "default", "w", 1, 30, now=t0)
     finish(conn, rows, "dead", t0, code="x")
-    new = queue.replay(conn, j, audit.Actor(label="ops"), "retry", None)
-    rows = queue.claim_batch(conn, "default", "w", 1, 30, now=t0)
+    new = jobqueue.replay(conn, j, audit.Actor(label="ops"), "retry", None)
+    rows = jobqueue.claim_batch(conn, "default", "w", 1, 30, now=t0)
     finish(conn, rows, "succeeded", t0)
     assert Pruner().run_once(conn, now=t0 + timedelta(days=30)) == 1
-    assert queue.get_job(conn, j)["status"] == "dead"
-    assert queue.get_job(conn, new["id"]) is None
+    assert jobqueue.get_job(conn, j)["status"] == "dead"
+    assert jobqueue.get_job(conn, new["id"]) is None
 
 
 def test_uuid7_floor_orders_with_ids_made_at_that_time(t0):

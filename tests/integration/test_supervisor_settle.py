@@ -1,8 +1,8 @@
 """After a crash the supervisor tells the jobs a worker ran from those it only
 had claimed (its prefetch buffer), through the slots' running file."""
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from opsboard.config import Config
-from opsboard.queue import NewJob
+from opsboard.jobqueue import NewJob
 from tests.conftest import connect
 from worker.running_file import RunningFile, read_running
 from worker.supervisor import Supervisor
@@ -29,8 +29,8 @@ def test_unstarted_jobs_go_back_at_once_and_the_one_running_is_the_suspect(db_ur
     sup = Supervisor(Config.from_env(), db_url, 1, [])
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        ids = queue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}"}, t) for i in range(5)])
-        claimed = queue.claim(c, "default", "w-dead", 5, 60).rows
+        ids = jobqueue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}"}, t) for i in range(5)])
+        claimed = jobqueue.claim(c, "default", "w-dead", 5, 60).rows
         assert len(claimed) == 5
         ran = claimed[0]["id"]
         rf = RunningFile(sup.running_path("w-dead"), 4)
@@ -38,16 +38,16 @@ def test_unstarted_jobs_go_back_at_once_and_the_one_running_is_the_suspect(db_ur
 
         sup.settle("w-dead", "signal SIGKILL")
 
-        j = queue.get_job(c, ran)
+        j = jobqueue.get_job(c, ran)
         assert (j["status"], j["last_error_code"]) == ("retryable", "crashed_worker")
-        assert [a["error_code"] for a in queue.attempts(c, ran)] == ["crashed_worker"]
+        assert [a["error_code"] for a in jobqueue.attempts(c, ran)] == ["crashed_worker"]
         for job_id in set(ids) - {ran}:
-            j = queue.get_job(c, job_id)
+            j = jobqueue.get_job(c, job_id)
             # Pending again, uncounted, due now (no stagger), not a crash in its history.
             assert (j["status"], j["attempts"]) == ("pending", 0)
             assert c.execute("SELECT available_at <= now() AS due FROM jobs WHERE id = %s",
                              (job_id,)).fetchone()["due"]
-            assert [(a["outcome"], a["error_code"]) for a in queue.attempts(c, job_id)] == \
+            assert [(a["outcome"], a["error_code"]) for a in jobqueue.attempts(c, job_id)] == \
                 [("released", "crash_unstarted")]
 
 
@@ -55,10 +55,10 @@ def test_without_a_running_file_every_held_job_counts_as_running(db_url):
     sup = Supervisor(Config.from_env(), db_url, 1, [])
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}"}, t) for i in range(3)])
-        claimed = queue.claim(c, "default", "w-old", 3, 60).rows
+        jobqueue.enqueue_many(c, [NewJob("test.record", {"key": f"k{i}"}, t) for i in range(3)])
+        claimed = jobqueue.claim(c, "default", "w-old", 3, 60).rows
         sup.settle("w-old", "signal SIGKILL")
-        codes = [queue.attempts(c, r["id"])[0]["error_code"] for r in claimed]
+        codes = [jobqueue.attempts(c, r["id"])[0]["error_code"] for r in claimed]
         assert codes == ["crash_suspect"] * 3
         delayed = c.execute("SELECT count(*) AS n FROM jobs WHERE available_at > now() + interval '1 second'"
                             ).fetchone()["n"]

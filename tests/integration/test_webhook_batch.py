@@ -6,7 +6,7 @@ from __future__ import annotations
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import auth, db, queue, retry
+from opsboard import auth, db, jobqueue, retry
 from opsboard.deliveries import webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, provider_settings  # noqa: F401
@@ -38,7 +38,7 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
         webhooks.disable_endpoint(c, t, eps[2]["id"], "test")
         c.execute("INSERT INTO circuit_breakers (name, tenant_id, state, open_until) "
                   "VALUES (%s, %s, 'open', now() + interval '1 hour')", (f"endpoint:{eps[3]['id']}", t))
-        rows = queue.claim_batch(c, "default", "w1", 100, 60)
+        rows = jobqueue.claim_batch(c, "default", "w1", 100, 60)
         assert len(rows) == 4
         deliveries.webhook_prepare(c, "w1", rows)
         by_ep = {r["payload"]["endpoint_id"]: r for r in rows}
@@ -59,7 +59,7 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
             outcome = deliveries.webhook_deliver(ctx)
             assert isinstance(outcome, retry.Success) and ctx.has_effects
             with pool.connection() as c:
-                queue.record_outcomes(c, "w1", [queue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
+                jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
                                                                     row["started_at"], has_effects=True)])
         # The unprepared ones take the handler's own path: disabled -> permanent, open breaker -> snooze.
         outcome = deliveries.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool, provider_settings))
@@ -85,11 +85,11 @@ def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox
         ev = insert_event(c, t)
         payload = {"endpoint_id": str(ep["id"]), "event_id": str(ev)}
         # Two jobs for the same delivery (same effect key), one for another event.
-        queue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="one")
-        queue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="two")
+        jobqueue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="one")
+        jobqueue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="two")
         ev2 = insert_event(c, t)
-        queue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)}, tenant=t)
-        rows = queue.claim_batch(c, "default", "w1", 100, 60)
+        jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)}, tenant=t)
+        rows = jobqueue.claim_batch(c, "default", "w1", 100, 60)
         assert len(rows) == 3
         # A worker that does not hold them begins nothing.
         deliveries.webhook_prepare(c, "someone-else", rows)

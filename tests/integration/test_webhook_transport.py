@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect
 import worker.handlers.deliveries  # noqa: F401  (declares webhooks' effects resend-reconciled)
 from worker.providers import http as http_provider
@@ -100,11 +100,11 @@ def test_a_webhook_effect_is_started_without_waiting_for_the_flush_and_the_setti
             return orig(query, *a, **kw)
 
         c.execute = spy
-        row = queue.begin_effect(c, f"webhook:{uuid.uuid4()}", job, "webhooks", relaxed=True)
+        row = jobqueue.begin_effect(c, f"webhook:{uuid.uuid4()}", job, "webhooks", relaxed=True)
         assert row["state"] == "started" and row["created"]
         assert any("synchronous_commit = off" in q for q in seen)
         seen.clear()
-        queue.begin_effect(c, f"sms:{uuid.uuid4()}", job, "sms_gateway")   # other types: durable
+        jobqueue.begin_effect(c, f"sms:{uuid.uuid4()}", job, "sms_gateway")   # other types: durable
         assert not any("synchronous_commit" in q for q in seen)
         c.execute = orig
         assert c.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"

@@ -100,12 +100,12 @@ def test_fanout_targets_enabled_subscribed_endpoints_once(db_url, sandbox):
 
 
 def test_fanout_job_enqueues_deliveries(db_url, sandbox, runner, provider_settings):
-    from opsboard import queue
+    from opsboard import jobqueue
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
         webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/a")
         ev = insert_event(c, t)
-        j = queue.enqueue(c, "webhook.fanout", {"event_id": str(ev)}, tenant=t)
+        j = jobqueue.enqueue(c, "webhook.fanout", {"event_id": str(ev)}, tenant=t)
     assert runner.run(j["id"])["status"] == "succeeded"
     with connect(db_url) as c:
         assert c.execute("SELECT count(*) AS n FROM jobs WHERE type = 'webhook.deliver'").fetchone()["n"] == 1

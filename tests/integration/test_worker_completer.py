@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect, make_config, wait_for
 from worker import completer
 from worker.runner import Worker
@@ -13,7 +13,7 @@ def test_bounded_outcome_queue_holds_back_the_slots(db_url, monkeypatch):
     monkeypatch.setattr(completer, "OUTCOME_QUEUE_MAX", 2)
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(60)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(60)])
     w = Worker(make_config(database_url=db_url), db_url, queues={"default": 2}, worker_id="w-slow-db",
                run_services=False)
     blocker = connect(db_url)

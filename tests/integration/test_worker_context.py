@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from opsboard import auth, db, queue
+from opsboard import auth, db, jobqueue
 from tests.conftest import connect
 from worker.context import JobContext, LeaseLost
 
@@ -13,8 +13,8 @@ from worker.context import JobContext, LeaseLost
 def claimed(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue(c, "diag.noop", {}, tenant=t, idempotency_key="inv-1")
-        [row] = queue.claim_batch(c, "default", "w-ctx", 1, 30)
+        jobqueue.enqueue(c, "diag.noop", {}, tenant=t, idempotency_key="inv-1")
+        [row] = jobqueue.claim_batch(c, "default", "w-ctx", 1, 30)
     pool = db.make_pool(db_url, min_size=1, max_size=4, name="ctx-test", open=True)
     ctx = JobContext(id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
                      queue=row["queue"], payload=row["payload"], attempt=row["attempts"],

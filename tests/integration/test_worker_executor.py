@@ -1,5 +1,5 @@
 """The executor: a handler past its timeout is recorded as ``timeout`` on every attempt."""
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect, make_config, wait_for
 from worker.runner import Worker
 
@@ -8,15 +8,15 @@ def test_handler_past_its_timeout_is_recorded_as_timeout(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
         # test.hang ignores cancellation and runs 3 s; its timeout is 0.5 s, 2 attempts.
-        [job_id] = queue.enqueue_many(c, [queue.NewJob("test.hang", {}, t)])
+        [job_id] = jobqueue.enqueue_many(c, [jobqueue.NewJob("test.hang", {}, t)])
     w = Worker(make_config(database_url=db_url), db_url, queues={"default": 1}, worker_id="w-exec",
                run_services=False).start()
     try:
         with connect(db_url) as c:
-            wait_for(lambda: queue.get_job(c, job_id)["status"] == "dead", timeout=20, message="the job to die")
-            j = queue.get_job(c, job_id)
+            wait_for(lambda: jobqueue.get_job(c, job_id)["status"] == "dead", timeout=20, message="the job to die")
+            j = jobqueue.get_job(c, job_id)
             assert (j["last_error_code"], j["attempts"]) == ("timeout", 2)
-            assert [(a["attempt"], a["outcome"], a["error_code"]) for a in queue.attempts(c, job_id)] == \
+            assert [(a["attempt"], a["outcome"], a["error_code"]) for a in jobqueue.attempts(c, job_id)] == \
                 [(1, "retryable", "timeout"), (2, "dead", "timeout")]
         # The hung thread was retired and the queue got a fresh slot each time.
         assert sum(1 for s in w.queues["default"].threads if not s.retired) == 1
@@ -31,7 +31,7 @@ def test_abandoned_threads_are_capped_and_shown(db_url, app, client, login_as):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
         # Each ignores cancellation for 3 s past a 0.5 s timeout.
-        ids = queue.enqueue_many(c, [queue.NewJob("test.hang", {}, t, max_attempts=1) for _ in range(3)])
+        ids = jobqueue.enqueue_many(c, [jobqueue.NewJob("test.hang", {}, t, max_attempts=1) for _ in range(3)])
     w = Worker(make_config(database_url=db_url), db_url, queues={"default": 1}, worker_id="w-cap",
                run_services=False).start()
     qs = w.queues["default"]

@@ -1,7 +1,7 @@
 """The leader: one worker of several runs the services; a raising service stops nothing."""
 import threading
 
-from opsboard import auth, metrics, queue
+from opsboard import auth, jobqueue, metrics
 from opsboard.db import Database
 from tests.conftest import connect, make_config, wait_for
 from worker.runner import Worker
@@ -74,7 +74,7 @@ def test_a_raising_service_is_counted_backed_off_and_stops_nothing(db_url):
         assert boom.calls < len(runs)
         with connect(db_url) as c:
             # Claims go on.
-            ids = queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(20)])
+            ids = jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(20)])
             wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'succeeded'",
                                        (ids,)).fetchone()["n"] == 20, timeout=30, message="jobs to succeed")
             errors = c.execute("SELECT errors FROM service_errors WHERE service = 'boom'").fetchone()["errors"]

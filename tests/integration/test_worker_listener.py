@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import psycopg
 
-from opsboard import auth, pgnotify, queue
+from opsboard import auth, jobqueue, pgnotify
 from opsboard.schema import JOBS_CHANNEL
 from tests.conftest import connect
 from worker.fetcher import QueueState
@@ -20,15 +20,15 @@ def test_enqueue_in_a_rolled_back_transaction_leaves_no_job_and_sends_nothing(db
         with connect(db_url) as c:
             t = auth.ensure_tenant(c, "acme")["id"]
             with c.transaction(force_rollback=True):
-                job = queue.enqueue(c, "diag.noop", {}, tenant=t)
-                assert queue.get_job(c, job["id"]) is not None  # visible inside the transaction
-            assert queue.get_job(c, job["id"]) is None
+                job = jobqueue.enqueue(c, "diag.noop", {}, tenant=t)
+                assert jobqueue.get_job(c, job["id"]) is not None  # visible inside the transaction
+            assert jobqueue.get_job(c, job["id"]) is None
             assert c.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
         assert [n.payload for n in listener.notifies(timeout=1.0)] == []
         # The same enqueue committed does notify (so the check above can fail).
         with connect(db_url) as c:
             with c.transaction():
-                queue.enqueue(c, "diag.noop", {}, tenant=t)
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=t)
         got = []
         for n in listener.notifies(timeout=5.0):
             got.append(n.payload)

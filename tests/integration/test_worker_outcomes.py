@@ -1,7 +1,7 @@
 """The worker's completer: one refused outcome does not hold back the rest of its batch."""
 from datetime import datetime, timezone
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect, make_config
 from worker.runner import Worker
 
@@ -9,16 +9,16 @@ from worker.runner import Worker
 def test_refused_record_is_isolated(db_url):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
-        queue.enqueue_many(c, [queue.NewJob("diag.noop", {}, t) for _ in range(3)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(3)])
     w = Worker(make_config(database_url=db_url), db_url, queues={"default": 1}, worker_id="w-test")
     w.pool.open(wait=True)
     try:
         with w.pool.connection() as conn:
-            rows = queue.claim_batch(conn, "default", w.id, 3, 30)
+            rows = jobqueue.claim_batch(conn, "default", w.id, 3, 30)
         now = datetime.now(timezone.utc)
-        good = [queue.OutcomeRecord(r["id"], r["attempts"], "succeeded", now) for r in rows[:2]]
+        good = [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded", now) for r in rows[:2]]
         # An outcome kind the attempts table refuses (CHECK constraint): the whole statement fails.
-        bad = queue.OutcomeRecord(rows[2]["id"], rows[2]["attempts"], "exploded", now)
+        bad = jobqueue.OutcomeRecord(rows[2]["id"], rows[2]["attempts"], "exploded", now)
         w.completer.write_outcomes([(good[0], "default", "diag.noop", False), (bad, "default", "diag.noop", False),
                            (good[1], "default", "diag.noop", False)])
         with connect(db_url) as c:

@@ -1,6 +1,6 @@
 import uuid
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 from tests.conftest import connect, wait_for
 
 EFFECTS = "CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int, at timestamptz DEFAULT clock_timestamp())"
@@ -10,7 +10,7 @@ def test_worker_processes_enqueued_jobs(db_url, start_worker):
     with connect(db_url) as c:
         c.execute(EFFECTS)
         t = auth.ensure_tenant(c, "acme")
-        ids = queue.enqueue_many(c, [queue.NewJob("test.record", {"key": f"k{i}"}, t["id"]) for i in range(50)])
+        ids = jobqueue.enqueue_many(c, [jobqueue.NewJob("test.record", {"key": f"k{i}"}, t["id"]) for i in range(50)])
     w = start_worker(db_url, "--queues", "default=4,critical=1")
     with connect(db_url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status='succeeded'").fetchone()["n"] == 50,

@@ -1,6 +1,6 @@
 """Seeding helpers for the dashboard tests: jobs in every status, attempts, workers.
 
-Jobs are enqueued through :mod:`opsboard.queue`, then moved with plain SQL the
+Jobs are enqueued through :mod:`opsboard.jobqueue`, then moved with plain SQL the
 way the worker would have left them (a dead job goes dead in one UPDATE from
 pending: the trigger only rejects updates of rows already dead).
 """
@@ -11,7 +11,7 @@ import re
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from opsboard import auth, queue
+from opsboard import auth, jobqueue
 
 _KEY_RE = re.compile(r'name="request_key" value="([^"]+)"')
 
@@ -26,7 +26,7 @@ def db_now(conn) -> datetime:
 
 def jobs(conn, tenant_id, n: int = 1, type: str = "diag.noop", payload: dict | None = None, **kw) -> list[uuid.UUID]:
     """Enqueue ``n`` pending jobs; returns their ids (oldest first)."""
-    return queue.enqueue_many(conn, [queue.NewJob(type, dict(payload or {}), tenant_id, **kw) for _ in range(n)])
+    return jobqueue.enqueue_many(conn, [jobqueue.NewJob(type, dict(payload or {}), tenant_id, **kw) for _ in range(n)])
 
 
 def attempt(conn, job_id, outcome: str, code: str | None = None, detail: str | None = None,

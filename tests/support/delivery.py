@@ -16,7 +16,7 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from opsboard import db, queue
+from opsboard import db, jobqueue
 from opsboard.config import ProviderSettings
 from worker.executor import Executor
 
@@ -67,11 +67,11 @@ class Runner:
     def run(self, job_id, queue_name: str = "default", worker: str = "test-worker") -> dict:
         """Claim ``job_id`` (it must be due), run its handler, record the outcome; returns the job row after."""
         with self.pool.connection() as conn:
-            rows = queue.claim_batch(conn, queue_name, worker, 200, 30)
+            rows = jobqueue.claim_batch(conn, queue_name, worker, 200, 30)
             row = next((r for r in rows if r["id"] == job_id), None)
             others = [r for r in rows if r["id"] != job_id]
             if others:  # give back what we did not ask for
-                queue.record_outcomes(conn, worker, [queue.OutcomeRecord(r["id"], r["attempts"], "released",
+                jobqueue.record_outcomes(conn, worker, [jobqueue.OutcomeRecord(r["id"], r["attempts"], "released",
                                                                          r["started_at"]) for r in others])
         assert row is not None, "the job was not claimable"
         completer = _Completer()
@@ -84,7 +84,7 @@ class Runner:
         self.last_outcome = getattr(executor, "last_outcome", None)
         (record, *_), = completer.items
         with self.pool.connection() as conn:
-            queue.record_outcomes(conn, worker, [record])
+            jobqueue.record_outcomes(conn, worker, [record])
             return conn.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
 
     def make_due(self, job_id) -> None:

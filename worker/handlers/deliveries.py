@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from opsboard import db, queue, retry
+from opsboard import db, jobqueue, retry
 from opsboard.deliveries import breaker, webhooks
 from opsboard.deliveries.messages import render
 from opsboard.deliveries.webhooks import WEBHOOK_SCHEDULE

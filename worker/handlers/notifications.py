@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from opsboard import db, queue, retry
+from opsboard import db, jobqueue, retry
 from opsboard.auth import TenantScope
 from opsboard.deliveries import messages
 from opsboard.notifications import fanout as fanoutmod
@@ -95,7 +95,7 @@ def deliver(job):
                                          expires_in=policy.CRITICAL_TTL.total_seconds())
                 ref = str(out["message"]["id"])
                 # The gateway's receipt comes later: ask for it once the SMS has had time to arrive.
-                queue.enqueue(conn, "notifications.sms_status", {"delivery_id": str(d["id"])}, tenant=d["tenant_id"],
+                jobqueue.enqueue(conn, "notifications.sms_status", {"delivery_id": str(d["id"])}, tenant=d["tenant_id"],
                               idempotency_key=f"sms_status:{d['id']}",
                               run_at=db.now(conn) + SMS_STATUS_AFTER, event_id=d["event_id"])
             elif d["channel"] == "push":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ... import jobtypes, queue
+from ... import jobqueue, jobtypes
 from ...auth import TenantScope
 from ..context import get_db
 from . import bp
@@ -45,7 +45,7 @@ def enqueue_job():
     body = json_object()
     only_fields(body, {"type", "version", "payload", "idempotency_key", "group_key", "run_at", "expires_at",
                        "priority", "queue", "max_attempts", "correlation_id"})
-    new = queue.NewJob(
+    new = jobqueue.NewJob(
         type=field(body, "type", str, max_length=100), version=field(body, "version", int, required=False, default=1),
         payload=field(body, "payload", dict), tenant=key["tenant_id"],
         idempotency_key=field(body, "idempotency_key", str, required=False, max_length=200),
@@ -55,7 +55,7 @@ def enqueue_job():
         max_attempts=field(body, "max_attempts", int, required=False), correlation_id=correlation_id(body))
     try:
         jt = jobtypes.get(new.type, new.version)
-        queue._prepare(new)  # every check enqueue makes, before admission and the transaction
+        jobqueue.prepare_row(new)  # every check enqueue makes, before admission and the transaction
     except jobtypes.UnknownJobType as exc:
         raise Problem(422, exc.code, str(exc), "type") from None
     except jobtypes.JobTypeError as exc:
@@ -64,7 +64,7 @@ def enqueue_job():
         raise Problem(422, "invalid_payload", f"payload cannot be stored ({type(exc).__name__})", "payload") from None
 
     def work(conn):
-        row = queue.enqueue(conn, new.type, new.payload, tenant=new.tenant, version=new.version,
+        row = jobqueue.enqueue(conn, new.type, new.payload, tenant=new.tenant, version=new.version,
                             idempotency_key=new.idempotency_key, group_key=new.group_key, run_at=new.run_at,
                             expires_at=new.expires_at, correlation_id=new.correlation_id, priority=new.priority,
                             queue=new.queue, max_attempts=new.max_attempts)
@@ -84,7 +84,7 @@ def _culprit(message: str) -> str:
 def get_job(job_id: str):
     key = authenticate()
     with get_db().connection() as conn:
-        row = queue.get_job(conn, job_id, TenantScope(all=False, ids=(key["tenant_id"],)))
+        row = jobqueue.get_job(conn, job_id, TenantScope(all=False, ids=(key["tenant_id"],)))
     if row is None:
         raise Problem(404, "not_found", "No such job for this tenant.", "id")
     return job_json(row)

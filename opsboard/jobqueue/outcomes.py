@@ -1,0 +1,60 @@
+"""The worker's outcomes (success, retry, dead, snooze) for a batch of jobs in one statement, each
+fenced by its attempt; lease heartbeats of long-running jobs.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Sequence
+
+import psycopg
+
+from .. import db
+
+
+@dataclass
+class OutcomeRecord:
+    """One decided outcome, ready to be written by :func:`record_outcomes`."""
+
+    job_id: uuid.UUID
+    token: int            # the attempt number taken at claim (fencing token)
+    kind: str             # succeeded | retryable | dead | snoozed | released
+    started_at: datetime
+    duration_ms: int = 0
+    delay: float = 0.0
+    code: str | None = None
+    detail: str | None = None
+    has_effects: bool = False
+
+
+def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable[OutcomeRecord],
+                    now: datetime | None = None) -> set[uuid.UUID]:
+    """Write many outcomes in one statement; returns the ids actually applied.
+
+    An outcome applies only while the job is ``running`` under this worker's
+    fencing token; the others (lease lost, job reclaimed) are ignored.
+    """
+    outcomes = list(outcomes)
+    if not outcomes:
+        return set()
+    params = {
+        "worker": worker_id, "now": now,
+        "ids": [o.job_id for o in outcomes], "tokens": [o.token for o in outcomes],
+        "kinds": [o.kind for o in outcomes], "delays": [float(o.delay) for o in outcomes],
+        "codes": [o.code for o in outcomes], "details": [o.detail for o in outcomes],
+        "started": [o.started_at for o in outcomes], "durations": [int(o.duration_ms) for o in outcomes],
+        "effect_job_ids": [o.job_id for o in outcomes if o.has_effects and o.kind == "succeeded"],
+    }
+    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params)}
+
+
+def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]],
+              lease_seconds: float, now: datetime | None = None) -> set[uuid.UUID]:
+    """Extend the leases of jobs still held; returns the ids whose lease was extended."""
+    if not held:
+        return set()
+    rows = db.all_rows(conn, "job_heartbeat_many", {
+        "ids": [h[0] for h in held], "tokens": [h[1] for h in held], "worker": worker_id,
+        "lease": lease_seconds, "now": now})
+    return {r["id"] for r in rows}

@@ -1,0 +1,43 @@
+"""The reports feature's entries in the catalogue.
+"""
+from __future__ import annotations
+
+from .. import catalogue as _catalogue
+from ..jobtypes import Field, define
+from ..schedules import define_schedule
+from .kinds import define_kind, Param, ReportKind
+from .activity import _activity_plan, _activity_rows, _activity_validate, _nightly_activity_payload
+
+
+def register(cat: _catalogue.Catalogue) -> None:
+    """Report kinds, the report job types and the nightly schedule."""
+    define_kind(cat, ReportKind(
+        name="job_activity",
+        title="Tenant job activity",
+        columns=("day", "job_type", "status", "jobs"),
+        params=(Param("date_from", "From (day)", "date"), Param("date_to", "To (day, inclusive)", "date"),
+                Param("time_zone", "Time zone", "time_zone", required=False, default="UTC")),
+        validate=_activity_validate,
+        plan=_activity_plan,
+        rows=_activity_rows,
+        filename=lambda p: f"job-activity-{p['date_from']}-{p['date_to']}.csv",
+        description="Jobs per day, type and status created in the range (days in the chosen time zone).",
+    ))
+
+    define(cat, "reports.request", handler="worker.handlers.reports:request", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=600, backoff_base=2,
+           backoff_cap=60, description="Plans a report run into keyset slices and enqueues a chunk job per slice.")
+    define(cat, "reports.chunk", handler="worker.handlers.reports:chunk", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36), "seq": Field(int)}, max_attempts=5, timeout=900,
+           backoff_base=2, backoff_cap=120,
+           description="Writes one slice of a report run to storage; the last one enqueues the assembly.")
+    define(cat, "reports.assemble", handler="worker.handlers.reports:assemble", queue="bulk", long_running=True,
+           fields={"run_id": Field(str, max_length=36)}, max_attempts=5, timeout=1800, backoff_base=2,
+           backoff_cap=120, description="Streams a run's parts into one CSV in storage; the run is then ready.")
+    define(cat, "reports.scheduled", handler="worker.handlers.reports:scheduled", queue="bulk",
+           fields={"kind": Field(str, max_length=100), "params": Field(dict), "source_key": Field(str, max_length=200),
+                   "schedule": Field(str, max_length=100)},
+           max_attempts=5, timeout=120, description="A schedule slot's report for one tenant: makes the run once.")
+    define_schedule(cat, "reports.nightly_activity", "30 1 * * *", time_zone="Asia/Tehran", job_type="reports.scheduled",
+                    payload=_nightly_activity_payload, per_tenant=True,
+                    description="Yesterday's job activity report for every tenant, at 01:30 Tehran time.")
