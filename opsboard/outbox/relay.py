@@ -10,6 +10,7 @@ import psycopg
 
 from .. import catalogue as _catalogue
 from .. import db, jobqueue, jobtypes
+from ..config import QUEUE_NAMES
 from .registry import _id_suffix, MAX_PAYLOAD_BYTES, Subscription, upcast
 
 
@@ -179,7 +180,7 @@ _ENVELOPE_FIELDS = {"event_id": (str, 36), "event_type": (str, 100), "event_vers
 def _plain_job_type(sub: Subscription) -> jobtypes.JobType | None:
     """The job type of ``sub`` when the database may build its jobs (default payload, the job type
     surely accepts it, a valid queue), else ``None``."""
-    if sub.payload is not None or (sub.queue is not None and sub.queue not in jobqueue.QUEUE_NAMES):
+    if sub.payload is not None or (sub.queue is not None and sub.queue not in QUEUE_NAMES):
         return None
     try:
         jt = jobtypes.get(sub.job_type, sub.job_version)

@@ -10,6 +10,7 @@ import pytest
 
 from opsboard import audit, db, reports, schedules
 from opsboard.storage import LocalStorage
+from opsboard.auth import TenantScope
 from tests.conftest import connect
 from tests.support.reports import direct_csv, seed_jobs
 
@@ -81,7 +82,7 @@ def test_planning_twice_and_chunk_retries_change_nothing(conn, tenant, tmp_path)
     first = reports.run_chunk(conn, store, run["id"], 0)
     again = reports.run_chunk(conn, store, run["id"], 0)
     assert first["counted"] and not again["counted"]
-    assert reports.get_run(conn, run["id"], reports.TenantScope(all=True))["done_chunks"] == 1
+    assert reports.get_run(conn, run["id"], TenantScope(all=True))["done_chunks"] == 1
 
 
 @pytest.mark.parametrize("bad, code", [
@@ -106,11 +107,11 @@ def test_dead_chunk_fails_the_run_and_a_replay_resumes_it(conn, tenant, tmp_path
                        "AND payload->>'seq' = '1'", (str(run["id"]),)).fetchone()
     conn.execute("UPDATE jobs SET status = 'dead', last_error_code = 'boom', finished_at = now() WHERE id = %s",
                  (job["id"],))
-    failed = reports.get_run(conn, run["id"], reports.TenantScope(all=True))
+    failed = reports.get_run(conn, run["id"], TenantScope(all=True))
     assert failed["status"] == "failed" and failed["failed_job_id"] == job["id"] and failed["error_code"] == "boom"
     # The replayed job runs the chunk again: the run goes on and ends ready.
     reports.run_chunk(conn, store, run["id"], 1, job_id=job["id"])
-    assert reports.get_run(conn, run["id"], reports.TenantScope(all=True))["status"] == "running"
+    assert reports.get_run(conn, run["id"], TenantScope(all=True))["status"] == "running"
     assert _finish(conn, store, run["id"])["status"] == "ready"
 
 
