@@ -16,7 +16,7 @@ placeholders and the values in ``params`` (``OpsError("no category %(category)s"
 "invalid_category", params={"category": slug})``), so the web app can look the
 template up in its catalog (:func:`opsboard.web.errors.human_message`).  The
 catalog extraction reads the first argument of every ``OpsError(...)`` in
-``opsboard/`` (``-k OpsError``, README "Persian and English"): write it as one
+``opsboard/`` (``-k OpsError``, docs/i18n.md): write it as one
 literal string, never an f-string.
 """
 from __future__ import annotations

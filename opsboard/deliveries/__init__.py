@@ -59,7 +59,7 @@ from .webhooks import WEBHOOK_SCHEDULE
 
 def register(cat: _catalogue.Catalogue) -> None:
     """The delivery providers with their limits, the delivery job types and the built-in message texts."""
-    # Per-provider limits across all workers (token buckets in rate_limits; see README).
+    # Per-provider limits across all workers (token buckets in rate_limits; see docs/deliveries.md).
     define_provider(cat, "smtp", concurrency=8, rate_per_second=50, burst=100)
     define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
     define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)

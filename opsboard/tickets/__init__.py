@@ -1,5 +1,5 @@
 """Support tickets: the workflow (:mod:`.workflow`), the SLA clock (:mod:`.sla`) and the
-service every caller goes through (:mod:`.service`).  See README, "Support tickets"."""
+service every caller goes through (:mod:`.service`).  See docs/tickets.md."""
 
 from __future__ import annotations
 

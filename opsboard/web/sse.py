@@ -11,7 +11,7 @@ process: the next one gets 429.
 
 Deployment: each open stream occupies one gunicorn thread, so run the web with
 the ``gthread`` worker and enough threads (``gunicorn -k gthread --threads 100
---timeout 0 ...`` or a separate gunicorn for ``/api/v1/inbox/stream``), see the README.
+--timeout 0 ...`` or a separate gunicorn for ``/api/v1/inbox/stream``), see docs/notifications.md.
 """
 from __future__ import annotations
 
