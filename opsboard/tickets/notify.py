@@ -91,7 +91,7 @@ _STATUS_FA = ("{% set labels = {'new': 'جدید', 'triaged': 'بررسی‌شد
               "'waiting_on_customer': 'در انتظار پاسخ درخواست‌کننده', 'resolved': 'حل‌شده', 'closed': 'بسته', "
               "'cancelled': 'لغوشده'} %}")
 _STATUS_EN = ("{% set labels = {'new': 'new', 'triaged': 'triaged', 'in_progress': 'in progress', "
-              "'waiting_on_customer': "waiting for the requester's reply", 'resolved': 'resolved', 'closed': 'closed', "
+              "'waiting_on_customer': 'waiting on the requester', 'resolved': 'resolved', 'closed': 'closed', "
               "'cancelled': 'cancelled'} %}")
 _LABEL = "{{ labels[to_status] if to_status in labels else to_status }}"
 _COMMON = "ticket_number, ticket_subject, link"
