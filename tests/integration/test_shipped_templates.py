@@ -119,3 +119,30 @@ def test_an_assignment_is_rendered_from_the_shipped_template(conn, desk):
     fanout.fan_out(conn, ev)
     row = _inbox(conn, desk.agent.id, ev)
     assert row["template_version"] == 1 and "Printer" in row["body"] and f"/tickets/{t['id']}" in row["body"]
+
+
+def _live_triples(url) -> set:
+    from tests.conftest import connect
+    with connect(url) as c:
+        return {(r["key"], r["channel"], r["locale"]) for r in c.execute(
+            "SELECT key, channel, locale FROM notification_templates WHERE status = 'published'").fetchall()}
+
+
+def test_opsboard_migrate_seeds_the_shipped_templates(databases):
+    import os
+    import subprocess
+    import sys
+    url = databases.empty()
+    env = {**os.environ, "DATABASE_URL": url, "OPSBOARD_ENV": "test", "OPSBOARD_JOB_MODULES": ""}
+    out = subprocess.run([sys.executable, "-m", "opsboard.cli", "migrate"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "shipped template(s) published" in out.stdout
+    assert set(PRODUCTION.shipped_templates) <= _live_triples(url)
+    again = subprocess.run([sys.executable, "-m", "opsboard.cli", "migrate"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0 and "shipped template" not in again.stdout
+
+
+def test_web_start_seeds_the_shipped_templates(app):
+    assert set(PRODUCTION.shipped_templates) <= _live_triples(app.extensions["test_db_url"])
