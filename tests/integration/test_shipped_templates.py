@@ -146,3 +146,11 @@ def test_opsboard_migrate_seeds_the_shipped_templates(databases):
 
 def test_web_start_seeds_the_shipped_templates(app):
     assert set(PRODUCTION.shipped_templates) <= _live_triples(app.extensions["test_db_url"])
+
+
+def test_worker_start_seeds_the_shipped_templates(db_url, start_worker):
+    from tests.conftest import wait_for
+    assert _live_triples(db_url) == set()  # the test template database has none: migrations do not seed
+    start_worker(db_url, "--no-services")
+    wait_for(lambda: set(PRODUCTION.shipped_templates) <= _live_triples(db_url), timeout=60,
+             message="the worker to seed the shipped templates")
