@@ -154,3 +154,11 @@ def test_worker_start_seeds_the_shipped_templates(db_url, start_worker):
     start_worker(db_url, "--no-services")
     wait_for(lambda: set(PRODUCTION.shipped_templates) <= _live_triples(db_url), timeout=60,
              message="the worker to seed the shipped templates")
+
+
+def test_shipped_templates_are_listed_and_previewable_on_the_templates_page(client, login_as):
+    login_as("template_author")
+    listing = client.get("/templates/").get_data(as_text=True)
+    assert "ticket.message_added" in listing and "alert.critical" in listing
+    page = client.get("/templates/ticket.message_added")
+    assert page.status_code == 200 and "در تیکت" in page.get_data(as_text=True)
