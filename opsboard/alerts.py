@@ -239,7 +239,8 @@ def alert_variables(conn: psycopg.Connection, event: dict, user_id) -> dict:
 
 _FA_SEVERITY = "{{ {'info': 'اطلاع', 'warning': 'هشدار', 'critical': 'بحرانی'}[severity] }}"
 _FA_RULE = ("{{ {'dead_rising': 'افزایش کارهای مرده', 'error_code': 'خطای تکرارشونده', "
-            "'queue_age': 'انتظار طولانی در صف', 'no_worker': 'صف بدون کارگر'}.get(rule, rule) }}")
+            "'queue_age': 'انتظار طولانی در صف', 'no_worker': 'صف بدون کارگر', "
+            "'webhook_endpoint_disabled': 'وب‌هوک غیرفعال شد'}.get(rule, rule) }}")
 _VARS = "severity, rule, key, summary, link"
 #: (key, channel, locale, subject, body, variables) shipped for both alert events.
 TEMPLATES = [
@@ -269,7 +270,9 @@ def register(cat) -> None:
     from .notifications import policy
     from .outbox import EventField, define_event
 
-    fields = {"alert_id": EventField(str, max_length=64), "rule": EventField(str, choices=RULES),
+    # webhook_endpoint_disabled: opened by the deliveries feature (opsboard.deliveries.webhooks), not a rule here.
+    fields = {"alert_id": EventField(str, max_length=64),
+              "rule": EventField(str, choices=RULES + ("webhook_endpoint_disabled",)),
               "severity": EventField(str, choices=SEVERITIES)}
     define_event(cat, "alert.opened", 1, aggregate="alert", fields=fields,
                  description="An info or warning alert opened (notifies on-call ops staff; quiet hours respected).")
@@ -286,7 +289,10 @@ def register(cat) -> None:
                           ("alert.critical", ("inbox", "email", "push", "sms"))):
         for channel, locale, subject, body in TEMPLATES:
             if channel in channels:
-                cat.ship_template(key, channel, locale, subject, body, _VARS, dict(_SAMPLE))
+                sample = dict(_SAMPLE) if key == "alert.critical" else {
+                    **_SAMPLE, "severity": "warning", "rule": "dead_rising", "key": "all",
+                    "summary": "14 jobs went dead in the last 10 min (threshold 10)"}
+                cat.ship_template(key, channel, locale, subject, body, _VARS, sample)
 
 
 # ---------------------------------------------------------------- the dashboard's side
