@@ -22,11 +22,22 @@ whose condition no longer fires is closed.  A later recurrence opens a new
 alert.  Opening and closing each write an audit row (actor ``system``,
 ``alert.open`` / ``alert.close``).
 
-Notification: until the notification system exists, the ``alert.open`` audit
-row is the record that "notifies the ops role": the dashboard's banner shows
-every open, unacknowledged alert to users holding ``alerts.view``.  When
-notifications land, :func:`evaluate` is where an opened alert becomes an
-outbox event in the same transaction.
+Notification: an opened alert is also an outbox event, published in the same
+transaction as the alert row and its audit row (both commit or neither does):
+``alert.opened`` for ``info``/``warning`` alerts, ``alert.critical`` for
+``critical`` ones (v1 payload of both: ``alert_id``, ``rule``, ``severity``).
+Why two event types: a notification policy has exactly one category, and the
+category decides quiet hours and whether a user may turn it off.  A warning
+must respect quiet hours (category ``alerts``) and a critical alert must not
+(category ``alerts_critical``, critical), so each severity class gets its own
+event type and policy -- the simplest design that needs no change to the
+policy machinery.  Recipients are the on-call ops staff: active users holding
+a role with ``alerts.view`` (ops, admin) in an operator tenant; channels inbox,
+email and push, plus SMS for critical alerts.  Caveats of the critical path:
+critical categories fan out on the ``critical`` queue with the 2-minute TTL of
+critical deliveries, so a ``no_worker`` alert *about* the critical queue is
+only seen on the dashboard banner (which keeps showing every open alert).
+A refreshed alert whose severity rises does not notify again.
 """
 from __future__ import annotations
 
@@ -38,7 +49,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import audit, db
+from . import audit, auth, db, outbox
 from .auth import TenantScope
 from .config import DEFAULT_QUEUE_AGE_TARGET, Config, QUEUE_AGE_TARGETS, QUEUE_NAMES, WORKER_LIVE_SECONDS
 from .errors import OpsError
@@ -171,6 +182,7 @@ def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
                 audit.record(conn, audit.SYSTEM, "alert.open", target_type="alert", target_id=row["id"],
                              tenant_id=c.tenant_id,
                              after={"rule": c.rule, "key": c.key, "severity": c.severity, "summary": c.summary})
+                publish_opened(conn, row, now)
             else:
                 counts["refreshed"] += 1
         closed = db.all_rows(conn, "alert_close_cleared", {
@@ -182,6 +194,105 @@ def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
                          tenant_id=row["tenant_id"], reason="the condition cleared",
                          after={"rule": row["rule"], "key": row["key"]})
     return counts
+
+
+# ---------------------------------------------------------------- notifying people
+
+#: The event type of an opened alert, by severity (see the module docstring).
+EVENT_BY_SEVERITY = {"info": "alert.opened", "warning": "alert.opened", "critical": "alert.critical"}
+#: The permission that makes a user on-call for alerts.
+ONCALL_PERMISSION = "alerts.view"
+
+
+def publish_opened(conn: psycopg.Connection, alert: dict, now: datetime | None = None) -> dict | None:
+    """Publish the event of a just opened ``alert`` in the caller's transaction; returns the envelope.
+
+    The event belongs to the alert's tenant, or (a platform-wide alert) to the operator tenant; with
+    no operator tenant there is nobody to notify and nothing is published.
+    """
+    tenant_id = alert["tenant_id"]
+    if tenant_id is None:
+        row = db.one(conn, "alert_operator_tenant")
+        if row is None:
+            return None
+        tenant_id = row["id"]
+    return outbox.publish(conn, EVENT_BY_SEVERITY[alert["severity"]], 1, aggregate=("alert", str(alert["id"])),
+                          tenant=tenant_id, now=now,
+                          payload={"alert_id": str(alert["id"]), "rule": alert["rule"],
+                                   "severity": alert["severity"]})
+
+
+def oncall_staff(conn: psycopg.Connection, event: dict) -> list:
+    """The recipients of an alert event: active users holding ``alerts.view`` in an operator tenant."""
+    roles = sorted(r.value for r, perms in auth.ROLE_PERMISSIONS.items() if ONCALL_PERMISSION in perms)
+    return [r["id"] for r in db.all_rows(conn, "alert_oncall_staff", {"roles": roles})]
+
+
+def alert_variables(conn: psycopg.Connection, event: dict, user_id) -> dict:
+    """What an alert notification says: the alert's summary, rule, key and severity, and its page."""
+    aid = _alert_uuid(event["payload"].get("alert_id"))
+    alert = db.one(conn, "alert_get", {"id": aid, "scope_all": True, "scope_ids": []}) if aid else None
+    if alert is None:
+        return {"summary": "", "key": "", "link": "/alerts/"}
+    return {"summary": alert["summary"], "key": alert["key"], "link": f"/alerts/{alert['id']}"}
+
+
+_FA_SEVERITY = "{{ {'info': 'اطلاع', 'warning': 'هشدار', 'critical': 'بحرانی'}[severity] }}"
+_FA_RULE = ("{{ {'dead_rising': 'افزایش کارهای مرده', 'error_code': 'خطای تکرارشونده', "
+            "'queue_age': 'انتظار طولانی در صف', 'no_worker': 'صف بدون کارگر', "
+            "'webhook_endpoint_disabled': 'وب‌هوک غیرفعال شد'}.get(rule, rule) }}")
+_VARS = "severity, rule, key, summary, link"
+#: (key, channel, locale, subject, body, variables) shipped for both alert events.
+TEMPLATES = [
+    ("inbox", "fa", _FA_SEVERITY + ": " + _FA_RULE + " ({{ key }})", "{{ summary }} مشاهده: {{ link }}"),
+    ("inbox", "en", "{{ severity|capitalize }} alert: {{ rule }} ({{ key }})", "{{ summary }}. View: {{ link }}"),
+    ("email", "fa", _FA_SEVERITY + ": " + _FA_RULE + " ({{ key }})",
+     "<p><b>" + _FA_SEVERITY + "</b> — " + _FA_RULE + " ({{ key }})</p><p>{{ summary }}</p>"
+     "<p><a href=\"{{ link }}\">مشاهدهٔ هشدار</a></p>"),
+    ("email", "en", "{{ severity|capitalize }} alert: {{ rule }} ({{ key }})",
+     "<p><b>{{ severity|capitalize }}</b> — {{ rule }} ({{ key }})</p><p>{{ summary }}</p>"
+     "<p><a href=\"{{ link }}\">View the alert</a></p>"),
+    ("push", "fa", _FA_SEVERITY + ": " + _FA_RULE, "{{ summary }}"),
+    ("push", "en", "{{ severity|capitalize }} alert: {{ rule }}", "{{ summary }}"),
+    ("sms", "fa", "", _FA_SEVERITY + " opsboard: {{ summary }}"),
+    ("sms", "en", "", "opsboard {{ severity }}: {{ summary }}"),
+]
+_SAMPLE = {"severity": "critical", "rule": "no_worker", "key": "critical",
+           "summary": "no live worker serves critical, which has ready jobs",
+           "link": "/alerts/01900000-0000-7000-8000-000000000000"}
+
+
+def register(cat) -> None:
+    """The alerts feature's events, categories, policies and shipped templates (see the module docstring).
+
+    Imports inside, like the tickets feature: importing :mod:`opsboard.alerts` stays cheap.
+    """
+    from .notifications import policy
+    from .outbox import EventField, define_event
+
+    # webhook_endpoint_disabled: opened by the deliveries feature (opsboard.deliveries.webhooks), not a rule here.
+    fields = {"alert_id": EventField(str, max_length=64),
+              "rule": EventField(str, choices=RULES + ("webhook_endpoint_disabled",)),
+              "severity": EventField(str, choices=SEVERITIES)}
+    define_event(cat, "alert.opened", 1, aggregate="alert", fields=fields,
+                 description="An info or warning alert opened (notifies on-call ops staff; quiet hours respected).")
+    define_event(cat, "alert.critical", 1, aggregate="alert", fields=fields,
+                 description="A critical alert opened (notifies on-call ops staff at once, SMS included).")
+    policy.define_category(cat, "alerts", description="Queue alerts for on-call ops staff.")
+    policy.define_category(cat, "alerts_critical", critical=True,
+                           description="Critical queue alerts: ignore quiet hours, cannot be turned off.")
+    common = dict(recipients=oncall_staff, permission=ONCALL_PERMISSION, variables=alert_variables)
+    policy.declare(cat, "alert.opened", category="alerts", channels=("inbox", "email", "push"), **common)
+    policy.declare(cat, "alert.critical", category="alerts_critical", channels=("inbox", "email", "push", "sms"),
+                   **common)
+    for key, channels in (("alert.opened", ("inbox", "email", "push")),
+                          ("alert.critical", ("inbox", "email", "push", "sms"))):
+        for channel, locale, subject, body in TEMPLATES:
+            if channel in channels:
+                sample = dict(_SAMPLE) if key == "alert.critical" else {
+                    **_SAMPLE, "severity": "warning", "rule": "dead_rising", "key": "all",
+                    "summary": "14 jobs went dead in the last 10 min (threshold 10)"}
+                cat.ship_template(key, channel, locale, subject, body, _VARS, sample)
 
 
 # ---------------------------------------------------------------- the dashboard's side

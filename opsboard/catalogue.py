@@ -40,6 +40,8 @@ class ShippedTemplate:
     body: str
     #: Comma-separated variable names the body may use.
     variables: str = ""
+    #: The sample payload of the seeded version (preview on /templates/); default: each variable's name.
+    sample: dict | None = None
 
 
 @dataclass
@@ -88,9 +90,11 @@ class Catalogue:
         return value
 
     def ship_template(self, key: str, channel: str, locale: str, subject: str, body: str,
-                      variables: str = "") -> ShippedTemplate:
-        """Add a notification template the product ships (seeded by ``opsboard migrate`` and the demo)."""
-        tpl = ShippedTemplate(key, channel, locale, subject, body, variables)
+                      variables: str = "", sample: dict | None = None) -> ShippedTemplate:
+        """Add a notification template the product ships: seeded as published version 1 where no version
+        of ``(key, channel, locale)`` exists, by ``opsboard migrate`` and at web and worker start
+        (:func:`opsboard.notifications.templates.seed_shipped`)."""
+        tpl = ShippedTemplate(key, channel, locale, subject, body, variables, sample)
         self.shipped_templates[(key, channel, locale)] = tpl
         self.changed()
         return tpl

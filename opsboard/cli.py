@@ -151,6 +151,12 @@ def cmd_migrate(config: Config, args) -> int:
         return 0
     applied = migrate(_url(config))
     print(f"{len(applied)} migration(s) applied" if applied else "database is up to date")
+    from .db import connect
+    from .notifications.templates import seed_shipped
+    with connect(_url(config)) as conn:
+        seeded = seed_shipped(conn)  # the active catalogue's shipped templates, where missing
+    if seeded:
+        print(f"{len(seeded)} shipped template(s) published")
     return 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from . import deliveries, jobtypes, reports, tickets
+from . import alerts, deliveries, jobtypes, reports, tickets
 from .catalogue import Catalogue
 from .config import Config, ConfigError
 from .notifications import policy
@@ -25,6 +25,7 @@ FEATURES = (
     ("notifications", policy.register),
     ("tickets", tickets.register),
     ("reports", reports.register),
+    ("alerts", alerts.register),
 )
 
 

@@ -141,6 +141,7 @@ class Worker:
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
                 "version": opsboard.__version__})
+            self._seed_shipped_templates(conn)
         for qs in self.queues.values():
             for _ in range(qs.slots):
                 self.executor.spawn_slot(qs)
@@ -160,6 +161,18 @@ class Worker:
         log.info("worker started", extra={"worker_id": self.id})
         log.info("queues: %s", ", ".join(f"{q.name}={q.slots}" for q in self.queues.values()))
         return self
+
+    def _seed_shipped_templates(self, conn) -> None:
+        """Publish the catalogue's shipped templates missing from the database (one query when none is):
+        a deployment that skipped ``opsboard migrate``'s seeding still renders its notifications."""
+        from opsboard.notifications.templates import seed_shipped
+        try:
+            seeded = seed_shipped(conn)
+        except psycopg.Error as exc:
+            log.warning("shipped templates not seeded: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+            return
+        if seeded:
+            log.info("%d shipped template(s) published", len(seeded))
 
     def _wait_for_database(self) -> bool:
         """Block until the database answers; ``False`` if stopped meanwhile.

@@ -179,3 +179,36 @@ def diff(old: dict | None, new: dict) -> list[str]:
 def usage(conn: psycopg.Connection, key: str) -> list[dict]:
     """How many deliveries used each version of ``key``."""
     return db.all_rows(conn, "template_usage", {"key": key})
+
+
+def seed_shipped(conn: psycopg.Connection, shipped: dict | None = None) -> list[dict]:
+    """Seed the product's shipped templates (default: the active catalogue's ``shipped_templates``)
+    as published version 1 wherever ``(key, channel, locale)`` has no version yet; returns the rows made.
+
+    Idempotent and cheap when nothing is missing (one statement): ``opsboard migrate`` and every web
+    and worker start call it.  A triple with any version (an author's draft, an edited or rolled back
+    history) is left alone: shipped texts never overwrite an author's.  Processes starting together
+    serialise on a transaction lock and look again under it.
+    """
+    from .. import catalogue as _catalogue  # the bottom of the core: no cycle
+
+    shipped = _catalogue.active().shipped_templates if shipped is None else shipped
+    if not shipped:
+        return []
+
+    def missing() -> list[tuple[str, str, str]]:
+        triples = list(shipped)
+        rows = db.all_rows(conn, "template_shipped_missing", {
+            "keys": [t[0] for t in triples], "channels": [t[1] for t in triples],
+            "locales": [t[2] for t in triples]})
+        return [(r["key"], r["channel"], r["locale"]) for r in rows]
+
+    if not missing():
+        return []
+    made = []
+    with conn.transaction():
+        db.one(conn, "template_seed_lock")
+        for triple in missing():
+            t = shipped[triple]
+            made.append(seed(conn, t.key, t.channel, t.locale, t.subject, t.body, t.variables, t.sample))
+    return made

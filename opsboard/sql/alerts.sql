@@ -127,3 +127,13 @@ SELECT count(*) AS n,
 FROM alerts
 WHERE closed_at IS NULL AND acknowledged_at IS NULL
   AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
+
+-- name: alert_operator_tenant
+-- The tenant a platform-wide alert's event belongs to: the (oldest) operator tenant.
+SELECT id FROM tenants WHERE is_operator ORDER BY created_at, id LIMIT 1;
+
+-- name: alert_oncall_staff
+-- Who is notified of an alert: active users with an active membership of an operator tenant in a
+-- role that holds alerts.view (%(roles)s, from opsboard.auth.ROLE_PERMISSIONS).
+SELECT DISTINCT u.id FROM memberships m JOIN tenants t ON t.id = m.tenant_id JOIN users u ON u.id = m.user_id
+WHERE t.is_operator AND m.active AND u.is_active AND m.role::text = ANY(%(roles)s::text[]);

@@ -357,6 +357,19 @@ UPDATE notification_templates SET status = 'published', published_at = coalesce(
 WHERE id = %(id)s AND status = 'draft'
 RETURNING *;
 
+-- name: template_shipped_missing
+-- Which of the shipped (key, channel, locale) triples have no version at all (draft or published):
+-- only those are seeded, so an author's versions are never overwritten.  One statement for all of them:
+-- the web and the worker ask at every start.
+SELECT s.key, s.channel, s.locale
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(locales)s::text[]) AS s(key, channel, locale)
+WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
+                  WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale);
+
+-- name: template_seed_lock
+-- Serialises seeding the shipped templates: processes starting together seed each missing one once.
+SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));
+
 -- name: template_usage
 -- How many deliveries used each version of a key.
 SELECT channel, locale, template_version, count(*) AS deliveries

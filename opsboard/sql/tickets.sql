@@ -267,6 +267,18 @@ GROUP BY 1, 2 ORDER BY 1, 2;
 -- Who a ticket event notifies: its requester and assignee.
 SELECT id, tenant_id, requester_id, assignee_id FROM tickets WHERE id = %(id)s::uuid;
 
+-- name: ticket_notify_variables
+-- What a ticket notification says (number, subject, status), read inside the event's tenant only:
+-- an event naming another tenant's ticket renders no ticket text.
+SELECT id, number, subject, status::text AS status, priority::text AS priority, requester_id, assignee_id
+FROM tickets WHERE id = %(id)s::uuid AND tenant_id = %(tenant_id)s;
+
+-- name: ticket_message_notify_excerpt
+-- The start of a message for its notification, inside the event's tenant (internal notes are
+-- filtered by the caller: never for the requester).
+SELECT kind::text AS kind, left(body, %(limit)s) AS excerpt, length(body) > %(limit)s AS truncated
+FROM ticket_messages WHERE id = %(id)s::uuid AND tenant_id = %(tenant_id)s;
+
 -- name: ticket_message_author
 -- The author of a message (not notified of their own message).
 SELECT author_id, kind FROM ticket_messages WHERE id = %(id)s::uuid;

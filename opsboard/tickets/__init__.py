@@ -41,3 +41,4 @@ def register(cat) -> None:
     service.define_types(cat)
     service.define_sla_report(cat)
     notify.declare_policies(cat)
+    notify.ship_templates(cat)

@@ -63,6 +63,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     app.extensions["opsboard_catalogue"] = cat
     activate(cat)
+    _seed_shipped_templates(database.url)
 
     login = LoginManager(app)
     login.login_view = "auth.login"
@@ -123,6 +124,22 @@ def create_app(test_config: dict | None = None) -> Flask:
 AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id"),
                  "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id"),
                  "ticket": ("tickets.detail", "ticket_id")}
+
+
+def _seed_shipped_templates(url: str) -> None:
+    """Publish the shipped templates missing from the database (one cheap query when none is); a web
+    process that cannot reach the database yet starts anyway (``opsboard migrate`` and the worker seed too)."""
+    import psycopg
+
+    from ..notifications.templates import seed_shipped
+    try:
+        with dbmod.connect(url) as conn:
+            seeded = seed_shipped(conn)
+    except (dbmod.DatabaseUnavailable, psycopg.Error) as exc:
+        log.warning("shipped templates not checked: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+        return
+    if seeded:
+        log.info("%d shipped template(s) published", len(seeded))
 
 
 def audit_target_url(record: dict) -> str | None:

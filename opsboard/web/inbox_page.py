@@ -84,7 +84,8 @@ def stream():
 #: Names of the categories and channels on the settings page (the core's names are ids).
 CATEGORY_LABELS = {"otp": _l("One-time codes"), "security": _l("Security alerts"), "financial": _l("Payments"),
                    "official": _l("Official notices"), "account": _l("Account"), "ticket": _l("Support tickets"),
-                   "system": _l("Platform notices")}
+                   "system": _l("Platform notices"), "alerts": _l("Queue alerts"),
+                   "alerts_critical": _l("Critical queue alerts")}
 CHANNEL_LABELS = {"inbox": _l("Inbox"), "push": _l("Push"), "sms": _l("SMS"), "email": _l("Email")}
 DAY_LABELS = [(1, _l("Mon")), (2, _l("Tue")), (3, _l("Wed")), (4, _l("Thu")), (5, _l("Fri")), (6, _l("Sat")),
               (7, _l("Sun"))]
