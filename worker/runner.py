@@ -319,7 +319,16 @@ class Worker:
         return min(RETRY_DELAY_MAX, 0.05 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
 
     def db_trouble(self, exc: BaseException, what: str) -> None:
-        """Note a failed database call: one line when the database goes away, not one per retry."""
+        """Note a failed database call: one line when the database goes away, not one per retry.
+
+        A deadlock or a serialization failure is the statement's own conflict with
+        another transaction (rolled back whole, safe to retry), not an outage: it is
+        logged as what it is and no outage begins.
+        """
+        if isinstance(exc, psycopg.errors.TransactionRollback):
+            kind = "deadlock" if isinstance(exc, psycopg.errors.DeadlockDetected) else "serialization failure"
+            log.warning("%s in %s (SQLSTATE %s); retrying", kind, what, exc.sqlstate)
+            return
         if isinstance(exc, psycopg.OperationalError):
             if isinstance(exc, PoolTimeout) and time.monotonic() - self._db_back_at < self.pool.timeout + 0.5:
                 # A wait for a connection that began during the outage, ending

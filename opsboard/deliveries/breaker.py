@@ -50,18 +50,18 @@ def admit(conn: psycopg.Connection, name: str, *, now: datetime | None = None, p
 def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = None, tenant_id=None,
            config: ProviderSettings, now: datetime | None = None) -> dict | None:
     """Count one call's outcome; open the breaker when a threshold is crossed (``config``: the caller's
-    provider settings, its thresholds and cool-downs).  Returns the row."""
+    provider settings, its thresholds and cool-downs).  Returns the row (after a failure, with ``opened``:
+    whether this call opened it)."""
     cfg = config
     if ok:
         return db.one(conn, "breaker_success", {"name": name, "now": now, "window": cfg.breaker_window})
-    row = db.one(conn, "breaker_failure", {"name": name, "tenant_id": tenant_id, "code": code, "now": now,
-                                           "window": cfg.breaker_window})
-    rate_tripped = (row["window_calls"] >= cfg.breaker_min_calls
-                    and row["window_failures"] / row["window_calls"] >= cfg.breaker_failure_rate)
-    if (row["state"] == "half_open" or row["consecutive_failures"] >= cfg.breaker_failures or rate_tripped) \
-            and not (row["state"] == "open" and row["open_until"] and row["open_until"] > (now or row["updated_at"])):
-        cooldown = min(cfg.breaker_cooldown_max, cfg.breaker_cooldown * 2 ** min(row["opens"], 20))
-        row = db.one(conn, "breaker_open", {"name": name, "now": now, "cooldown": cooldown})
+    db.execute(conn, "breaker_ensure", {"name": name, "tenant_id": tenant_id, "now": now})
+    # Counting, deciding and opening are one statement (see the query): two workers
+    # failing at once open the breaker once, and its cool-down doubles once.
+    return db.one(conn, "breaker_failure", {
+        "name": name, "code": code, "now": now, "window": cfg.breaker_window,
+        "threshold": cfg.breaker_failures, "min_calls": cfg.breaker_min_calls, "rate": cfg.breaker_failure_rate,
+        "cooldown": cfg.breaker_cooldown, "cooldown_max": cfg.breaker_cooldown_max})
     return row
 
 

@@ -167,14 +167,22 @@ def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
     """One ``webhook.deliver`` job per enabled endpoint subscribed to the event's type.
 
     Idempotent: the key ``<event_id>:<endpoint_id>`` makes a repeated fan-out
-    return the existing jobs.  Returns the jobs (empty when the event is gone).
+    return the existing jobs, a dead one included (the unique key index leaves
+    dead jobs out for replays; only an audited replay re-runs a dead delivery).
+    Returns the jobs (empty when the event is gone).
     """
     event = db.one(conn, "webhook_event_get", {"id": event_id})
     if event is None:
         return []
+    endpoints = db.all_rows(conn, "webhook_endpoint_subscribed", {"tenant_id": event["tenant_id"],
+                                                                  "type": event["type"]})
+    existing = jobqueue.get_by_keys(conn, event["tenant_id"], "webhook.deliver",
+                                    [f"{event_id}:{ep['id']}" for ep in endpoints])
     jobs = []
-    for ep in db.all_rows(conn, "webhook_endpoint_subscribed", {"tenant_id": event["tenant_id"],
-                                                                "type": event["type"]}):
+    for ep in endpoints:
+        if f"{event_id}:{ep['id']}" in existing:
+            jobs.append(existing[f"{event_id}:{ep['id']}"])
+            continue
         jobs.append(jobqueue.enqueue(conn, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(event_id)},
                                   tenant=event["tenant_id"], idempotency_key=f"{event_id}:{ep['id']}",
                                   event_id=event_id))

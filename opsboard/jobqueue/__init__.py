@@ -14,7 +14,7 @@ Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(.
 from __future__ import annotations
 
 from .enqueue import ALL_TENANTS, enqueue, enqueue_many, NewJob, prepare_row, QueueError, row_json, tenant_id_of  # noqa: F401
-from .reads import attempts, cancel, get_job  # noqa: F401
+from .reads import attempts, cancel, get_by_keys, get_job  # noqa: F401
 from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa: F401
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401

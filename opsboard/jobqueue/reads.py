@@ -12,6 +12,14 @@ from ..auth import TenantScope
 from .enqueue import ALL_TENANTS, QueueError
 
 
+def get_by_keys(conn: psycopg.Connection, tenant_id, job_type: str, keys: list[str]) -> dict[str, dict]:
+    """The job holding each idempotency key (live first, else the newest dead one), by key."""
+    if not keys:
+        return {}
+    rows = db.all_rows(conn, "job_get_by_keys", {"tenant_id": tenant_id, "type": job_type, "keys": list(keys)})
+    return {r["idempotency_key"]: r for r in rows}
+
+
 def get_job(conn: psycopg.Connection, job_id, scope: TenantScope = ALL_TENANTS) -> dict | None:
     """One job inside ``scope``, or ``None``."""
     try:

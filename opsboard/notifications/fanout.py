@@ -142,6 +142,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
             "data": json.dumps({"aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"}),
             "granting_roles": granting_roles(pol.permission), "critical": cat.critical,
             "sensitive_unapproved": pol.sensitivity == "sensitive" and not cat.sms_approved,
+            "sensitive": pol.sensitivity == "sensitive",
             "channels": list(pol.channels), "per_user": pol.variables is not None,
             "text_locales": inbox_locales(live), "job_type": job["type"], "job_version": job["version"],
             "job_queue": job["queue"], "job_priority": job["priority"], "job_max_attempts": job["max_attempts"],

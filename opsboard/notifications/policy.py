@@ -7,8 +7,8 @@ Declare once per event type, in the owning feature's ``register(catalogue)``::
     policy.declare(
         catalogue, "ticket.assigned",
         category="ticket",                 # a category from CATEGORIES (or define_category)
-        sensitivity="normal",              # or "sensitive": never in push text / SMS unless the
-                                           #   category is approved for SMS
+        sensitivity="normal",              # or "sensitive": never in a push title; no SMS unless
+                                           #   the category is approved for SMS
         channels=("inbox", "push", "email"),
         recipients=lambda conn, event: [event["payload"]["assignee_id"]],   # platform user ids
         permission="tickets.view",         # the recipient must hold it in the event's tenant
@@ -33,8 +33,9 @@ whole chunk of recipients in SQL, ``notification_fanout_chunk``):
 4. ``quiet_hours``  -- inside the user's quiet window the channel is deferred to
    the window's end (not suppressed), unless the category is critical; the
    inbox itself is never deferred;
-5. ``sensitivity``  -- sensitive content never goes to push or SMS unless the
-   category is approved for SMS (push then carries a generic text only).
+5. ``sensitivity``  -- sensitive content never goes by SMS unless the category
+   is approved for SMS, and a push of sensitive content always carries the
+   generic title only.
 """
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ class Decision:
     status: str
     reason: str | None = None
     available_at: datetime | None = None
-    #: Push/SMS must use the generic text (sensitive content, category not SMS-approved).
+    #: Push must use the generic title (sensitive content, whatever the category).
     generic: bool = False
 
 
@@ -179,11 +180,10 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
     if facts.reachable is not None and not facts.reachable.get(channel, True):
         return Decision("suppressed", "unreachable")
     deferred = channel != "inbox" and facts.quiet_until is not None and not cat.critical
-    generic = False
-    if pol.sensitivity == "sensitive" and not cat.sms_approved:
-        if channel == "sms":
-            return Decision("suppressed", "sensitivity")
-        generic = channel == "push"
+    # Sensitive content never shows in a push title (a lock screen), SMS-approved or not.
+    generic = pol.sensitivity == "sensitive" and channel == "push"
+    if pol.sensitivity == "sensitive" and not cat.sms_approved and channel == "sms":
+        return Decision("suppressed", "sensitivity")
     if deferred:
         return Decision("deferred", "quiet_hours", facts.quiet_until, generic)
     return Decision("queued", None, None, generic)

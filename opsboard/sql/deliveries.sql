@@ -94,38 +94,59 @@ SET state = 'closed', consecutive_failures = 0, opens = 0, open_until = NULL, pr
 WHERE name = %(name)s AND (state <> 'closed' OR consecutive_failures > 0 OR window_failures > 0)
 RETURNING *;
 
+-- name: breaker_ensure
+-- The row a failure is counted on (a breaker that never failed has none).
+INSERT INTO circuit_breakers (name, tenant_id, window_started_at, updated_at)
+VALUES (%(name)s, %(tenant_id)s, coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO NOTHING;
+
 -- name: breaker_failure
 -- A call failed (a retryable failure: timeout, 5xx, 429, reset).  Counts it
--- and opens the breaker when the consecutive failures reach the threshold, the
--- window's failure rate does (with enough calls), or a half-open probe failed.
--- Each opening in one failure run doubles the cool-down, up to the cap.
-INSERT INTO circuit_breakers AS b (name, tenant_id, consecutive_failures, window_started_at, window_calls,
-                                   window_failures, failing_since, last_failure_at, last_error_code, updated_at)
-VALUES (%(name)s, %(tenant_id)s, 1, coalesce(%(now)s::timestamptz, now()), 1, 1,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(code)s,
-        coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (name) DO UPDATE
-SET consecutive_failures = b.consecutive_failures + 1,
-    window_calls = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
-                        THEN 1 ELSE b.window_calls + 1 END,
-    window_failures = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
-                           THEN 1 ELSE b.window_failures + 1 END,
-    window_started_at = CASE WHEN b.window_started_at < excluded.updated_at - make_interval(secs => %(window)s)
-                             THEN excluded.updated_at ELSE b.window_started_at END,
-    failing_since = coalesce(b.failing_since, excluded.updated_at),
-    last_failure_at = excluded.updated_at,
-    last_error_code = excluded.last_error_code,
-    updated_at = excluded.updated_at
-RETURNING *;
-
--- name: breaker_open
--- Open (or re-open) a breaker until now + cool-down.
-UPDATE circuit_breakers
-SET state = 'open', opens = opens + 1, opened_at = coalesce(%(now)s::timestamptz, now()),
-    open_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(cooldown)s), probe_until = NULL,
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE name = %(name)s
-RETURNING *;
+-- and, in the same statement, opens the breaker when the consecutive failures
+-- reach the threshold, the window's failure rate does (with enough calls), or
+-- a half-open probe failed -- unless it is already open.  Each opening in one
+-- failure run doubles the cool-down, up to the cap.  Deciding and opening in
+-- one statement is what makes a burst open it once: ``cur`` locks the row
+-- (FOR UPDATE waits for a concurrent failure and then reads the row it left),
+-- so the second of two workers failing at once sees the breaker already open.
+-- ``opened`` says whether this call opened it.
+WITH cur AS (
+    SELECT b.*, n.t, b.window_started_at < n.t - make_interval(secs => %(window)s) AS reset
+    FROM circuit_breakers b, (SELECT coalesce(%(now)s::timestamptz, now()) AS t) n
+    WHERE b.name = %(name)s
+    FOR UPDATE OF b
+), counted AS (
+    SELECT name, t, state, opens, open_until, reset, consecutive_failures + 1 AS consecutive,
+           CASE WHEN reset THEN 1 ELSE window_calls + 1 END AS calls,
+           CASE WHEN reset THEN 1 ELSE window_failures + 1 END AS failures
+    FROM cur
+), decided AS (
+    SELECT c.*,
+           NOT (c.state = 'open' AND c.open_until > c.t)
+           AND (c.state = 'half_open' OR c.consecutive >= %(threshold)s
+                OR (c.calls >= %(min_calls)s AND c.failures::float8 / c.calls >= %(rate)s)) AS trip
+    FROM counted c
+)
+UPDATE circuit_breakers b
+SET consecutive_failures = d.consecutive,
+    window_calls = d.calls,
+    window_failures = d.failures,
+    window_started_at = CASE WHEN d.reset THEN d.t ELSE b.window_started_at END,
+    failing_since = coalesce(b.failing_since, d.t),
+    last_failure_at = d.t,
+    last_error_code = %(code)s,
+    state = CASE WHEN d.trip THEN 'open' ELSE d.state END,
+    opens = CASE WHEN d.trip THEN d.opens + 1 ELSE d.opens END,
+    opened_at = CASE WHEN d.trip THEN d.t ELSE b.opened_at END,
+    open_until = CASE WHEN d.trip
+                      THEN d.t + make_interval(secs => least(%(cooldown_max)s::float8,
+                                                             %(cooldown)s::float8 * power(2, least(d.opens, 20))))
+                      ELSE d.open_until END,
+    probe_until = CASE WHEN d.trip THEN NULL ELSE b.probe_until END,
+    updated_at = d.t
+FROM decided d
+WHERE b.name = d.name
+RETURNING b.*, d.trip AS opened;
 
 -- name: outbound_message_insert
 -- Record an email or SMS to send (its job carries only the id).

@@ -34,6 +34,22 @@ SELECT * FROM jobs
 WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND idempotency_key = %(idempotency_key)s
   AND status <> 'dead';
 
+-- name: job_get_by_keys
+-- The job holding each of these idempotency keys, dead ones included (live
+-- first, then the newest): a repeated fan-out returns them instead of making a
+-- new job for a dead delivery.  Two branches so that each uses its partial index
+-- (jobs_idempotency_idx for live jobs, jobs_dead_key_idx for dead ones).
+SELECT DISTINCT ON (idempotency_key) * FROM (
+    SELECT * FROM jobs
+    WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND idempotency_key = ANY(%(keys)s::text[])
+      AND idempotency_key IS NOT NULL AND status <> 'dead'
+    UNION ALL
+    SELECT * FROM jobs
+    WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND idempotency_key = ANY(%(keys)s::text[])
+      AND idempotency_key IS NOT NULL AND status = 'dead'
+) j
+ORDER BY idempotency_key, status = 'dead', created_at DESC;
+
 -- name: job_get
 -- One job by id, inside a tenant scope.
 SELECT * FROM jobs WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));

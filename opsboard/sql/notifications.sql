@@ -12,7 +12,7 @@ WHERE u.id = ANY(%(user_ids)s::uuid[]);
 -- tenant; %(granting_roles)s NULL: any role) -> membership (active) -> preference
 -- (the user's, else the tenant default, else on; ignored for a critical category)
 -- -> unreachable (no email / phone / active push device) -> sensitivity (sensitive
--- content of a category not approved for SMS: no SMS, generic push).  Quiet hours
+-- content: no SMS unless the category is SMS-approved; push always generic).  Quiet hours
 -- defer a non-inbox channel of a non-critical category to the window's end.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
 -- order of %(channels)s); a queued delivery's job has the delivery's id and the
@@ -107,7 +107,7 @@ new_deliveries AS (
                 ELSE 'queued' END,
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
-           d.reason IS NULL AND %(sensitive_unapproved)s AND d.channel = 'push',
+           d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
            %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,

@@ -88,3 +88,57 @@ def test_open_breaker_snoozes_jobs_without_spending_attempts(db_url, sandbox, ru
         assert c.execute("SELECT state FROM circuit_breakers WHERE name = %s", (name,)).fetchone()["state"] == "closed"
     runner.make_due(queued[1]["id"])
     assert runner.run(queued[1]["id"])["status"] == "succeeded"
+
+
+def test_a_burst_of_failures_opens_the_breaker_once(db_url):
+    """Workers failing at once (real connections, in threads): one opening per burst, and the
+    cool-down doubles once when a failed probe and a late failure land together."""
+    import threading
+    import uuid
+    from datetime import datetime, timezone
+
+    workers, trials = 4, 200
+    t = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    conns = [connect(db_url) for _ in range(workers)]
+    barrier = threading.Barrier(workers)
+    results: list[list] = [[] for _ in range(workers)]
+    names = [f"provider:burst-{uuid.uuid4().hex[:8]}-{i}" for i in range(trials)]
+
+    def fail_together(w, now):
+        for name in names:
+            barrier.wait()
+            results[w].append(breaker.record(conns[w], name, False, code="http_503", now=now, config=CFG))
+
+    try:
+        for name in names:          # one failure short of the threshold
+            for _ in range(CFG.breaker_failures - 1):
+                breaker.record(conns[0], name, False, code="http_503", now=t, config=CFG)
+        threads = [threading.Thread(target=fail_together, args=(w, t)) for w in range(workers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        rows = {r["name"]: r for r in conns[0].execute(
+            "SELECT name, state, opens, open_until FROM circuit_breakers WHERE name = ANY(%s)", (names,))}
+        assert all((rows[n]["state"], rows[n]["opens"], rows[n]["open_until"])
+                   == ("open", 1, t + timedelta(seconds=CFG.breaker_cooldown)) for n in names)
+        openings = [sum(1 for w in range(workers) if results[w][i]["opened"]) for i in range(trials)]
+        assert openings == [1] * trials
+
+        # The cool-down passed: one probe goes; it and late failures fail at once -> doubled once.
+        later = t + timedelta(seconds=CFG.breaker_cooldown + 1)
+        for name in names:
+            assert breaker.admit(conns[0], name, now=later).probe
+        results[:] = [[] for _ in range(workers)]
+        threads = [threading.Thread(target=fail_together, args=(w, later)) for w in range(workers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        rows = {r["name"]: r for r in conns[0].execute(
+            "SELECT name, state, opens, open_until FROM circuit_breakers WHERE name = ANY(%s)", (names,))}
+        assert all((rows[n]["state"], rows[n]["opens"], rows[n]["open_until"])
+                   == ("open", 2, later + timedelta(seconds=2 * CFG.breaker_cooldown)) for n in names)
+    finally:
+        for c in conns:
+            c.close()

@@ -133,6 +133,11 @@ def test_push_fault_classes(db_url, sandbox, runner, push_settings, fault, statu
     sandbox.fault("/push/", **fault)
     done = runner.run(job["id"])
     assert (done["status"], done["last_error_code"]) == (status, code)
+    # 404 (like 410) says the subscription is gone: deactivated; other answers leave it active.
+    with connect(db_url) as c:
+        row = c.execute("SELECT state, invalid_reason FROM push_subscriptions").fetchone()
+    assert row == ({"state": "invalid", "invalid_reason": "push_404"} if code == "push_404"
+                   else {"state": "active", "invalid_reason": None})
 
 
 def test_starttls_with_credentials_and_certificate_verification(db_url, runner):

@@ -33,6 +33,13 @@ policy.declare(CATALOGUE, "test_notice.sent", category="ticket", sensitivity="se
                template="test_notice.sent")
 
 
+outbox.define_event(CATALOGUE, "test_payment.sent", 1, aggregate="notice",
+                    fields={"user_ids": EventField(list)}, description="Test-only: sensitive, SMS-approved.")
+policy.declare(CATALOGUE, "test_payment.sent", category="financial", sensitivity="sensitive",
+               channels=("inbox", "push", "sms"), recipients=_recipients, permission="tickets.view",
+               template="test_payment.sent")
+
+
 def _user(conn, tenant, role="support_agent", *, email=None, phone="+989121234567", locale=None):
     u = auth.create_user(conn, email or f"u-{uuid.uuid4().hex[:8]}@example.test", "correct horse battery", role,
                          tenant["slug"])
@@ -122,6 +129,19 @@ def test_each_suppression_rule_in_order_with_its_reason(conn, tenant, make_tenan
     assert d[(ok, "inbox")]["status"] == "delivered"
     assert conn.execute("SELECT count(*) AS n FROM notifications WHERE event_id = %s",
                         (ev["id"],)).fetchone()["n"] == 3   # ok, opted_out, no_phone
+
+
+def test_a_sensitive_push_is_generic_even_when_the_category_may_go_by_sms(conn, tenant):
+    uid = _user(conn, tenant)
+    conn.execute("INSERT INTO push_subscriptions (id, tenant_id, user_ref, endpoint, p256dh, auth) "
+                 "VALUES (gen_random_uuid(), %s, %s, 'https://push.example.test/x', 'BExample', 'secret')",
+                 (tenant["id"], str(uid)))
+    ev = outbox.publish(conn, "test_payment.sent", 1, aggregate=("notice", uuid.uuid4().hex), tenant=tenant["id"],
+                        payload={"user_ids": [str(uid)]})
+    fanout.fan_out(conn, ev["id"])
+    d = _deliveries(conn, ev["id"])
+    assert d[(uid, "sms")]["status"] == "queued"             # financial: SMS-approved
+    assert d[(uid, "push")]["status"] == "queued" and d[(uid, "push")]["generic"] is True
 
 
 def test_tenant_default_preference_and_user_override(conn, tenant):

@@ -204,3 +204,33 @@ def test_response_body_read_is_capped(sandbox):
 def test_secret_format():
     s = webhooks.generate_secret()
     assert s.startswith("whsec_") and len(base64.b64decode(s[6:])) == 24
+
+
+def test_a_repeated_fanout_never_recreates_a_dead_delivery(db_url, sandbox, runner, provider_settings):
+    """A fan-out job that runs again (its worker killed after it began) finds the dead delivery job
+    and returns it: a 400 endpoint sees each webhook-id once; only an audited replay re-runs it."""
+    from opsboard import audit, jobqueue
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/a")
+        ev = insert_event(c, t)
+        fan = jobqueue.enqueue(c, "webhook.fanout", {"event_id": str(ev)}, tenant=t)
+    sandbox.fault("/hooks/a", kind="status", status=400)
+    assert runner.run(fan["id"])["status"] == "succeeded"
+    with connect(db_url) as c:
+        (deliver,) = c.execute("SELECT id FROM jobs WHERE type = 'webhook.deliver'").fetchall()
+    assert runner.run(deliver["id"])["status"] == "dead"
+    with connect(db_url) as c:      # the fan-out runs again (as after a crash: the same job, or a second one)
+        again = jobqueue.enqueue(c, "webhook.fanout", {"event_id": str(ev)}, tenant=t)
+        assert [j["id"] for j in webhooks.fanout(c, ev)] == [deliver["id"]]
+    assert runner.run(again["id"])["status"] == "succeeded"
+    with connect(db_url) as c:
+        rows = c.execute("SELECT id, status FROM jobs WHERE type = 'webhook.deliver'").fetchall()
+        assert rows == [{"id": deliver["id"], "status": "dead"}]
+    recs = sandbox.records("webhook")
+    assert len(recs) == 1
+    # An audited replay still makes a new job for the same key, and a fan-out then returns it.
+    with connect(db_url) as c:
+        replayed = jobqueue.replay(c, deliver["id"], audit.Actor(label="ops@example.test"), "receiver fixed", None)
+        assert replayed["id"] != deliver["id"]
+        assert [j["id"] for j in webhooks.fanout(c, ev)] == [replayed["id"]]

@@ -106,6 +106,8 @@ def test_policy_rules_apply_in_order():
     assert policy.check(_pol(sensitivity="sensitive"), "sms", _facts()).reason == "sensitivity"
     assert policy.check(_pol(sensitivity="sensitive"), "push", _facts()).generic is True
     assert policy.check(_pol("financial", "sensitive"), "sms", _facts()).status == "queued"
+    assert policy.check(_pol("financial", "sensitive"), "push", _facts()).generic is True
+    assert policy.check(_pol("financial"), "push", _facts()).generic is False
 
 
 def test_critical_categories_ignore_preferences_and_quiet_hours():

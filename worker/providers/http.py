@@ -36,17 +36,35 @@ class Response:
 
 
 _blocked = targets.blocked
-resolve_checked = targets.resolve_checked
+
+
+def resolve_checked(host: str, port: int, allow=()) -> str:
+    """The checked address to connect to (see :func:`opsboard.deliveries.targets.resolve_checked`)."""
+    return targets.resolve_checked(host, port, allow)
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of HTTPS requests: the system's trust store, the host's name verified.
+
+    A module function so that a test can trust its own self-signed certificate.
+    """
+    return ssl.create_default_context()
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):
+    """HTTPS to ``ip`` (the checked address) while TLS (SNI, certificate name) uses ``host``."""
+
     def __init__(self, host, ip, port, timeout):
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        super().__init__(host, port, timeout=timeout, context=tls_context())
         self._ip = ip
 
     def connect(self):
         sock = socket.create_connection((self._ip, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        try:
+            self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 class _Pool:

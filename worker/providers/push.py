@@ -3,17 +3,20 @@
 201/2xx success; 404 and 410 permanent (the subscription is gone: the handler
 deactivates it); 429 and 5xx retryable with ``Retry-After``; other 4xx permanent.
 
-The endpoint (a URL a browser handed over) passes the SSRF guard before each
+The endpoint (a URL a browser handed over) passes the SSRF guard on each
 send: every address its host resolves to must be public unless allow-listed
 (``OPSBOARD_WEBHOOK_ALLOW``); refused -> permanent ``push_target_refused`` (the
-handler deactivates the subscription).  Redirects are not followed.  pywebpush
-connects through ``requests`` by name, so a DNS answer changing between the
-check and the connect is not excluded (webhooks pin the checked address).
+handler deactivates the subscription).  pywebpush encrypts and signs, but its
+request goes through :class:`_PinnedSession`, i.e. :func:`worker.providers.http.request`
+with the guard: the name is resolved and checked there and the connection goes
+to the address that was checked (a DNS answer changing between the check and the
+connect cannot redirect it), TLS still verifying the host's name.  Redirects are
+not followed (a 3xx is a permanent ``push_3xx``).
 """
 from __future__ import annotations
 
+import http.client as _httpclient
 import json
-from urllib.parse import urlsplit
 
 from opsboard import retry
 from opsboard.config import ProviderSettings
@@ -23,27 +26,39 @@ from . import http
 
 
 def check_endpoint(url: str, allow=()) -> retry.Outcome | None:
-    """None when the endpoint may be called; else the outcome (refused: permanent; DNS failing: retryable)."""
+    """None when the endpoint's scheme, host and any address literal pass; else a permanent refusal.
+
+    A host name is resolved and checked by the pinned request itself (at connect time).
+    """
     try:
-        targets.check_url(url, allow, resolve=False)   # scheme, host, address literals
-        parts = urlsplit(url)
-        targets.resolve_checked(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
+        targets.check_url(url, allow, resolve=False)
     except targets.Refused as exc:
         return retry.Permanent("push_target_refused", detail=str(exc))
-    except (OSError, ValueError):
-        return retry.Retryable("push_dns")
     return None
 
 
-def _session():
-    import requests
+class _PinnedResponse:
+    """The part of a ``requests.Response`` pywebpush reads."""
 
-    class NoRedirects(requests.Session):
-        def post(self, url, **kwargs):
-            kwargs["allow_redirects"] = False
-            return super().post(url, **kwargs)
+    def __init__(self, resp: http.Response):
+        from requests.structures import CaseInsensitiveDict
 
-    return NoRedirects()
+        self.status_code = resp.status
+        self.reason = _httpclient.responses.get(resp.status, "")
+        self.headers = CaseInsensitiveDict(resp.headers)
+        self.content = resp.body
+        self.text = resp.body.decode("utf-8", "replace")
+
+
+class _PinnedSession:
+    """What pywebpush calls as ``requests_session.post``: one guarded, pinned request, no redirects."""
+
+    def __init__(self, allow=()):
+        self.allow = allow
+
+    def post(self, url, data=None, headers=None, timeout=10.0, **_):
+        return _PinnedResponse(http.request("POST", url, data, dict(headers or {}), timeout=timeout,
+                                            max_body=16 * 1024, guard=True, allow=self.allow))
 
 
 def send(settings: ProviderSettings, subscription: dict, data: dict, ttl: int = 3600) -> retry.Outcome:
@@ -59,17 +74,16 @@ def send(settings: ProviderSettings, subscription: dict, data: dict, ttl: int = 
     try:
         resp = webpush(info, json.dumps(data, separators=(",", ":")), vapid_private_key=settings.vapid_private_key,
                        vapid_claims={"sub": settings.vapid_subject}, ttl=ttl, timeout=settings.push_timeout,
-                       requests_session=_session())
+                       requests_session=_PinnedSession(settings.webhook_allow))
     except WebPushException as exc:
         if exc.response is None:
             return retry.Unknown("push_no_response")
         return http.classify(exc.response.status_code, {k.lower(): v for k, v in exc.response.headers.items()},
                              "push")
+    except targets.Refused as exc:   # the name now resolves somewhere it must not go
+        return retry.Permanent("push_target_refused", detail=str(exc))
+    except (OSError, _httpclient.HTTPException) as exc:
+        return http.classify_error(exc, "push")
     except Exception as exc:
-        name = type(exc).__name__.lower()
-        if "timeout" in name:
-            return retry.Unknown("push_timeout")
-        if "connection" in name:
-            return retry.Unknown("push_connection")
-        return retry.Unknown(f"push_{name}")
+        return retry.Unknown(f"push_{type(exc).__name__.lower()}")
     return http.classify(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, "push")
