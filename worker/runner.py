@@ -325,8 +325,10 @@ class Worker:
         another transaction (rolled back whole, safe to retry), not an outage: it is
         logged as what it is and no outage begins.
         """
-        if isinstance(exc, psycopg.errors.TransactionRollback):
-            kind = "deadlock" if isinstance(exc, psycopg.errors.DeadlockDetected) else "serialization failure"
+        # SQLSTATE class 40 (transaction rollback). psycopg's DeadlockDetected is not a subclass of
+        # its TransactionRollback, so the class is read from the state, not the exception type.
+        if (getattr(exc, "sqlstate", None) or "").startswith("40"):
+            kind = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
             log.warning("%s in %s (SQLSTATE %s); retrying", kind, what, exc.sqlstate)
             return
         if isinstance(exc, psycopg.OperationalError):

@@ -84,7 +84,6 @@ def test_a_failed_stats_flush_keeps_the_counts(db_url):
         w.pool.close()
 
 
-@pytest.mark.xfail(strict=False, reason="WIP: one of the log/outage assertions still fails; not yet diagnosed")
 def test_a_deadlock_recording_outcomes_is_retried_and_is_not_an_outage(db_url, monkeypatch, caplog):
     """The outcome statement fails once with a server-raised deadlock (SQLSTATE 40P01, through a
     test hook): logged as a deadlock, retried, the outcome recorded; no outage begins."""
