@@ -121,7 +121,7 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     ``(admission, envelope)``, the envelope ``None`` when refused (429/503).
     Raises :class:`EventRefused` before sending anything.
     """
-    from . import backpressure
+    from .. import backpressure
     params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     row = db.one(conn, "outbox_event_publish_admitted", {**params, **adm})

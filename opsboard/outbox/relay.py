@@ -245,7 +245,7 @@ def _insert_jobs(conn: psycopg.Connection, rows: list[dict]) -> None:
 
 
 def _park(conn: psycopg.Connection, event: dict, reason: str) -> None:
-    from . import audit
+    from .. import audit
     audit.record(conn, audit.Actor("relay"), "outbox.park", target_type="outbox_event", target_id=event["id"],
                  tenant_id=event["tenant_id"], reason=reason[:1000],
                  after={"type": event["type"], "version": event["version"],
