@@ -5,7 +5,10 @@ view that answers something undocumented fails the build.
 """
 from __future__ import annotations
 
+import uuid
+
 from ... import __version__, jobtypes, outbox
+from ...config import QUEUE_NAMES
 
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
@@ -136,19 +139,62 @@ _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+_UUID = {"type": "string", "format": "uuid",
+         "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
 
 
 def _field_schema(spec) -> dict:
+    """A job or event field (:class:`opsboard.jobtypes.Field`, ``EventField``) as JSON Schema."""
     types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
-    names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
-    out: dict = {"type": names[0] if len(names) == 1 else names}
-    if spec.max_length is not None:
-        out["maxLength" if "string" in names else "maxItems"] = spec.max_length
+    if uuid.UUID in types:
+        out: dict = dict(_UUID)
+    else:
+        names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
+        out = {"type": names[0] if len(names) == 1 else names}
+    kind = out["type"]
+    if spec.max_length is not None and "format" not in out:
+        out["maxLength" if "string" in kind else "maxItems" if "array" in kind else "maxProperties"] = spec.max_length
+    if getattr(spec, "min_length", None) is not None:
+        out["minLength" if "string" in kind else "minItems"] = spec.min_length
     if spec.choices is not None:
         out["enum"] = list(spec.choices)
     if getattr(spec, "pii", False):
         out["description"] = "declared personal data"
     return out
+
+
+def _payload_schema(fields: dict) -> dict:
+    return {"type": "object", "additionalProperties": False,
+            "required": [n for n, f in fields.items() if f.required],
+            "properties": {n: _field_schema(f) for n, f in fields.items()}}
+
+
+_JOB_OPTIONS = {
+    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+    "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
+    "run_at": {"type": "string", "format": "date-time"},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "priority": {"type": "integer", "minimum": -32768, "maximum": 32767}, "queue": {"enum": list(QUEUE_NAMES)},
+    "max_attempts": {"type": "integer", "minimum": 1},
+    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}
+
+
+def _job_request() -> dict:
+    """One branch per public job type version: only these are enqueued over the API (others: 422)."""
+    branches = []
+    for jt in jobtypes.all_types():
+        if not jt.public:
+            continue
+        payload = _payload_schema(jt.fields) if jt.fields else {
+            "type": "object", "description": "any JSON object (the type declares no fields)"}
+        branches.append({
+            "title": f"{jt.name} v{jt.version}", "description": jt.description,
+            "type": "object", "required": ["type", "payload"] + (["version"] if jt.version != 1 else []),
+            "additionalProperties": False,
+            "properties": {"type": {"const": jt.name}, "version": {"const": jt.version}, "payload": payload,
+                           **_JOB_OPTIONS}})
+    return {"description": "A public job type (`version` defaults to 1); the payload as its contract allows. "
+                           "Internal types are refused (422 `job_type_not_public`).", "oneOf": branches}
 
 
 def _event_request() -> dict:
@@ -163,9 +209,7 @@ def _event_request() -> dict:
                 "aggregate": {"type": "object", "required": ["type", "id"], "additionalProperties": False,
                               "properties": {"type": {"const": et.aggregate},
                                              "id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-                "payload": {"type": "object", "additionalProperties": False,
-                            "required": [n for n, f in et.fields.items() if f.required],
-                            "properties": {n: _field_schema(f) for n, f in et.fields.items()}},
+                "payload": _payload_schema(et.fields),
                 "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}})
     return {"description": "`version` defaults to the type's latest. Payloads carry ids, no personal data: "
                            "an email address, phone number or name in an undeclared field is refused (422).",
@@ -371,19 +415,7 @@ def document() -> dict:
                     "aggregate": {"type": "object", "required": ["type", "id"],
                                   "properties": {"type": _STR, "id": _STR}},
                     "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR}},
-                "JobRequest": {"type": "object", "required": ["type", "payload"], "additionalProperties": False,
-                               "properties": {
-                    "type": {"enum": sorted({jt.name for jt in jobtypes.all_types()}),
-                             "description": "a registered job type"},
-                    "version": {"enum": sorted({jt.version for jt in jobtypes.all_types()}), "default": 1},
-                    "payload": {"type": "object", "description": "as the job type's contract allows"},
-                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "run_at": {"type": "string", "format": "date-time"},
-                    "expires_at": {"type": "string", "format": "date-time"},
-                    "priority": {"type": "integer"}, "queue": {"type": "string"},
-                    "max_attempts": {"type": "integer"},
-                    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "JobRequest": _job_request(),
                 "Job": {"type": "object", "required": ["id", "type", "version", "status", "queue"], "properties": {
                     "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
                     "status": {"enum": ["pending", "running", "succeeded", "retryable", "dead", "cancelled"]},
