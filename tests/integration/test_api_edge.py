@@ -103,3 +103,19 @@ def test_uuid_field_takes_a_canonical_uuid_string_only():
     for bad in ("", "x", 5, True, None, ["a"], "urn:uuid:" + str(uuid.uuid4())):
         assert jobtypes.field_problem(spec, "id", bad), bad
     assert jobtypes.field_problem(outbox.EventField(str, min_length=2), "s", "a")
+
+
+def test_a_multipart_part_without_a_readable_name_is_ignored_not_a_500(app, client):
+    from opsboard.notifications import inbox
+    from opsboard.tickets import service as tickets
+    with connect(app.extensions["test_db_url"]) as c:
+        tenant = auth.ensure_tenant(c, f"edge-{uuid.uuid4().hex[:6]}")
+        user = tickets.ensure_requester(c, f"e-{uuid.uuid4().hex[:6]}@example.test", tenant_id=tenant["id"])
+        token, _ = inbox.create_token(c, user["id"])
+    boundary = "b0undary"
+    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="subject"\r\n\r\nHi\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="a\\"\r\n\r\n{{}}\r\n'
+            f'--{boundary}--\r\n').encode()
+    r = client.post("/api/v1/tickets", data=body, content_type=f"multipart/form-data; boundary={boundary}",
+                    headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "k1"})
+    assert r.status_code == 400 and r.json["field"] == "body", r.json  # the missing body, not a 500

@@ -104,7 +104,8 @@ _ENDPOINT_PROPS = {
 }
 _WEBHOOK_SCHEMAS = {
     "WebhookEndpointRequest": {"type": "object", "required": ["url"], "additionalProperties": False, "properties": {
-        "url": {"type": "string", "minLength": 1, "maxLength": 2000, "examples": ["https://example.com/hooks"]},
+        "url": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": "^https?://[!-~]+$",
+                "examples": ["https://example.com/hooks"]},
         "event_types": {"type": "array", "minItems": 1, "maxItems": 50,
                         "items": {"type": "string", "minLength": 1, "maxLength": 100,
                                   "pattern": "^(\\*|[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*)$"},
