@@ -47,7 +47,7 @@ _IDEMPOTENT_ACTION = {"name": "Idempotency-Key", "in": "header", "required": Fal
 
 
 def _webhook_action(op: str, summary: str, conflict: str | None, ok: str = "WebhookEndpoint") -> dict:
-    responses = {"200": _json("Done", ok), **_WEBHOOK_ERRORS,
+    responses = {"200": _json("Done", ok), **_WEBHOOK_ERRORS, "413": _error("Body larger than 1 MiB"),
                  "404": _error("No such endpoint for this tenant (another tenant's is not found either)"),
                  "409": _error(conflict or "The Idempotency-Key was used for another endpoint")}
     return {"operationId": op, "summary": summary, "parameters": _ID + [_IDEMPOTENT_ACTION],
