@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -43,12 +44,46 @@ class InvalidPayload(JobTypeError):
 
 @dataclass(frozen=True)
 class Field:
-    """One payload field: its JSON type(s), whether required, and simple limits."""
+    """One payload field: its JSON type(s), whether required, and simple limits.
+
+    ``uuid.UUID`` among the types means a JSON string in the canonical UUID form
+    (``8-4-4-4-12`` hex digits): an id the handler looks up, refused at enqueue
+    rather than failing in the worker.  ``min_length``/``max_length`` bound a
+    string's characters or a list's items; ``choices`` is an enum.
+    """
 
     types: type | tuple[type, ...]
     required: bool = True
     max_length: int | None = None
     choices: tuple | None = None
+    min_length: int | None = None
+
+
+_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def field_problem(spec, name: str, value: Any) -> str | None:
+    """Why ``value`` breaks the field ``spec`` (a :class:`Field` or an outbox ``EventField``), or None.
+
+    The one check of a typed field, shared by job payloads and event payloads.
+    """
+    types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+    json_types = tuple(t for t in types if t is not uuid.UUID)
+    if uuid.UUID in types and isinstance(value, str) and _UUID_RE.fullmatch(value):
+        pass
+    elif isinstance(value, bool) and bool not in json_types:
+        return f"field {name!r} must be {_names(types)}"
+    # JSON has one number type: a float field takes 3 as well as 3.0.
+    elif not isinstance(value, json_types) and not (float in json_types and isinstance(value, int)):
+        return f"field {name!r} must be {_names(types)}"
+    if hasattr(value, "__len__"):
+        if spec.max_length is not None and len(value) > spec.max_length:
+            return f"field {name!r} is longer than {spec.max_length}"
+        if getattr(spec, "min_length", None) is not None and len(value) < spec.min_length:
+            return f"field {name!r} is shorter than {spec.min_length}"
+    if spec.choices is not None and value not in spec.choices:
+        return f"field {name!r} must be one of {', '.join(map(str, spec.choices))}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,6 +129,9 @@ class JobType:
     #: receivers dedupe on ``webhook-id``), so the ``started`` row is written without
     #: waiting for the WAL flush; ``confirmed`` stays durable.  See ``queue.begin_effect``.
     relaxed_effects: bool = False
+    #: Producers may enqueue it over ``POST /api/v1/jobs``.  Internal types (a delivery, a fan-out,
+    #: a report slice) are enqueued only by the product itself, which makes the rows they read.
+    public: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,11 +226,12 @@ _HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
            description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,
-           **policy: Any) -> JobType:
+           public: bool = False, **policy: Any) -> JobType:
     """Register a job type in ``cat``; redefining the same (name, version) replaces it.
 
     ``handler`` (and ``prepare_batch``) are ``"module:function"`` paths, resolved by the
-    worker when it starts (it refuses to start when one points nowhere).
+    worker when it starts (it refuses to start when one points nowhere).  ``public`` types
+    may be enqueued over the HTTP API; the others only by the product's own code.
     """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -200,7 +239,7 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
         if path is not None and not (isinstance(path, str) and _HANDLER_RE.fullmatch(path)):
             raise ValueError(f"job type {name!r}: {what} {path!r} must be 'module:function'")
     jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description,
-                 prepare_batch, bool(relaxed_effects))
+                 prepare_batch, bool(relaxed_effects), bool(public))
     cat.job_types[(jt.name, jt.version)] = jt
     cat.changed()
     return jt
@@ -273,18 +312,9 @@ def validate_json(jt: JobType, payload: Any) -> str:
                 if spec.required:
                     raise InvalidPayload(f"{jt.name}: field {name!r} is required")
                 continue
-            value = payload[name]
-            types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
-            if isinstance(value, bool) and bool not in types:
-                raise InvalidPayload(f"{jt.name}: field {name!r} must be {_names(types)}")
-            # JSON has one number type: a float field takes 3 as well as 3.0.
-            if not isinstance(value, types) and not (float in types and isinstance(value, int)
-                                                     and not isinstance(value, bool)):
-                raise InvalidPayload(f"{jt.name}: field {name!r} must be {_names(types)}")
-            if spec.max_length is not None and hasattr(value, "__len__") and len(value) > spec.max_length:
-                raise InvalidPayload(f"{jt.name}: field {name!r} is longer than {spec.max_length}")
-            if spec.choices is not None and value not in spec.choices:
-                raise InvalidPayload(f"{jt.name}: field {name!r} must be one of {', '.join(map(str, spec.choices))}")
+            problem = field_problem(spec, name, payload[name])
+            if problem:
+                raise InvalidPayload(f"{jt.name}: {problem}")
     if jt.check:
         jt.check(payload)
     return text
@@ -292,15 +322,17 @@ def validate_json(jt: JobType, payload: Any) -> str:
 
 def _names(types) -> str:
     return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "a boolean",
-                        list: "a list", dict: "an object"}.get(t, t.__name__) for t in types)
+                        list: "a list", dict: "an object", uuid.UUID: "a UUID string"}.get(t, t.__name__)
+                       for t in types)
 
 
 def register(cat: _catalogue.Catalogue) -> None:
     """The diagnostic types: used by ``opsboard bench``, the demo and smoke tests."""
-    define(cat, "diag.noop", handler="worker.handlers.diag:noop", max_attempts=3, timeout=10,
+    # Public: producers' smoke tests enqueue them over the API.
+    define(cat, "diag.noop", handler="worker.handlers.diag:noop", max_attempts=3, timeout=10, public=True,
            description="Does nothing; measures the queue's own overhead.")
-    define(cat, "diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((int, float))},
+    define(cat, "diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((int, float))}, public=True,
            max_attempts=3, timeout=60, description="Sleeps for ms milliseconds.")
-    define(cat, "diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0,
+    define(cat, "diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0, public=True,
            fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
            max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")

@@ -52,6 +52,8 @@ push.send          ``{subscription_id,             Web Push to one subscription;
 """
 from __future__ import annotations
 
+import uuid
+
 from .. import catalogue as _catalogue
 from ..jobtypes import Field, define, define_provider
 from .messages import BUILT_IN_TEMPLATES
@@ -64,27 +66,27 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
     define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
     define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
-    define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(str)},
+    define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(uuid.UUID)},
            max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
            description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
     # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started
     # delivery is reconciled by sending again with the same webhook-id (relaxed_effects).
     define(cat, "webhook.deliver", handler="worker.handlers.deliveries:webhook_deliver",
            prepare_batch="worker.handlers.deliveries:webhook_prepare", relaxed_effects=True,
-           fields={"endpoint_id": Field(str), "event_id": Field(str)}, provider="webhooks",
+           fields={"endpoint_id": Field(uuid.UUID), "event_id": Field(uuid.UUID)}, provider="webhooks",
            max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
            description="POST one event to one endpoint, signed per Standard Webhooks.")
-    define(cat, "email.send", handler="worker.handlers.deliveries:email_send", fields={"message_id": Field(str)},
+    define(cat, "email.send", handler="worker.handlers.deliveries:email_send", fields={"message_id": Field(uuid.UUID)},
            provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
            description="Send one outbound_messages email over SMTP.")
-    define(cat, "sms.send", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(str)},
+    define(cat, "sms.send", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
            provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
            description="Send one outbound_messages SMS through the HTTP gateway.")
-    define(cat, "sms.otp", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(str)},
+    define(cat, "sms.otp", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
            provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
            backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
     define(cat, "push.send", handler="worker.handlers.deliveries:push_send",
-           fields={"subscription_id": Field(str), "notification_id": Field(str),
+           fields={"subscription_id": Field(uuid.UUID), "notification_id": Field(uuid.UUID),
                    "title": Field(str, required=False, max_length=80)},
            provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
            description="One Web Push message: the notification id and a generic title, nothing sensitive.")

@@ -39,6 +39,8 @@ whole chunk of recipients in SQL, ``notification_fanout_chunk``):
 """
 from __future__ import annotations
 
+import uuid
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
@@ -200,16 +202,16 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_category(cat, "ticket", description="Support ticket updates.")
     define_category(cat, "system", description="Platform notices.")
     jobtypes.define(cat, "notifications.fanout", handler="worker.handlers.notifications:fanout",
-                    fields={"event_id": jobtypes.Field(str)}, max_attempts=10, timeout=120,
+                    fields={"event_id": jobtypes.Field(uuid.UUID)}, max_attempts=10, timeout=120,
                     description="One event -> inbox rows, deliveries and channel jobs for every recipient.")
     jobtypes.define(cat, "notifications.deliver", handler="worker.handlers.notifications:deliver",
-                    fields={"delivery_id": jobtypes.Field(str)}, max_attempts=5, timeout=30,
+                    fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=5, timeout=30,
                     description="One delivery (recipient x event x channel): render and hand to the provider job.")
     jobtypes.define(cat, "notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
-                    fields={"delivery_id": jobtypes.Field(str)}, queue="critical", priority=0, max_attempts=3,
+                    fields={"delivery_id": jobtypes.Field(uuid.UUID)}, queue="critical", priority=0, max_attempts=3,
                     timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
     jobtypes.define(cat, "notifications.sms_status", handler="worker.handlers.notifications:sms_status",
-                    fields={"delivery_id": jobtypes.Field(str)}, max_attempts=12, timeout=30, backoff_base=15.0,
+                    fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=12, timeout=30, backoff_base=15.0,
                     backoff_cap=1800.0,
                     description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
                                 "delivered or failed; retried while the gateway still has it on its way.")

@@ -31,16 +31,9 @@ def validate_payload(et: EventType, payload: Any) -> str:
                 raise EventRefused("missing_field", f"{et.name}: field {name!r} is required", where)
             continue
         value = payload[name]
-        types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
-        wrong = (isinstance(value, bool) and bool not in types) or not (
-            isinstance(value, types) or (float in types and isinstance(value, int) and not isinstance(value, bool)))
-        if wrong:
-            raise EventRefused("invalid_field", f"{et.name}: field {name!r} must be {jobtypes._names(types)}", where)
-        if spec.max_length is not None and hasattr(value, "__len__") and len(value) > spec.max_length:
-            raise EventRefused("invalid_field", f"{et.name}: field {name!r} is longer than {spec.max_length}", where)
-        if spec.choices is not None and value not in spec.choices:
-            raise EventRefused("invalid_field", f"{et.name}: field {name!r} must be one of "
-                               f"{', '.join(map(str, spec.choices))}", where)
+        problem = jobtypes.field_problem(spec, name, value)
+        if problem:
+            raise EventRefused("invalid_field", f"{et.name}: {problem}", where)
         if not spec.pii:
             found = _scan(value, where)
             if found:

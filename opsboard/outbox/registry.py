@@ -27,7 +27,11 @@ class EventRefused(ValueError):
 
 @dataclass(frozen=True)
 class EventField:
-    """One payload field: JSON type(s), required or not, limits, and whether it may hold personal data."""
+    """One payload field: JSON type(s), required or not, limits, and whether it may hold personal data.
+
+    As in a job type's :class:`~opsboard.jobtypes.Field`, ``uuid.UUID`` among the types means a
+    string in the canonical UUID form: the id of a row a consumer will look up.
+    """
 
     types: type | tuple[type, ...]
     required: bool = True
@@ -35,6 +39,7 @@ class EventField:
     choices: tuple | None = None
     #: Declared personal data (a phone number the SMS needs): exempt from the PII scan.
     pii: bool = False
+    min_length: int | None = None
 
 
 @dataclass(frozen=True)

@@ -354,7 +354,7 @@ def act(conn: psycopg.Connection, ticket_id, action: str, caller: Caller, *, sco
             if assignee == t["assignee_id"]:
                 raise OpsError("the ticket already has this assignee", "already_assigned", status=409)
             new["assignee_id"] = assignee
-            event = ("ticket.assigned", {"assignee_id": str(assignee) if assignee else ""})
+            event = ("ticket.assigned", {"assignee_id": str(assignee) if assignee else None})
         elif action == "decide":
             if not t["is_request"]:
                 raise OpsError("only a request-type ticket takes a decision", "not_a_request", status=409)
@@ -511,7 +511,7 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
 def define_types(cat) -> None:
     """The ticket feature's job type (see :func:`opsboard.tickets.register`)."""
     define(cat, "tickets.sla_check", handler="worker.handlers.tickets:sla_check",
-           fields={"ticket_id": Field(str, max_length=36), "kind": Field(str, max_length=20),
+           fields={"ticket_id": Field(uuid.UUID), "kind": Field(str, choices=("first_response", "resolution")),
                    "due_at": Field(str, max_length=40)},
            max_attempts=5, timeout=30,
            description="At a ticket's due time: marks the SLA breach once, unless the due time moved or was met.")

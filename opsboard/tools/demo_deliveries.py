@@ -79,6 +79,6 @@ def traffic_tick(conn, sb: Sandbox, tenants: dict, state: dict, rng: random.Rand
                                    expires_in=120)
             elif r < 0.6 and slug in state["subscriptions"]:
                 try:
-                    messages.send_push(conn, tid, state["subscriptions"][slug], f"ntf-{new_id()}")
+                    messages.send_push(conn, tid, state["subscriptions"][slug], str(new_id()))
                 except messages.InvalidRecipient:
                     pass

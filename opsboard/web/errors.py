@@ -7,7 +7,7 @@ import logging
 from flask import jsonify, render_template, request
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
-from werkzeug.exceptions import HTTPException, SecurityError
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, SecurityError
 
 from ..errors import OpsError
 
@@ -76,6 +76,16 @@ def _http_message(status: int) -> str:
     return str(messages.get(status, _l("The request could not be completed.")))
 
 
+def _allowed_methods() -> set[str]:
+    """The methods the url_map routes for this request's path (a 405 raised without them)."""
+    from flask import current_app
+    adapter = current_app.url_map.bind_to_environ(request.environ)
+    try:
+        return set(adapter.allowed_methods())
+    except HTTPException:
+        return set()
+
+
 def register(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
@@ -100,7 +110,12 @@ def register(app) -> None:
         message = exc.description or ""
         if message == type(exc).description:   # werkzeug's own English text (an unknown URL, a wrong method...)
             message = _http_message(status)
-        return error_response(status, _CODES.get(status, "http_error"), message)
+        headers = None
+        if isinstance(exc, MethodNotAllowed):
+            # RFC 9110: a 405 names the methods the resource takes.  werkzeug found them in the url_map
+            # for this path (valid_methods); HEAD and OPTIONS, answered for every rule, included.
+            headers = {"Allow": ", ".join(sorted(exc.valid_methods or _allowed_methods()))}
+        return error_response(status, _CODES.get(status, "http_error"), message, headers)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -95,7 +95,7 @@ def _push(db_url, sandbox, title="You have a new message"):
         t = auth.ensure_tenant(c, "acme")["id"]
         sub = messages.add_push_subscription(c, t, sandbox.new_push_subscription(), user_ref="user-1",
                                              allow=sandbox_settings(sandbox).webhook_allow)
-        job = messages.send_push(c, t, sub["id"], "ntf-123", title)
+        job = messages.send_push(c, t, sub["id"], "01930000-0000-7000-8000-000000000123", title)
     return t, sub, job
 
 
@@ -104,7 +104,7 @@ def test_push_is_encrypted_signed_and_the_sandbox_reads_the_payload(db_url, sand
     assert runner.run(job["id"])["status"] == "succeeded"
     (rec,) = sandbox.records("push")
     assert rec["vapid"] and rec["decrypt_error"] is None
-    assert json.loads(rec["payload"]) == {"notification_id": "ntf-123", "title": "You have a new message"}
+    assert json.loads(rec["payload"]) == {"notification_id": "01930000-0000-7000-8000-000000000123", "title": "You have a new message"}
     with connect(db_url) as c:
         assert c.execute("SELECT last_success_at FROM push_subscriptions").fetchone()["last_success_at"] is not None
 
@@ -118,7 +118,7 @@ def test_410_deactivates_the_subscription_for_good(db_url, sandbox, runner, push
         row = c.execute("SELECT state, invalid_reason FROM push_subscriptions").fetchone()
         assert row == {"state": "invalid", "invalid_reason": "push_410"}
         with pytest.raises(InvalidRecipient):  # never used again
-            messages.send_push(c, t, sub["id"], "ntf-124")
+            messages.send_push(c, t, sub["id"], "01930000-0000-7000-8000-000000000124")
     assert len(sandbox.records("push")) == 1
 
 
@@ -165,7 +165,7 @@ def test_a_revoked_subscription_is_never_used(db_url, sandbox, runner, push_sett
     with connect(db_url) as c:
         assert messages.revoke_push_subscription(c, t, sub["id"])
         with pytest.raises(InvalidRecipient):
-            messages.send_push(c, t, sub["id"], "ntf-125")
+            messages.send_push(c, t, sub["id"], "01930000-0000-7000-8000-000000000125")
     done = runner.run(job["id"])  # queued before the revocation
     assert (done["status"], done["last_error_code"]) == ("dead", "subscription_inactive")
     assert sandbox.records("push") == []

@@ -115,7 +115,11 @@ def test_attachments_sniffed_stored_and_downloaded_safely(client, login_as, desk
     assert d.status_code == 200 and d.data.startswith(b"<html>")
     assert d.headers["Content-Disposition"].startswith("attachment")
     assert d.headers["X-Content-Type-Options"] == "nosniff"
-    assert d.headers["Content-Type"].startswith("text/plain")
+    # Only images and PDF are sent as their type: anything else is application/octet-stream (issue 26).
+    assert d.headers["Content-Type"] == "application/octet-stream"
+    png = _api(client, desk, "GET", f"/api/v1/tickets/{t['id']}/attachments/{atts['shot.txt']['id']}")
+    assert png.headers["Content-Type"] == "image/png" and png.headers["X-Content-Type-Options"] == "nosniff"
+    assert png.headers["Content-Disposition"].startswith("attachment")
     # over-size and disallowed types are refused with their codes, nothing stored
     big = _api(client, desk, "POST", f"/api/v1/tickets/{t['id']}/replies",
                data={"body": "big", "files": [(io.BytesIO(b"a" * 1001), "big.txt")]}, content_type="multipart/form-data")

@@ -111,9 +111,9 @@ def guarded(job):
 def register(cat) -> None:
     """The tests' job types (OPSBOARD_JOB_MODULES=tests.support.jobs)."""
     define(cat, "test.record", handler="tests.support.jobs:record", fields={"key": Field(str), "ms": Field(int, required=False)},
-           max_attempts=3, timeout=10, backoff_base=0.05, backoff_cap=0.2)
+           max_attempts=3, timeout=10, backoff_base=0.05, backoff_cap=0.2, public=True)
     define(cat, "test.record", 2, handler="tests.support.jobs:record", queue="critical",
-           fields={"key": Field(str), "ms": Field(int, required=False)}, max_attempts=3, timeout=10)
+           fields={"key": Field(str), "ms": Field(int, required=False)}, max_attempts=3, timeout=10, public=True)
     define(cat, "test.raise", handler="tests.support.jobs:always_raise", max_attempts=3, backoff_base=0.01, backoff_cap=0.05)
     define(cat, "test.permanent", handler="tests.support.jobs:permanent", max_attempts=5)
     define(cat, "test.hang", handler="tests.support.jobs:hang", max_attempts=2, timeout=0.5, backoff_base=0.01, backoff_cap=0.05)

@@ -16,7 +16,7 @@ from ...notifications import devices, inbox
 from .. import sse
 from ..context import get_config, get_db
 from . import bp
-from .common import Problem, json_object
+from .common import Problem, field, json_object
 
 
 def authenticate_user() -> dict:
@@ -134,6 +134,15 @@ def inbox_mark(notification_id, state):
 def device_register():
     user = authenticate_user()
     body = json_object()
+    # The shape of a PushSubscription, checked here (the core reads endpoint and keys, nothing else);
+    # refused with the core's own code for a subscription it cannot use.
+    try:
+        field(body, "endpoint", str, max_length=2000)
+        keys = field(body, "keys", dict)
+        for name in ("p256dh", "auth"):
+            field(keys, name, str, max_length=200, where=f"keys.{name}")
+    except Problem as exc:
+        raise Problem(400, "invalid_subscription", exc.message, exc.field) from None
     with get_db().connection() as conn:
         row = _core(lambda: devices.register_for_user(conn, user["user_id"], body,
                                                       allow=get_config().providers.webhook_allow))

@@ -55,6 +55,11 @@ def enqueue_job():
         max_attempts=field(body, "max_attempts", int, required=False), correlation_id=correlation_id(body))
     try:
         jt = jobtypes.get(new.type, new.version)
+        if not jt.public:
+            # Internal types read rows only the product makes (a delivery, a report run): a producer's
+            # payload for one would be accepted here and fail in the worker.
+            raise Problem(422, "job_type_not_public", f"{new.type} is enqueued by opsboard itself, not over the "
+                          "API (public types: see the OpenAPI document's JobRequest).", "type")
         jobqueue.prepare_row(new)  # every check enqueue makes, before admission and the transaction
     except jobtypes.UnknownJobType as exc:
         raise Problem(422, exc.code, str(exc), "type") from None

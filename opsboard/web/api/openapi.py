@@ -5,7 +5,11 @@ view that answers something undocumented fails the build.
 """
 from __future__ import annotations
 
+import uuid
+
 from ... import __version__, jobtypes, outbox
+from ...config import QUEUE_NAMES
+from ..tickets import SAFE_DOWNLOAD_TYPES
 
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
@@ -43,11 +47,16 @@ _IDEMPOTENT_ACTION = {"name": "Idempotency-Key", "in": "header", "required": Fal
 
 
 def _webhook_action(op: str, summary: str, conflict: str | None, ok: str = "WebhookEndpoint") -> dict:
-    responses = {"200": _json("Done", ok), **_WEBHOOK_ERRORS,
+    responses = {"200": _json("Done", ok), **_WEBHOOK_ERRORS, "413": _error("Body larger than 1 MiB"),
                  "404": _error("No such endpoint for this tenant (another tenant's is not found either)"),
                  "409": _error(conflict or "The Idempotency-Key was used for another endpoint")}
     return {"operationId": op, "summary": summary, "parameters": _ID + [_IDEMPOTENT_ACTION],
             "requestBody": _ACTION_BODY, "responses": responses}
+
+
+_WEBHOOK_LINKS = {op: {"operationId": op, "parameters": {"id": "$response.body#/id"}} for op in (
+    "getWebhookEndpoint", "deleteWebhookEndpoint", "enableWebhookEndpoint", "disableWebhookEndpoint",
+    "rotateWebhookSecret")}
 
 
 def _webhook_paths() -> dict:
@@ -61,7 +70,8 @@ def _webhook_paths() -> dict:
                      "parameters": [_IDEMPOTENT_ACTION],
                      "requestBody": {"required": True, "content": {"application/json": {
                          "schema": {"$ref": "#/components/schemas/WebhookEndpointRequest"}}}},
-                     "responses": {"201": _json("Registered", "WebhookEndpoint"), **_WEBHOOK_ERRORS,
+                     "responses": {"201": {**_json("Registered", "WebhookEndpoint"), "links": _WEBHOOK_LINKS},
+                                   **_WEBHOOK_ERRORS, "413": _error("Body larger than 1 MiB"),
                                    "409": _error("The Idempotency-Key was used for another tenant"),
                                    "422": _error("The URL's host is a private, loopback or link-local address "
                                                  "(also through DNS), or does not resolve")}}},
@@ -94,9 +104,13 @@ _ENDPOINT_PROPS = {
 }
 _WEBHOOK_SCHEMAS = {
     "WebhookEndpointRequest": {"type": "object", "required": ["url"], "additionalProperties": False, "properties": {
-        "url": {"type": "string", "minLength": 1, "maxLength": 2000, "examples": ["https://example.com/hooks"]},
-        "event_types": {"type": "array", "items": {"type": "string"}, "maxItems": 50,
-                        "description": "'*' (every event, the default) or names like order.paid"},
+        "url": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": "^https?://[!-~]+$",
+                "examples": ["https://example.com/hooks"]},
+        "event_types": {"type": "array", "minItems": 1, "maxItems": 50,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 100,
+                                  "pattern": "^(\\*|[a-z][a-z0-9_]*(\\.[a-z0-9_]+)*)$"},
+                        "description": "'*' (every event, the default) or names like order.paid; "
+                                       "an empty list or an empty name is refused (400)"},
         "description": {"type": "string", "minLength": 1, "maxLength": 200},
         "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"}}},
     "WebhookActionRequest": {"type": "object", "additionalProperties": False, "properties": {
@@ -136,19 +150,62 @@ _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+_UUID = {"type": "string", "format": "uuid",
+         "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
 
 
 def _field_schema(spec) -> dict:
+    """A job or event field (:class:`opsboard.jobtypes.Field`, ``EventField``) as JSON Schema."""
     types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
-    names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
-    out: dict = {"type": names[0] if len(names) == 1 else names}
-    if spec.max_length is not None:
-        out["maxLength" if "string" in names else "maxItems"] = spec.max_length
+    if uuid.UUID in types:
+        out: dict = dict(_UUID)
+    else:
+        names = [_JSON_TYPES[t] for t in types if t in _JSON_TYPES]
+        out = {"type": names[0] if len(names) == 1 else names}
+    kind = out["type"]
+    if spec.max_length is not None and "format" not in out:
+        out["maxLength" if "string" in kind else "maxItems" if "array" in kind else "maxProperties"] = spec.max_length
+    if getattr(spec, "min_length", None) is not None:
+        out["minLength" if "string" in kind else "minItems"] = spec.min_length
     if spec.choices is not None:
         out["enum"] = list(spec.choices)
     if getattr(spec, "pii", False):
         out["description"] = "declared personal data"
     return out
+
+
+def _payload_schema(fields: dict) -> dict:
+    return {"type": "object", "additionalProperties": False,
+            "required": [n for n, f in fields.items() if f.required],
+            "properties": {n: _field_schema(f) for n, f in fields.items()}}
+
+
+_JOB_OPTIONS = {
+    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+    "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
+    "run_at": {"type": "string", "format": "date-time"},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "priority": {"type": "integer", "minimum": -32768, "maximum": 32767}, "queue": {"enum": list(QUEUE_NAMES)},
+    "max_attempts": {"type": "integer", "minimum": 1},
+    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}
+
+
+def _job_request() -> dict:
+    """One branch per public job type version: only these are enqueued over the API (others: 422)."""
+    branches = []
+    for jt in jobtypes.all_types():
+        if not jt.public:
+            continue
+        payload = _payload_schema(jt.fields) if jt.fields else {
+            "type": "object", "description": "any JSON object (the type declares no fields)"}
+        branches.append({
+            "title": f"{jt.name} v{jt.version}", "description": jt.description,
+            "type": "object", "required": ["type", "payload"] + (["version"] if jt.version != 1 else []),
+            "additionalProperties": False,
+            "properties": {"type": {"const": jt.name}, "version": {"const": jt.version}, "payload": payload,
+                           **_JOB_OPTIONS}})
+    return {"description": "A public job type (`version` defaults to 1); the payload as its contract allows. "
+                           "Internal types are refused (422 `job_type_not_public`).", "oneOf": branches}
 
 
 def _event_request() -> dict:
@@ -163,9 +220,7 @@ def _event_request() -> dict:
                 "aggregate": {"type": "object", "required": ["type", "id"], "additionalProperties": False,
                               "properties": {"type": {"const": et.aggregate},
                                              "id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-                "payload": {"type": "object", "additionalProperties": False,
-                            "required": [n for n, f in et.fields.items() if f.required],
-                            "properties": {n: _field_schema(f) for n, f in et.fields.items()}},
+                "payload": _payload_schema(et.fields),
                 "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}})
     return {"description": "`version` defaults to the type's latest. Payloads carry ids, no personal data: "
                            "an email address, phone number or name in an undeclared field is refused (422).",
@@ -178,17 +233,73 @@ _TICKET_ERRORS = {
     "401": _error("No user token (`obu_...`), or an unknown or revoked one", auth=True),
     "403": _error("The token's user has no active tenant membership (`no_tenant`) or several (`tenant_ambiguous`)"),
     "404": _error("No such ticket among the token user's own"),
-    "409": _error("The workflow refuses the action (`invalid_transition`, with `allowed`), `reopen_window_passed`"),
-    "413": _error("An attachment is larger than OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES"),
+    "409": _error("The workflow refuses the action (`invalid_transition`, with `allowed`), `reopen_window_passed`, "
+                  "or the Idempotency-Key was used with another request (`idempotency_conflict`)"),
+    "413": _error("An attachment is larger than OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES, or the body is too large"),
     "415": _error("An attachment's sniffed type is not allowed"),
 }
 _TICKET_ID = {"name": "ticket_id", "in": "path", "required": True, "schema": _STR}
-_OBJ = {"description": "The ticket (messages without internal notes, attachments)",
-        "content": {"application/json": {"schema": {"type": "object"}}}}
-_TICKET_BODY = {"required": True, "content": {
-    "application/json": {"schema": {"type": "object"}},
-    "multipart/form-data": {"schema": {"type": "object", "properties": {
-        "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}
+_TIME = {"type": "string", "format": "date-time"}
+_PRIORITIES = ["low", "normal", "high", "urgent"]
+_TICKET_SUMMARY = {
+    "id": {"type": "string", "format": "uuid"}, "number": {"type": "integer"}, "subject": _STR,
+    "status": {"enum": ["new", "triaged", "in_progress", "waiting_on_customer", "resolved", "closed", "cancelled"]},
+    "priority": {"enum": _PRIORITIES}, "category": _NSTR, "created_at": _TIME, "updated_at": _TIME}
+_TICKET_SCHEMAS = {
+    "TicketSummary": {"type": "object", "additionalProperties": False, "required": list(_TICKET_SUMMARY),
+                      "properties": _TICKET_SUMMARY},
+    "Ticket": {"type": "object", "additionalProperties": False,
+               "required": [*_TICKET_SUMMARY, "resolution_code", "resolution_summary", "decision", "messages",
+                            "attachments"],
+               "properties": {**_TICKET_SUMMARY, "resolution_code": _NSTR, "resolution_summary": _NSTR,
+                              "decision": {"enum": ["approved", "rejected", None]},
+                              "messages": {"type": "array", "description": "public messages only, oldest first",
+                                           "items": {"type": "object", "additionalProperties": False,
+                                                     "required": ["id", "kind", "author", "body", "created_at"],
+                                                     "properties": {"id": {"type": "string", "format": "uuid"},
+                                                                    "kind": _STR, "author": _NSTR, "body": _NSTR,
+                                                                    "created_at": _TIME}}},
+                              "attachments": {"type": "array", "items": {
+                                  "type": "object", "additionalProperties": False,
+                                  "required": ["id", "message_id", "filename", "content_type", "size", "sha256"],
+                                  "properties": {"id": {"type": "string", "format": "uuid"},
+                                                 "message_id": {"type": "string", "format": "uuid"},
+                                                 "filename": _STR, "content_type": _STR, "size": {"type": "integer"},
+                                                 "sha256": _STR}}}}},
+    "TicketList": {"type": "object", "additionalProperties": False, "required": ["tickets", "next_after"],
+                   "properties": {"tickets": {"type": "array", "items": {"$ref": "#/components/schemas/TicketSummary"}},
+                                  "next_after": {"type": ["string", "null"], "format": "uuid",
+                                                 "description": "pass as `after` for the next page"}}},
+    "TicketRequest": {"type": "object", "required": ["subject", "body"], "properties": {
+        "subject": {"type": "string", "minLength": 1, "maxLength": 200}, "body": {"type": "string", "minLength": 1},
+        "priority": {"enum": _PRIORITIES, "default": "normal"},
+        "category": {"type": "string", "description": "a category slug of the tenant"}}},
+    "TicketReplyRequest": {"type": "object", "required": ["body"], "properties": {
+        "body": {"type": "string", "minLength": 1}}},
+}
+_FILES = {"files": {"type": "array", "items": {"type": "string", "format": "binary"}}}
+
+
+def _ticket_body(schema: str) -> dict:
+    fields = _TICKET_SCHEMAS[schema]
+    return {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}},
+        "multipart/form-data": {"schema": {"type": "object", "required": fields["required"],
+                                           "properties": {**fields["properties"], **_FILES}}}}}
+
+
+def _ticket(description: str) -> dict:
+    return _json(description + " (messages without internal notes, attachments)", "Ticket")
+
+
+_TICKET_LINKS = {
+    "getTicket": {"operationId": "getTicket", "parameters": {"ticket_id": "$response.body#/id"}},
+    "replyTicket": {"operationId": "replyTicket", "parameters": {"ticket_id": "$response.body#/id"}},
+    "reopenTicket": {"operationId": "reopenTicket", "parameters": {"ticket_id": "$response.body#/id"}},
+}
+#: Attachment types sent as themselves (with Content-Disposition: attachment and nosniff); every other
+#: stored type is sent as application/octet-stream (opsboard.web.tickets.SAFE_DOWNLOAD_TYPES).
+_DOWNLOAD_TYPES = ("application/octet-stream", *sorted(SAFE_DOWNLOAD_TYPES))
 
 
 def _ticket_paths() -> dict:
@@ -197,93 +308,144 @@ def _ticket_paths() -> dict:
     paths = {
         "/tickets": {
             "post": {"operationId": "createTicket", "summary": "Open a ticket (JSON, or multipart with files)",
-                     "parameters": [_IDEMPOTENCY], "requestBody": _TICKET_BODY,
-                     "responses": {"201": _OBJ, **{k: v for k, v in _TICKET_ERRORS.items() if k != "404"}}},
+                     "parameters": [_IDEMPOTENCY], "requestBody": _ticket_body("TicketRequest"),
+                     "responses": {"201": {**_ticket("Opened"), "links": _TICKET_LINKS},
+                                   **{k: v for k, v in _TICKET_ERRORS.items() if k != "404"}}},
             "get": {"operationId": "listTickets", "summary": "The token user's own tickets, newest first",
-                    "parameters": [{"name": "after", "in": "query", "required": False, "schema": _STR},
-                                   {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}}],
-                    "responses": {"200": {"description": "A page", "content": {"application/json": {
-                        "schema": {"type": "object"}}}}, "400": _TICKET_ERRORS["400"], "401": _TICKET_ERRORS["401"]}}},
+                    "parameters": [{"name": "after", "in": "query", "required": False,
+                                    "schema": {"type": "string", "format": "uuid"}},
+                                   {"name": "limit", "in": "query", "required": False,
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": 200}}],
+                    "responses": {"200": _json("A page", "TicketList"),
+                                  "400": _error("`after` is not a ticket id or `limit` not a number "
+                                                "(`invalid_filter`)"),
+                                  "401": _TICKET_ERRORS["401"]}}},
         "/tickets/{ticket_id}": {"get": {
             "operationId": "getTicket", "summary": "One own ticket, without internal notes",
-            "parameters": [_TICKET_ID], "responses": {"200": _OBJ, **errors}}},
+            "parameters": [_TICKET_ID], "responses": {"200": _ticket("The ticket"), **errors}}},
         "/tickets/{ticket_id}/replies": {"post": {
             "operationId": "replyTicket", "summary": "Reply (resumes a ticket waiting on the customer)",
-            "parameters": [_TICKET_ID, _IDEMPOTENCY], "requestBody": _TICKET_BODY,
-            "responses": {"201": _OBJ, **_TICKET_ERRORS}}},
+            "parameters": [_TICKET_ID, _IDEMPOTENCY], "requestBody": _ticket_body("TicketReplyRequest"),
+            "responses": {"201": _ticket("Replied"), **_TICKET_ERRORS}}},
         "/tickets/{ticket_id}/reopen": {"post": {
             "operationId": "reopenTicket", "summary": "Reopen a resolved ticket within the window",
             "parameters": [_TICKET_ID, _IDEMPOTENCY],
-            "responses": {"200": _OBJ, **{k: _TICKET_ERRORS[k] for k in ("400", "401", "404", "409")}}}},
+            "responses": {"200": _ticket("Reopened"), **{k: _TICKET_ERRORS[k] for k in ("400", "401", "404", "409")}}}},
         "/tickets/{ticket_id}/attachments/{attachment_id}": {"get": {
-            "operationId": "getTicketAttachment", "summary": "Download an attachment (Content-Disposition: attachment)",
+            "operationId": "getTicketAttachment",
+            "summary": "Download an attachment (Content-Disposition: attachment, X-Content-Type-Options: nosniff); "
+                       "sent as application/octet-stream unless its type is an image or PDF",
             "parameters": [_TICKET_ID, {"name": "attachment_id", "in": "path", "required": True, "schema": _STR}],
-            "responses": {"200": {"description": "The file", "content": {"application/octet-stream": {
-                "schema": {"type": "string", "format": "binary"}}}}, **errors}}},
+            "responses": {"200": {"description": "The file", "headers": {
+                "Content-Disposition": {"required": True, "schema": {"type": "string", "pattern": "^attachment"}},
+                "X-Content-Type-Options": {"required": True, "schema": {"const": "nosniff"}}},
+                "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in _DOWNLOAD_TYPES}},
+                **errors}}},
     }
     for operations in paths.values():
         for op in operations.values():
             op["security"] = [{"userToken": []}]
-            if "401" in op["responses"]:
-                op["responses"]["403"] = _TICKET_ERRORS["403"]
+            op["responses"]["403"] = _TICKET_ERRORS["403"]
     return paths
 
 
 _INBOX_401 = _error("No user token (`obu_...`: `opsboard user-token --email ...`), or an unknown or revoked one",
                     auth=True)
+_INBOX_403 = _error("The token's user has no active membership of a tenant (`no_membership`)")
 _NOTIFICATION_ID = {"name": "notification_id", "in": "path", "required": True, "schema": _STR}
-_ANY_OBJECT = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_NOTIFICATION_PROPS = {
+    "id": {"type": "string", "format": "uuid"}, "cursor": {"type": "integer", "minimum": 0},
+    "event_type": _STR, "category": _NSTR, "title": _NSTR, "locale": _NSTR, "created_at": _TIME,
+    "seen_at": _NTIME, "read_at": _NTIME, "archived_at": _NTIME}
+_INBOX_SCHEMAS = {
+    "Notification": {"type": "object", "additionalProperties": False,
+                     "required": [*_NOTIFICATION_PROPS, "body", "data"],
+                     "properties": {**_NOTIFICATION_PROPS, "body": _NSTR,
+                                    "data": {"type": ["object", "null"],
+                                             "description": "the template's link and ids (no personal data)"}}},
+    "InboxPage": {"type": "object", "additionalProperties": False, "required": ["items", "next_cursor", "unread"],
+                  "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Notification"}},
+                                 "next_cursor": {"type": ["integer", "null"], "minimum": 0},
+                                 "unread": {"type": "integer", "minimum": 0}}},
+    "InboxUnread": {"type": "object", "additionalProperties": False, "required": ["unread"],
+                    "properties": {"unread": {"type": "integer", "minimum": 0}}},
+    "NotificationState": {"type": "object", "additionalProperties": False,
+                          "required": ["id", "seen", "read", "archived", "unread"],
+                          "properties": {"id": {"type": "string", "format": "uuid"}, "seen": {"type": "boolean"},
+                                         "read": {"type": "boolean"}, "archived": {"type": "boolean"},
+                                         "unread": {"type": "integer", "minimum": 0}}},
+    "DeviceRequest": {"type": "object", "required": ["endpoint", "keys"], "description": "A browser's "
+                      "PushSubscription (`subscription.toJSON()`)", "properties": {
+                          "endpoint": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2000,
+                                       "examples": ["https://push.example.com/send/abc"]},
+                          "expirationTime": {"type": ["number", "null"]},
+                          "keys": {"type": "object", "required": ["p256dh", "auth"], "properties": {
+                              "p256dh": {"type": "string", "minLength": 1, "maxLength": 200},
+                              "auth": {"type": "string", "minLength": 1, "maxLength": 200}}}}},
+    "Device": {"type": "object", "additionalProperties": False, "required": ["id", "state"],
+               "properties": {"id": {"type": "string", "format": "uuid"},
+                              "state": {"enum": ["active", "invalid", "revoked"]}}},
+}
 
 
 def _inbox_paths() -> dict:
     """The end user's inbox and devices (opsboard.web.api.inbox): user bearer tokens, not API keys."""
-    cursor = {"in": "query", "required": False, "schema": {"type": "integer"}}
-    return {
+    cursor = {"in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}}
+    paths = {
         "/inbox": {"get": {
             "operationId": "listInbox", "summary": "The user's notifications, newest first (cursor: older; "
                                                    "since: newer, for a re-sync after a missed push or SSE)",
             "parameters": [{"name": "cursor", **cursor}, {"name": "since", **cursor},
                            {"name": "limit", **cursor},
-                           {"name": "archived", "in": "query", "required": False, "schema": _STR}],
-            "responses": {"200": {"description": "A page: items, next_cursor, unread", **_ANY_OBJECT},
-                          "400": _error("A cursor that is not a number, or both cursor and since"),
-                          "401": _INBOX_401}}},
+                           {"name": "archived", "in": "query", "required": False, "schema": {"enum": ["0", "1"]}}],
+            "responses": {"200": _json("A page: items, next_cursor, unread", "InboxPage"),
+                          "400": _error("A cursor that is not a number, or both cursor and since")}}},
         "/inbox/unread": {"get": {
             "operationId": "inboxUnread", "summary": "The unread count (the badge)",
-            "responses": {"200": {"description": "{unread}", **_ANY_OBJECT}, "401": _INBOX_401}}},
+            "responses": {"200": _json("The unread count", "InboxUnread")}}},
         "/inbox/stream": {"get": {
             "operationId": "inboxStream", "summary": "Server-sent events: new inbox rows live; event ids are inbox "
                                                      "cursors, Last-Event-ID resumes from the inbox",
             "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {
                               "schema": {"type": "string"}}}},
                           "400": _error("A Last-Event-ID that is not a cursor"),
-                          "401": _INBOX_401,
                           "429": _error("Too many open streams for this user", retry=True)}}},
         "/inbox/{notification_id}": {"get": {
             "operationId": "getNotification", "summary": "One notification with its full text (fetched after a "
                                                          "push, which carries no sensitive text)",
             "parameters": [_NOTIFICATION_ID],
-            "responses": {"200": {"description": "The notification", **_ANY_OBJECT}, "401": _INBOX_401,
+            "responses": {"200": _json("The notification", "Notification"),
                           "404": _error("No such notification of this user")}}},
         "/inbox/{notification_id}/{state}": {"post": {
             "operationId": "markNotification", "summary": "Mark seen, read or archived (read state, separate "
                                                           "from delivery state)",
             "parameters": [_NOTIFICATION_ID, {"name": "state", "in": "path", "required": True,
-                                              "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "The new read state and the unread count", **_ANY_OBJECT},
-                          "401": _INBOX_401, "404": _error("No such notification, or an unknown state")}}},
+                                              "schema": {"enum": ["seen", "read", "archived"]}}],
+            "responses": {"200": _json("The new read state and the unread count", "NotificationState"),
+                          "404": _error("No such notification, or an unknown state")}}},
         "/devices": {"post": {
             "operationId": "registerDevice", "summary": "Register a Web Push subscription for the user",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
-            "responses": {"201": {"description": "The subscription", **_ANY_OBJECT},
-                          "400": _error("Not a Web Push subscription (endpoint, keys.p256dh, keys.auth)"),
-                          "401": _INBOX_401, "422": _error("The push endpoint is refused")}}},
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/DeviceRequest"}}}},
+            "responses": {"201": {**_json("The subscription", "Device"), "links": {
+                              "unregisterDevice": {"operationId": "unregisterDevice",
+                                                   "parameters": {"subscription_id": "$response.body#/id"}}}},
+                          "400": _error("Not a JSON object, or not a Web Push subscription (endpoint, keys.p256dh, "
+                                        "keys.auth), or its endpoint is refused (a private, loopback or link-local "
+                                        "address): `invalid_subscription`"),
+                          "409": _error("The push endpoint is registered to another user (`device_taken`)"),
+                          "413": _error("Body larger than 1 MiB")}}},
         "/devices/{subscription_id}": {"delete": {
             "operationId": "unregisterDevice", "summary": "Unregister one of the user's subscriptions",
             "parameters": [{"name": "subscription_id", "in": "path", "required": True, "schema": _STR}],
-            "responses": {"200": {"description": "The subscription, revoked", **_ANY_OBJECT}, "401": _INBOX_401,
+            "responses": {"200": _json("The subscription, revoked", "Device"),
                           "404": _error("No such subscription of this user")}}},
     }
+    for operations in paths.values():
+        for op in operations.values():
+            op["security"] = [{"userToken": []}]
+            op["responses"].update({"401": _INBOX_401, "403": _INBOX_403})
+    return paths
 
 
 def document() -> dict:
@@ -309,7 +471,9 @@ def document() -> dict:
                 "parameters": [_IDEMPOTENCY],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/JobRequest"}}}},
-                "responses": {"202": _ok("Enqueued (or the live job already holding idempotency_key)", "Job"),
+                "responses": {"202": {**_ok("Enqueued (or the live job already holding idempotency_key)", "Job"),
+                                      "links": {"getJob": {"operationId": "getJob",
+                                                           "parameters": {"id": "$response.body#/id"}}}},
                               **_POST_ERRORS}}},
             "/jobs/{id}": {"get": {
                 "operationId": "getJob",
@@ -327,8 +491,13 @@ def document() -> dict:
                 "parameters": [_IDEMPOTENCY],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/OtpRequest"}}}},
-                "responses": {"202": _ok("Requested: the code's SMS is enqueued (`sms.otp`, expiring with the "
-                                         "code) to the phone given", "Otp"), **_POST_ERRORS}}},
+                "responses": {"202": {**_ok("Requested: the code's SMS is enqueued (`sms.otp`, expiring with the "
+                                            "code) to the phone given", "Otp"),
+                                      "links": {"verifyOtp": {"operationId": "verifyOtp",
+                                                              "parameters": {"otp_id": "$response.body#/otp_id"}},
+                                                "getJob": {"operationId": "getJob",
+                                                           "parameters": {"id": "$response.body#/job_id"}}}},
+                              **_POST_ERRORS}}},
             "/otp/{otp_id}/verify": {"post": {
                 "operationId": "verifyOtp",
                 "summary": "Check a code of an OTP of the key's tenant. Every call counts one attempt (at most "
@@ -371,19 +540,7 @@ def document() -> dict:
                     "aggregate": {"type": "object", "required": ["type", "id"],
                                   "properties": {"type": _STR, "id": _STR}},
                     "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR}},
-                "JobRequest": {"type": "object", "required": ["type", "payload"], "additionalProperties": False,
-                               "properties": {
-                    "type": {"enum": sorted({jt.name for jt in jobtypes.all_types()}),
-                             "description": "a registered job type"},
-                    "version": {"enum": sorted({jt.version for jt in jobtypes.all_types()}), "default": 1},
-                    "payload": {"type": "object", "description": "as the job type's contract allows"},
-                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "group_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "run_at": {"type": "string", "format": "date-time"},
-                    "expires_at": {"type": "string", "format": "date-time"},
-                    "priority": {"type": "integer"}, "queue": {"type": "string"},
-                    "max_attempts": {"type": "integer"},
-                    "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+                "JobRequest": _job_request(),
                 "Job": {"type": "object", "required": ["id", "type", "version", "status", "queue"], "properties": {
                     "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
                     "status": {"enum": ["pending", "running", "succeeded", "retryable", "dead", "cancelled"]},
@@ -392,12 +549,12 @@ def document() -> dict:
                     "idempotency_key": _NSTR, "group_key": _NSTR, "correlation_id": _NSTR, "event_id": _NSTR,
                     "last_error_code": _NSTR, "created_at": _NTIME, "available_at": _NTIME,
                     "started_at": _NTIME, "finished_at": _NTIME, "expires_at": _NTIME,
-                    "payload": {"type": "object"}}},
+                    "payload": {"type": "object", "description": "as the job type's contract (JobRequest) allows"}}},
                 "OtpRequest": {"type": "object", "required": ["phone"], "additionalProperties": False,
                                "properties": {
                     "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
                     "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-                **_WEBHOOK_SCHEMAS,
+                **_WEBHOOK_SCHEMAS, **_TICKET_SCHEMAS, **_INBOX_SCHEMAS,
                 "Otp": {"type": "object", "required": ["otp_id", "expires_at", "message_id", "job_id"],
                         "properties": {
                     "otp_id": {"type": "string", "format": "uuid"},

@@ -84,7 +84,8 @@ def _body() -> tuple[dict, list]:
     if request.mimetype == "multipart/form-data":
         uploads = [service.Upload(f.filename or "attachment", f.read()) for f in request.files.getlist("files")
                    if f is not None]
-        return {k: v for k, v in request.form.items()}, uploads
+        # A part whose name werkzeug cannot read comes back under None: not a field of ours.
+        return {k: v for k, v in request.form.items() if isinstance(k, str)}, uploads
     if not request.is_json:
         raise Problem(400, "invalid_json", "Send JSON (application/json) or multipart/form-data.", "body")
     body = request.get_json(silent=True)

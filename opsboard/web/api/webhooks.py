@@ -92,6 +92,11 @@ def create_webhook():
     types = body.get("event_types", ["*"])
     if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         raise Problem(400, "invalid_field", "event_types must be an array of strings.", "event_types")
+    # The dashboard's text box reads nothing as every event; over the API an empty list or name is a
+    # mistake, not a subscription to everything (issue 26).
+    if not types or not all(webhooks.EVENT_TYPE.fullmatch(t) and len(t) <= 100 for t in types):
+        raise Problem(400, "invalid_event_types", "event_types are '*' or dotted lower-case names like order.paid "
+                      "(none empty; leave the field out for every event).", "event_types")
     description = field(body, "description", str, required=False, max_length=200) or ""
     reason = _reason(body, "new webhook endpoint (API)")
     request_key = _request_key(key)
