@@ -240,7 +240,7 @@ def test_the_set_based_relay_makes_the_jobs_python_routing_makes(conn, tenant, s
                              payload={"n": i}, correlation_id=f"c-{i}") for i in range(3)]
     own = outbox.publish(conn, "test.py_routed", 1, aggregate=("thing", "t-0"), tenant=tenant["id"], payload={"n": 9})
     jobs_for, routed_in_python = outbox.jobs_for, []
-    monkeypatch.setattr(outbox, "jobs_for", lambda e: routed_in_python.append(e["id"]) or jobs_for(e))
+    monkeypatch.setattr(outbox.relay, "jobs_for", lambda e: routed_in_python.append(e["id"]) or jobs_for(e))
     result = outbox.relay_events(conn, 10)
     assert (result.events, result.jobs, result.failed) == (4, 7, [])
     assert routed_in_python == [own["id"]]  # the others by the one statement
@@ -256,7 +256,7 @@ def test_a_batch_the_set_based_statement_cannot_insert_goes_through_python(conn,
     # A route the jobs table refuses (its queue CHECK): the statement's savepoint is rolled back and the
     # same batch is routed in Python, which checks each job.
     real = outbox.sql_routes
-    monkeypatch.setattr(outbox, "sql_routes", lambda: (real()[0], real()[1].replace('"critical"', '"nowhere"'),
+    monkeypatch.setattr(outbox.relay, "sql_routes", lambda: (real()[0], real()[1].replace('"critical"', '"nowhere"'),
                                                       real()[2]))
     e = outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", "t"), tenant=tenant["id"], payload={"n": 1})
     result = outbox.relay_events(conn, 10)
@@ -290,7 +290,7 @@ def test_in_autocommit_the_one_statement_pass_never_commits_jobs_ahead_of_an_ear
                 seen.update({e["id"]: observer.execute(relayed, (e["id"],)).fetchone()["done"]
                              for e in (later, other)})
             return jobs_for(event)
-        monkeypatch.setattr(outbox, "jobs_for", spy)
+        monkeypatch.setattr(outbox.relay, "jobs_for", spy)
         result = outbox.relay_events(c, 10)
         assert (result.events, result.jobs) == (3, 5)
         assert seen == {later["id"]: False, other["id"]: True}  # "b" went ahead in one statement; "a" waited
