@@ -5,20 +5,27 @@ identifiers such as idempotency keys, group keys and correlation ids);
 :func:`redact_payload` cleans a JSON payload for display, by value and by key.
 Every view and log line goes through these two functions; nothing else
 decides what is personal.  Pure functions, no I/O.
+
+The shapes and checksums of personal data (emails, IBANs, Luhn-checked card
+numbers, Persian digits) come from the one detector,
+:mod:`opsboard.personal_data`, shared with publish and the API.  Redaction is
+the more cautious reader: it also masks secrets and tokens, any IBAN-shaped
+text (a mistyped account number is still one) and any phone-shaped run of
+digits, where the detector, which refuses requests, must not refuse an id.
 """
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from .personal_data import CARD as _CARD, card_valid, EMAIL as _EMAIL, IBAN as _IBAN, KEPT as _KEPT, \
+    normalise_digits
+
 # Order matters: URLs before emails (user@host in URLs), key=value secrets
 # before the shape-based token rules, IBANs and card numbers before phones
 # (their digits would otherwise be half a phone number).
 _URL_QUERY = re.compile(r"(?P<base>\bhttps?://[^\s?#\"'<>]+)[?#][^\s\"'<>]*", re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(?P<scheme>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://)[^\s/@\"'<>]+@", re.IGNORECASE)
-# Unicode-aware: a Persian local part or domain is an address too.  Anchored at
-# the start of a run so that a long run without "@" costs linear time.
-_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@[\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
 # A secret after its name: "password=x", "Authorization: Bearer x", "access_token=x",
 # '"client_secret": "x y"'.  The name may carry a prefix (access_, client_, x-).
 _SECRET_NAMES = (r"bearer|basic|token|api[_-]?key|secret|password|passwd|pwd|authorization|"
@@ -32,17 +39,6 @@ _BEARER = re.compile(
 #: "password reset" or "token expired" are words, not credentials.
 _SPACED_SCHEMES = frozenset({"bearer", "basic", "digest"})
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
-# A canonical UUID is an identifier (a job, a tenant), never personal data:
-# kept, instead of being taken for a token.
-# Dates and times ("2026-11-30 01:11:23") are kept too: their digits are not a phone number.
-_KEPT = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|"
-                   r"(?<![0-9])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?(?![0-9])")
-# IBAN: country letters, two check digits, 11 to 30 letters or digits, maybe in
-# groups of four ("IR06 2960 0000 0010 0324 2000 01").
-_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)"
-                   r"(?![A-Za-z0-9])")
-# 13 to 19 digits, maybe in groups ("4111 1111 1111 1111"); a card only if the Luhn check passes.
-_CARD = re.compile(r"(?<![0-9A-Za-z])\d(?:[ -]?\d){12,18}(?![0-9A-Za-z])")
 _LONG_TOKEN = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{24,}\b")
 _HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
 # Base64 secrets (an AWS secret key has "/" and "+"): mixed case and a digit, 32+ characters.
@@ -53,7 +49,6 @@ _BASE64 = re.compile(r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]
 # ".5" would continue a number.  National id numbers (10 digits in Iran, 9 in
 # the US) are caught by the same rule.
 _PHONE = re.compile(r"(?<![0-9A-Za-z/])(?<!\d[.-])\+?(?:\d[\s().-]{0,2}){7,14}\d(?![0-9A-Za-z/]|[.-]\d)")
-_PERSIAN_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
 #: Placeholders for kept UUIDs while the other rules run (private-use characters no rule matches).
 _HOLD_OPEN, _HOLD_CLOSE = "\ue000", "\ue001"
 
@@ -63,14 +58,8 @@ _MAX_INPUT = 20 * MAX_DETAIL
 
 
 def luhn_valid(digits: str) -> bool:
-    """The Luhn checksum of a card number (digits only)."""
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        n = int(ch)
-        if i % 2:
-            n = n * 2 - 9 if n > 4 else n * 2
-        total += n
-    return total % 10 == 0
+    """The Luhn checksum of a card number (digits only): :func:`opsboard.personal_data.card_valid`."""
+    return card_valid(digits)
 
 
 def _card(m: re.Match) -> str:
@@ -100,7 +89,7 @@ def redact(text: str | None, limit: int | None = MAX_DETAIL) -> str | None:
     """
     if text is None:
         return None
-    s = str(text)[:_MAX_INPUT].translate(_PERSIAN_DIGITS)
+    s = normalise_digits(str(text)[:_MAX_INPUT])
     s = s.replace(_HOLD_OPEN, "").replace(_HOLD_CLOSE, "")
     s = _URL_USERINFO.sub(lambda m: m.group("scheme") + "[redacted]@", s)
     s = _URL_QUERY.sub(lambda m: m.group("base") + "?[redacted]", s)
@@ -113,6 +102,7 @@ def redact(text: str | None, limit: int | None = MAX_DETAIL) -> str | None:
         held.append(m.group(0))
         return f"{_HOLD_OPEN}{chr(0xE100 + len(held) - 1)}{_HOLD_CLOSE}"
 
+    # UUIDs (a job, a tenant) and dates are identifiers, not personal data or tokens: held aside.
     if len(_KEPT.findall(s)) < 0x100:
         s = _KEPT.sub(hold, s)
     s = _IBAN.sub("[iban]", s)
@@ -188,7 +178,7 @@ def _redact_text(text: str) -> str:
     pieces = []
     for piece in _segments(text):
         cleaned = redact(piece)
-        pieces.append(piece if cleaned == piece.translate(_PERSIAN_DIGITS) else cleaned)
+        pieces.append(piece if cleaned == normalise_digits(piece) else cleaned)
     return "".join(pieces)
 
 

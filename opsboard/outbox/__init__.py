@@ -11,8 +11,8 @@ worker) turns committed events into jobs.
 * **Registry**: :func:`define_event` declares each ``(type, version)`` with
   the payload fields it allows.  :func:`publish` refuses an unknown type or
   version, an undeclared field, a wrong type, and anything that looks like
-  personal data (an email address, a phone number, a person's name in free
-  text) unless the field is declared ``pii=True`` -- with an
+  personal data (:mod:`opsboard.personal_data`: an email address, a phone
+  number, a card number, an IBAN, a national id, a name in free text) unless the field is declared ``pii=True`` -- with an
   :class:`EventRefused` whose ``code`` and ``field`` an API can return.
 * **Upcasters**: :func:`define_upcaster` registers ``(type, version) ->
   function`` lifting a payload to ``version + 1``.  Stored events are never
@@ -34,6 +34,6 @@ One module per concern: :mod:`.registry`, :mod:`.personal_data`, :mod:`.publish`
 from __future__ import annotations
 
 from .registry import define_event, define_upcaster, event_type, event_types, EventField, EventRefused, EventType, latest_version, MAX_PAYLOAD_BYTES, subscribe, Subscription, subscriptions, upcast  # noqa: F401
-from .personal_data import personal_data_kind  # noqa: F401
+from .personal_data import personal_data_kind, redact_personal_data  # noqa: F401
 from .publish import publish, publish_admitted, validate_payload  # noqa: F401
 from .relay import default_job_payload, job_id_for, jobs_for, PARK_AFTER, relay_events, RelayResult, sql_routes  # noqa: F401

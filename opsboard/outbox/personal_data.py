@@ -1,55 +1,38 @@
-"""The personal-data scan of event payloads: a heuristic that stops accidents (a whole user record
-pasted into an event), not a classifier.
+"""The personal-data check of event payloads, through the one detector of :mod:`opsboard.personal_data`
+(shared with job payloads over the API and log redaction).  Events carry ids: a field holding personal
+data is refused unless it is declared ``pii=True``; a tenant in ``redact`` mode has it masked instead.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from .. import personal_data as _detector
+from .registry import EventRefused, EventType
 
-_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
-
-
-# 8 to 15 digits, optionally with +, spaces, dots, dashes or parentheses, not glued to an id.
-_PHONE_RE = re.compile(r"(?<![\w-])\+?\(?\d[\d ().-]{6,}\d(?![\w-])")
-
-
-_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+#: ``"email"``, ``"iban"``, ``"card"``, ``"national_id"``, ``"phone"`` or ``"name"`` when a string
+#: holds personal data, else ``None`` (the shared detector, kept under its outbox name).
+personal_data_kind = _detector.find_personal_data
 
 
-# Two or more capitalised words in a row: "Maria Rossi", "Dear John Smith".
-_NAME_RE = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?\s+[A-Z][a-z]+\b")
+def _exempt(et: EventType) -> list[str]:
+    return [name for name, spec in et.fields.items() if spec.pii]
 
 
-def personal_data_kind(text: str) -> str | None:
-    """``"email"``, ``"phone"`` or ``"name"`` when ``text`` looks like personal data, else ``None``.
-
-    A heuristic, meant to stop accidents (a whole user record pasted into an
-    event), not a classifier: ids, codes and single words pass.
-    """
-    if _EMAIL_RE.search(text):
-        return "email"
-    for m in _PHONE_RE.finditer(_UUID_RE.sub("", text)):
-        digits = sum(c.isdigit() for c in m.group(0))
-        if 8 <= digits <= 15:
-            return "phone"
-    if _NAME_RE.search(text):
-        return "name"
-    return None
+def refuse_personal_data(et: EventType, payload: dict) -> None:
+    """Raise :class:`EventRefused` ``personal_data`` naming the first field path that holds personal data."""
+    found = _detector.find_in_payload(payload, _exempt(et))
+    if found:
+        raise EventRefused("personal_data", f"{et.name}: {found[0]} looks like personal data ({found[1]}); events "
+                           "carry ids -- store the data in your own table, or declare the field pii=True", found[0])
 
 
-def _scan(value: Any, path: str) -> tuple[str, str] | None:
-    if isinstance(value, str):
-        kind = personal_data_kind(value)
-        return (path, kind) if kind else None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = _scan(str(k), path) or _scan(v, f"{path}.{k}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _scan(v, f"{path}[{i}]")
-            if found:
-                return found
-    return None
+def redact_personal_data(et: EventType, payload: Any) -> tuple[Any, list[str]]:
+    """``(payload, redacted field paths)``: string values holding personal data replaced by the mask
+    (a tenant in ``redact`` mode).  A key holding personal data cannot be masked: refused."""
+    if not isinstance(payload, dict):
+        return payload, []
+    out, redacted, bad_key = _detector.redact_in_payload(payload, _exempt(et))
+    if bad_key:
+        raise EventRefused("personal_data", f"{et.name}: a key under {bad_key[0]} looks like personal data "
+                           f"({bad_key[1]}); keys cannot be redacted", bad_key[0])
+    return out, redacted

@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from .. import db, jobqueue, jobtypes
 from ..schema import new_id
 from .registry import event_type, EventRefused, EventType, MAX_PAYLOAD_BYTES
-from .personal_data import _scan
+from .personal_data import refuse_personal_data
 
 
 def validate_payload(et: EventType, payload: Any) -> str:
@@ -34,12 +34,7 @@ def validate_payload(et: EventType, payload: Any) -> str:
         problem = jobtypes.field_problem(spec, name, value)
         if problem:
             raise EventRefused("invalid_field", f"{et.name}: {problem}", where)
-        if not spec.pii:
-            found = _scan(value, where)
-            if found:
-                raise EventRefused("personal_data", f"{et.name}: {found[0]} looks like personal data "
-                                   f"({found[1]}); events carry ids -- store the data in your own table, "
-                                   "or declare the field pii=True", found[0])
+    refuse_personal_data(et, payload)
     try:
         text = jobtypes._ENCODER.encode(payload)
         size = len(text.encode())
