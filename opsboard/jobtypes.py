@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import catalogue as _catalogue
+from . import personal_data as _personal_data
 from .config import QUEUE_NAMES
 
 #: Largest payload accepted, as JSON bytes: payloads carry ids and options only.
@@ -42,6 +43,16 @@ class InvalidPayload(JobTypeError):
     code = "invalid_payload"
 
 
+class PersonalDataRefused(JobTypeError):
+    """A payload string holds personal data (:mod:`opsboard.personal_data`); ``field`` is its path."""
+
+    code = "personal_data"
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Field:
     """One payload field: its JSON type(s), whether required, and simple limits.
@@ -57,6 +68,8 @@ class Field:
     max_length: int | None = None
     choices: tuple | None = None
     min_length: int | None = None
+    #: Declared personal data (a phone number the SMS needs): exempt from the personal-data screen.
+    pii: bool = False
 
 
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -318,6 +331,32 @@ def validate_json(jt: JobType, payload: Any) -> str:
     if jt.check:
         jt.check(payload)
     return text
+
+
+def screen_personal_data(jt: JobType, payload: Any, mode: str = "refuse") -> tuple[Any, list[str]]:
+    """A producer's payload checked for personal data (the API's screen; jobs the product itself
+    enqueues are not screened): ``(payload, redacted field paths)``.
+
+    ``mode`` is the tenant's ``pii_mode``: ``refuse`` raises :class:`PersonalDataRefused` naming the
+    first offending field; ``redact`` returns a copy with those string values replaced by
+    :data:`opsboard.personal_data.MASK` (a key holding personal data is still refused).  Fields
+    declared ``pii=True`` are exempt.
+    """
+    exempt = [name for name, spec in jt.fields.items() if spec.pii]
+    if not isinstance(payload, dict):
+        return payload, []
+    if mode == "redact":
+        out, redacted, bad_key = _personal_data.redact_in_payload(payload, exempt)
+        if bad_key is None:
+            return out, redacted
+        path, kind = bad_key
+        raise PersonalDataRefused(f"{jt.name}: a key under {path} looks like personal data ({kind}); "
+                                  "keys cannot be redacted", path)
+    found = _personal_data.find_in_payload(payload, exempt)
+    if found:
+        raise PersonalDataRefused(f"{jt.name}: {found[0]} looks like personal data ({found[1]}); pass ids, or "
+                                  "declare the field pii=True", found[0])
+    return payload, []
 
 
 def _names(types) -> str:

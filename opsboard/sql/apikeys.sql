@@ -1,9 +1,10 @@
 -- name: api_key_authenticate
--- The live key with this hash and its tenant.  Its last use is written at most
+-- The live key with this hash and its tenant (with the tenant's pii_mode: the API
+-- applies it without another round trip).  Its last use is written at most
 -- every 10 seconds, so that a busy client does not turn every request into a
 -- write on one row.
 WITH k AS (
-    SELECT a.id, a.tenant_id, a.name, a.scopes, a.last_used_at, t.slug AS tenant_slug
+    SELECT a.id, a.tenant_id, a.name, a.scopes, a.last_used_at, t.slug AS tenant_slug, t.pii_mode
     FROM api_keys a JOIN tenants t ON t.id = a.tenant_id
     WHERE a.key_hash = %(key_hash)s AND a.revoked_at IS NULL
 ), touched AS (
@@ -12,7 +13,7 @@ WITH k AS (
       AND (k.last_used_at IS NULL OR k.last_used_at < coalesce(%(now)s::timestamptz, now()) - interval '10 seconds')
     RETURNING a.id
 )
-SELECT id, tenant_id, name, scopes, tenant_slug FROM k;
+SELECT id, tenant_id, name, scopes, tenant_slug, pii_mode FROM k;
 
 -- name: api_key_list
 -- The API keys of the tenants in a scope (never the hash), newest first.

@@ -1,6 +1,7 @@
 """POST /api/v1/jobs (enqueue) and GET /api/v1/jobs/{id} (status), for the caller's tenant."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from ... import jobqueue, jobtypes
@@ -60,9 +61,14 @@ def enqueue_job():
             # payload for one would be accepted here and fail in the worker.
             raise Problem(422, "job_type_not_public", f"{new.type} is enqueued by opsboard itself, not over the "
                           "API (public types: see the OpenAPI document's JobRequest).", "type")
+        # The tenant's pii_mode came with the API key (no extra round trip): refuse or mask.
+        payload, redacted = jobtypes.screen_personal_data(jt, new.payload, key.get("pii_mode") or "refuse")
+        new = replace(new, payload=payload)
         jobqueue.prepare_row(new)  # every check enqueue makes, before admission and the transaction
     except jobtypes.UnknownJobType as exc:
         raise Problem(422, exc.code, str(exc), "type") from None
+    except jobtypes.PersonalDataRefused as exc:
+        raise Problem(422, exc.code, str(exc), exc.field) from None
     except jobtypes.JobTypeError as exc:
         raise Problem(422, exc.code, str(exc), _culprit(str(exc))) from None
     except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot carry
@@ -73,7 +79,10 @@ def enqueue_job():
                             idempotency_key=new.idempotency_key, group_key=new.group_key, run_at=new.run_at,
                             expires_at=new.expires_at, correlation_id=new.correlation_id, priority=new.priority,
                             queue=new.queue, max_attempts=new.max_attempts)
-        return 202, job_json(row)
+        out = job_json(row)
+        if redacted:
+            out["redacted_fields"] = redacted
+        return 202, out
 
     return respond(key, body, new.queue or jt.policy.queue, work)
 

@@ -539,7 +539,8 @@ def document() -> dict:
                     "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
                     "aggregate": {"type": "object", "required": ["type", "id"],
                                   "properties": {"type": _STR, "id": _STR}},
-                    "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR}},
+                    "occurred_at": {"type": "string", "format": "date-time"}, "correlation_id": _NSTR,
+                    "redacted_fields": {"type": "array", "items": _STR, "description": "payload fields whose personal data was replaced by the mask (tenant pii_mode redact)"}}},
                 "JobRequest": _job_request(),
                 "Job": {"type": "object", "required": ["id", "type", "version", "status", "queue"], "properties": {
                     "id": {"type": "string", "format": "uuid"}, "type": _STR, "version": {"type": "integer"},
@@ -549,7 +550,8 @@ def document() -> dict:
                     "idempotency_key": _NSTR, "group_key": _NSTR, "correlation_id": _NSTR, "event_id": _NSTR,
                     "last_error_code": _NSTR, "created_at": _NTIME, "available_at": _NTIME,
                     "started_at": _NTIME, "finished_at": _NTIME, "expires_at": _NTIME,
-                    "payload": {"type": "object", "description": "as the job type's contract (JobRequest) allows"}}},
+                    "payload": {"type": "object", "description": "as the job type's contract (JobRequest) allows"},
+                    "redacted_fields": {"type": "array", "items": _STR, "description": "payload fields whose personal data was replaced by the mask (tenant pii_mode redact)"}}},
                 "OtpRequest": {"type": "object", "required": ["phone"], "additionalProperties": False,
                                "properties": {
                     "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
