@@ -126,3 +126,27 @@ def forget(key_id) -> None:
     with _cache_lock:
         for slot in [s for s, (_, row) in _cache.items() if str(row["id"]) == str(key_id)]:
             del _cache[slot]
+
+
+PII_MODES = ("refuse", "redact")
+
+
+def set_pii_mode(conn: psycopg.Connection, tenant_id, mode: str, actor: audit.Actor) -> dict:
+    """Set the tenant's ``pii_mode`` (``refuse`` or ``redact``: what the API does with personal data in
+    its event and job payloads, see :mod:`opsboard.personal_data`), audited.
+
+    The mode travels with the API key (:func:`authenticate`): this process forgets the tenant's
+    cached keys at once, other processes apply it within :data:`CACHE_SECONDS`.
+    """
+    if mode not in PII_MODES:
+        raise ApiKeyError("invalid_pii_mode", f"pii_mode must be one of {', '.join(PII_MODES)}")
+    with conn.transaction():
+        row = db.one(conn, "tenant_set_pii_mode", {"id": tenant_id, "mode": mode})
+        if row is None:
+            raise ApiKeyError("not_found", "no such tenant")
+        audit.record(conn, actor, "tenant.pii_mode", target_type="tenant", target_id=tenant_id, tenant_id=tenant_id,
+                     before={"pii_mode": row["before"]}, after={"pii_mode": row["after"]})
+    with _cache_lock:
+        for slot in [s for s, (_, key) in _cache.items() if str(key["tenant_id"]) == str(tenant_id)]:
+            del _cache[slot]
+    return row

@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     ac.add_argument("--name", default="cli", help="what the key is for")
     asub.add_parser("list", help="list keys (never the secret)").add_argument("--tenant", required=True)
     asub.add_parser("revoke", help="revoke a key by id").add_argument("key_id")
+    ap = asub.add_parser("pii-mode", help="what the API does with personal data in the tenant's payloads")
+    ap.add_argument("--tenant", required=True, help="tenant slug")
+    ap.add_argument("mode", choices=["refuse", "redact"])
 
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
@@ -221,6 +224,10 @@ def cmd_apikey(config: Config, args) -> int:
         tenant = one(conn, "tenant_get_by_slug", {"slug": args.tenant})
         if tenant is None:
             raise UsageError(f"tenant {args.tenant!r} does not exist")
+        if args.action == "pii-mode":
+            changed = apikeys.set_pii_mode(conn, tenant["id"], args.mode, audit.Actor("cli"))
+            print(f"tenant {args.tenant}: pii_mode {changed['before']} -> {changed['after']}")
+            return 0
         if args.action == "list":
             for k in apikeys.list_keys(conn, TenantScope(all=False, ids=(tenant["id"],))):
                 state = f"revoked {k['revoked_at']:%Y-%m-%d}" if k["revoked_at"] else "live"

@@ -8,6 +8,12 @@ RETURNING *;
 -- One tenant by slug.
 SELECT * FROM tenants WHERE slug = %(slug)s;
 
+-- name: tenant_set_pii_mode
+-- Set what the HTTP API does with personal data in the tenant's payloads; the mode it had before.
+UPDATE tenants t SET pii_mode = %(mode)s FROM (SELECT id, pii_mode FROM tenants WHERE id = %(id)s FOR UPDATE) old
+WHERE t.id = old.id
+RETURNING t.id, old.pii_mode AS before, t.pii_mode AS after;
+
 -- name: tenant_list_visible
 -- Tenants inside a scope, by name.
 SELECT id, slug, name, is_operator, weight FROM tenants

@@ -273,3 +273,66 @@ def test_openapi_document_lists_every_route(client, app):
               if r.rule.startswith("/api/v1/") and not r.rule.endswith("openapi.json")
               for m in r.methods - {"HEAD", "OPTIONS"}}
     assert routes == documented
+
+
+# ---------------------------------------------------------------- personal data: the tenant decides
+
+CARD = "4111 1111 1111 1111"
+CARD_FA = "۴۱۱۱ ۱۱۱۱ ۱۱۱۱ ۱۱۱۱"
+
+
+def _pii_mode(app, tenant, mode: str) -> None:
+    with connect(app.extensions["test_db_url"]) as c:
+        apikeys.set_pii_mode(c, tenant["id"], mode, audit.Actor("test"))
+        audited = c.execute("SELECT before, after FROM audit_log WHERE action = 'tenant.pii_mode' AND target_id = %s",
+                            (str(tenant["id"]),)).fetchall()
+    assert audited and audited[-1]["after"] == {"pii_mode": mode}
+
+
+@pytest.mark.parametrize("payload,field", [
+    ({"note": f"card {CARD}"}, "payload.note"),
+    ({"note": f"card {CARD_FA}"}, "payload.note"),
+    ({"ref": "IR062960000000100324200001"}, "payload.ref"),
+    ({"who": {"national_id_text": "0013542419"}}, "payload.who.national_id_text"),
+    ({"tags": ["ok", "ali@example.com"]}, "payload.tags[1]"),
+    ({"to": "+989123456789"}, "payload.to"),
+])
+def test_jobs_api_refuses_personal_data_by_default(client, key_for, payload, field):
+    secret, _ = key_for()
+    r = client.post("/api/v1/jobs", json={"type": "diag.noop", "payload": payload}, headers=bearer(secret))
+    assert (r.status_code, r.json["error"], r.json["field"]) == (422, "personal_data", field), r.json
+
+
+def test_jobs_api_passes_ids_and_uuids(client, key_for):
+    secret, _ = key_for()
+    payload = {"order_id": "ord_123456789012", "id": str(uuid.uuid4()), "n": "4111111111111112"}
+    r = client.post("/api/v1/jobs", json={"type": "diag.noop", "payload": payload}, headers=bearer(secret))
+    assert r.status_code == 202 and r.json["payload"] == payload and "redacted_fields" not in r.json, r.json
+
+
+def test_jobs_api_redacts_for_a_tenant_in_redact_mode(client, key_for, app):
+    secret, tenant = key_for()
+    _pii_mode(app, tenant, "redact")
+    r = client.post("/api/v1/jobs", json={"type": "diag.noop", "payload": {
+        "order_id": "o-1", "note": f"card {CARD_FA}", "tags": ["ok", "ali@example.com"]}}, headers=bearer(secret))
+    assert r.status_code == 202, r.json
+    assert r.json["redacted_fields"] == ["payload.note", "payload.tags[1]"]
+    stored = client.get(f"/api/v1/jobs/{r.json['id']}", headers=bearer(secret)).json["payload"]
+    assert stored == {"order_id": "o-1", "note": "[redacted]", "tags": ["ok", "[redacted]"]}
+    other, _ = key_for()  # another tenant keeps refusing
+    r = client.post("/api/v1/jobs", json={"type": "diag.noop", "payload": {"note": CARD}}, headers=bearer(other))
+    assert (r.status_code, r.json["error"]) == (422, "personal_data")
+
+
+def test_events_api_refuses_or_redacts_per_tenant(client, key_for, app):
+    body = {**ORDER, "payload": {**ORDER["payload"], "order_id": f"card {CARD}"}}
+    secret, tenant = key_for()
+    r = client.post("/api/v1/events", json=body, headers=bearer(secret))
+    assert (r.status_code, r.json["error"], r.json["field"]) == (422, "personal_data", "payload.order_id"), r.json
+    _pii_mode(app, tenant, "redact")
+    for headers in (bearer(secret), bearer(secret, **{"Idempotency-Key": "pii-1"})):
+        r = client.post("/api/v1/events", json=body, headers=headers)
+        assert r.status_code == 202 and r.json["redacted_fields"] == ["payload.order_id"], r.json
+        with connect(app.extensions["test_db_url"]) as c:
+            stored = c.execute("SELECT payload FROM outbox_events WHERE id = %s", (r.json["id"],)).fetchone()["payload"]
+        assert stored["order_id"] == "[redacted]" and stored["amount_cents"] == 1250
