@@ -139,7 +139,7 @@ def set_pii_mode(conn: psycopg.Connection, tenant_id, mode: str, actor: audit.Ac
     cached keys at once, other processes apply it within :data:`CACHE_SECONDS`.
     """
     if mode not in PII_MODES:
-        raise ApiKeyError("invalid_pii_mode", f"pii_mode must be one of {', '.join(PII_MODES)}")
+        raise ApiKeyError("invalid_pii_mode", "pii_mode must be refuse or redact")
     with conn.transaction():
         row = db.one(conn, "tenant_set_pii_mode", {"id": tenant_id, "mode": mode})
         if row is None:
