@@ -144,8 +144,8 @@ def register(cat) -> None:
                    channels=("inbox", "push", "email", "sms"), recipients=_order_recipients, template="order.paid")
     policy.declare(cat, "otp.requested", category="otp", sensitivity="sensitive", channels=("inbox", "sms"),
                    recipients=_otp_recipients, variables=_otp_variables, template="otp.requested")
-    for key, channel, locale, subject, body, variables in DEMO_TEMPLATES:
-        cat.ship_template(key, channel, locale, subject, body, variables)
+    # DEMO_TEMPLATES are seeded by `opsboard demo` itself (opsboard.tools.demo.seed), not shipped: a
+    # shipped template is published by every process that starts with the catalogue (the tests' too).
 
     define_provider(cat, "demo_smtp", concurrency=4, rate_per_second=15, burst=15)
     define_provider(cat, "demo_sms", concurrency=2, rate_per_second=20, burst=20)
