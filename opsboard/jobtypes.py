@@ -185,6 +185,17 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str) -> ConcurrencyLim
 _HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
+def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every job type that names a provider, and that provider, as two parallel tuples
+    (cached per catalogue revision): what a provider pause holds (see ``pauses``)."""
+    cat = _catalogue.active()
+
+    def build():
+        pairs = sorted({(jt.name, jt.policy.provider) for jt in cat.job_types.values() if jt.policy.provider})
+        return tuple(t for t, _ in pairs), tuple(p for _, p in pairs)
+    return cat.derived(("provider_types",), build)
+
+
 def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
            description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,

@@ -28,7 +28,8 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
                  now: datetime | None = None) -> dict:
     """The parameters of ``job_claim_many`` for one claim (see :func:`claim`)."""
     limits = jobtypes.concurrency_limits(queue)
-    return {"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
+    provider_types, provider_names = jobtypes.provider_types()
+    return {"provider_types": list(provider_types), "provider_names": list(provider_names),"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
             "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),

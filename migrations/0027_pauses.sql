@@ -1,0 +1,33 @@
+-- 0027: incident controls (issue 28): an operator holds a queue, a job type,
+-- a tenant or a provider.
+--
+-- One row per held thing.  The claim (opsboard/sql/jobs.sql: job_claim_many)
+-- reads this table itself, in the claim statement, so no worker keeps a copy
+-- that could be stale and a worker started later obeys at once.  A row whose
+-- resume_at has passed counts as resumed already; the pauses service (leader)
+-- or the next read of the list deletes it, audited as an automatic resume.
+-- A provider pause holds every job type whose policy names that provider
+-- (the catalogue, in Python, knows which: the claim receives that map).
+CREATE TABLE pauses (
+    kind text NOT NULL CHECK (kind IN ('queue', 'type', 'tenant', 'provider')),
+    target text NOT NULL CHECK (length(target) BETWEEN 1 AND 200),
+    reason text NOT NULL CHECK (length(reason) > 0),
+    paused_by text NOT NULL,
+    paused_at timestamptz NOT NULL DEFAULT now(),
+    resume_at timestamptz,
+    -- The tenant a tenant pause holds (for the tenant's own ops role and the
+    -- audit); NULL for the other kinds.
+    tenant_id uuid,
+    PRIMARY KEY (kind, target)
+);
+
+-- Workers are woken at once on every change: a resume must not wait for the
+-- poll, and a pause is obeyed by the very next claim anyway (it reads the table).
+CREATE FUNCTION pauses_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('opsboard_pauses', '*');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER pauses_notify AFTER INSERT OR UPDATE OR DELETE ON pauses
+    FOR EACH STATEMENT EXECUTE FUNCTION pauses_notify();
