@@ -103,3 +103,14 @@ def test_the_deliveries_page_holds_a_provider(client, login_as, db):
     assert r.status_code == 303
     page = client.get("/deliveries/").get_data(as_text=True)
     assert 'data-paused="provider:test_sms_gateway"' in page and "vendor outage" in page
+
+
+def test_metrics_gauge_and_the_alerts_banner_show_what_is_paused(client, login_as, db):
+    login_as("ops")
+    assert _post(client, "/pauses/pause", kind="type", target="test.record", reason="failing").status_code == 303
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'opsboard_paused{kind="type",target="test.record"} 1.0' in text
+    banner = client.get("/alerts/_banner", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert 'data-paused-count="1"' in banner and "test.record" in banner
+    assert _post(client, "/pauses/resume", kind="type", target="test.record", reason="ok").status_code == 303
+    assert "opsboard_paused{" not in client.get("/metrics").get_data(as_text=True)
