@@ -24,6 +24,7 @@ dashboard asks twice, the CLI wants ``--confirm``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -159,6 +160,40 @@ def list_pauses(conn: psycopg.Connection, *, now: datetime | None = None) -> lis
     """The holds in force, by kind then target (expired ones are released first)."""
     resume_expired(conn, now)
     return db.all_rows(conn, "pause_list", {"now": now})
+
+
+@dataclass(frozen=True)
+class Holds:
+    """The holds in force, as the claim takes them (``job_claim_many``'s parameters).
+
+    Read with :func:`read_holds`; a claim made without one reads its own
+    (:func:`opsboard.jobqueue.claim`), and the worker keeps one refreshed on
+    every ``opsboard_pauses`` notification and at least every second
+    (:class:`worker.fetcher.HoldsCache`).  A hold whose ``resume_at`` has
+    passed at the claim's ``now`` is left out, whether or not its row is gone yet.
+    """
+
+    rows: tuple[dict, ...] = ()
+
+    def params(self, queue: str, now: datetime | None = None) -> dict:
+        at = now or datetime.now(timezone.utc)
+        live = [r for r in self.rows if r["resume_at"] is None or r["resume_at"] > at]
+        providers = {r["target"] for r in live if r["kind"] == "provider"}
+        types = {r["target"] for r in live if r["kind"] == "type"}
+        if providers:
+            names, provs = jobtypes.provider_types()
+            types |= {t for t, p in zip(names, provs) if p in providers}
+        return {"queue_held": any(r["kind"] == "queue" and r["target"] == queue for r in live),
+                "held_tenants": [r["tenant_id"] for r in live if r["kind"] == "tenant"],
+                "held_types": sorted(types)}
+
+
+NO_HOLDS = Holds()
+
+
+def read_holds(conn: psycopg.Connection) -> Holds:
+    """The holds in force now (one small read; writes nothing)."""
+    return Holds(tuple(db.all_rows(conn, "pause_list", {"now": None})))
 
 
 def held(rows: list[dict]) -> dict[str, dict[str, dict]]:

@@ -72,26 +72,16 @@ RETURNING *;
 -- Times are statement_timestamp(), not the transaction's now(): a claim's
 -- started_at is then never earlier than the finish it waited for.
 --
--- Paused work (issue 28, table pauses) is never claimed: held reads the
--- pauses in force (a resume_at in the past counts as resumed) once per
--- statement, as one row of arrays; a held queue claims nothing (a one-time
--- filter: the walk does not even start), a held tenant is passed over in the
--- walk without counting against max_tenants, and a held type (or every type of
--- a held provider: %(provider_types)s / %(provider_names)s, from the
--- catalogue) is filtered in each tenant's range scan.  Held jobs stay pending
--- in their place: no attempt is spent, nothing is reordered.  Reading the
--- table here (not a copy in the worker) is what makes a pause binding on the
--- next claim of every worker, including one started later.
-WITH RECURSIVE held AS (
-    SELECT coalesce(bool_or(p.kind = 'queue' AND p.target = %(queue)s), false) AS queue_held,
-           coalesce(array_agg(p.tenant_id) FILTER (WHERE p.kind = 'tenant'), '{}') AS tenants,
-           coalesce(array_agg(coalesce(m.type, p.target)) FILTER (WHERE p.kind IN ('type', 'provider')), '{}')
-               AS types
-    FROM pauses p
-    LEFT JOIN unnest(%(provider_types)s::text[], %(provider_names)s::text[]) AS m(type, provider)
-           ON p.kind = 'provider' AND m.provider = p.target
-    WHERE p.resume_at IS NULL OR p.resume_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-), tenants_ready AS (
+-- Paused work (issue 28) is never claimed: %(queue_held)s claims nothing (a
+-- one-time filter: the walk does not even start); %(held_tenants)s are passed
+-- over in the walk without counting against max_tenants; %(held_types)s (held
+-- types, and every type of a held provider) are filtered in each tenant's
+-- range scan.  Held jobs stay pending in their place: no attempt is spent,
+-- nothing is reordered.  The caller passes the holds in force
+-- (opsboard.pauses.Holds): parameters, not a read of the pauses table here,
+-- keep this statement as cheap as before (reading the table in a CTE here
+-- cost a third of `opsboard bench --scenario process_2`'s throughput).
+WITH RECURSIVE tenants_ready AS (
     (SELECT j.tenant_id FROM jobs j
      WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
        AND j.tenant_id > %(after_tenant)s::uuid
@@ -107,8 +97,8 @@ WITH RECURSIVE held AS (
 ), picked AS (
     SELECT r.tenant_id, coalesce(tn.weight, 1) AS weight
     FROM (SELECT tenant_id FROM tenants_ready
-          WHERE tenant_id IS NOT NULL AND NOT (SELECT queue_held FROM held)
-            AND tenant_id <> ALL ((SELECT tenants FROM held)::uuid[])
+          WHERE tenant_id IS NOT NULL AND NOT %(queue_held)s::bool
+            AND tenant_id <> ALL (%(held_tenants)s::uuid[])
           LIMIT %(max_tenants)s) r
     LEFT JOIN tenants tn ON tn.id = r.tenant_id
 ), quota AS (
@@ -128,7 +118,7 @@ WITH RECURSIVE held AS (
               AND j.status IN ('pending', 'retryable')
               AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
               AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp()))
-              AND j.type <> ALL ((SELECT types FROM held)::text[])
+              AND j.type <> ALL (%(held_types)s::text[])
               AND (j.group_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM jobs g
                     WHERE g.tenant_id = j.tenant_id AND g.group_key = j.group_key

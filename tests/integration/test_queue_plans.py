@@ -107,7 +107,9 @@ def test_the_claim_stays_index_driven_with_pauses_present(conn, make_tenant, t0)
     pauses.pause(conn, ops, "queue", "bulk", "held", now=t0)
     conn.execute("ANALYZE jobs")
     conn.execute("ANALYZE pauses")
-    params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1))
+    params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1),
+                                   holds=pauses.read_holds(conn))
+    assert params["held_types"] == ["test.slow", "test.sms_a", "test.sms_b"] and not params["queue_held"]
     plan = explain(conn, "job_claim_many", params)
     assert rows_touched(plan["Plan"]) < 40 * N, plan
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
