@@ -2,10 +2,11 @@
 -- a tenant or a provider.
 --
 -- One row per held thing.  The claim (opsboard/sql/jobs.sql: job_claim_many)
--- reads this table itself, in the claim statement, so no worker keeps a copy
--- that could be stale and a worker started later obeys at once.  A row whose
--- resume_at has passed counts as resumed already; the pauses service (leader)
--- or the next read of the list deletes it, audited as an automatic resume.
+-- filters held work in the claim statement; the worker passes the holds as
+-- parameters, re-read on every NOTIFY below and at least every second (and
+-- before its first claim).  A row whose resume_at has passed counts as resumed
+-- already; the pauses service (leader) or the next read of the list deletes
+-- it, audited as an automatic resume.
 -- A provider pause holds every job type whose policy names that provider
 -- (the catalogue, in Python, knows which: the claim receives that map).
 CREATE TABLE pauses (
@@ -21,8 +22,8 @@ CREATE TABLE pauses (
     PRIMARY KEY (kind, target)
 );
 
--- Workers are woken at once on every change: a resume must not wait for the
--- poll, and a pause is obeyed by the very next claim anyway (it reads the table).
+-- Workers are woken at once on every change: they re-read the holds before
+-- their next claim, and a resume does not wait for the poll.
 CREATE FUNCTION pauses_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('opsboard_pauses', '*');

@@ -8,11 +8,11 @@ A hold is one row of ``pauses`` (migration 0027), keyed by (kind, target):
 * ``provider``: a provider; every job type whose policy names it is held (a
   manual breaker).
 
-The claim statement itself reads the table (``job_claim_many``): held jobs stay
-pending in their place, spend no attempt and are never claimed and released;
-jobs already running finish.  A change notifies ``opsboard_pauses``
-(:data:`~opsboard.schema.PAUSES_CHANNEL`), which wakes every worker's fetchers,
-so that a resume is picked up at once.  A hold with ``resume_at`` counts as
+The claim statement filters held work (``job_claim_many``, given :class:`Holds`):
+held jobs stay pending in their place, spend no attempt and are never claimed
+and released; jobs already running finish.  A change notifies ``opsboard_pauses``
+(:data:`~opsboard.schema.PAUSES_CHANNEL`), which makes every worker re-read the
+holds and wakes its fetchers; workers also re-read at least every second.  A hold with ``resume_at`` counts as
 released from that moment on (the claim compares it with its own clock); the
 row is deleted and audited as an automatic resume by the pauses service (leader)
 or the next :func:`list_pauses`.
