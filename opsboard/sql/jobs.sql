@@ -50,6 +50,46 @@ WHERE id = %(id)s AND status IN ('pending', 'retryable')
   AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
 RETURNING *;
 
+-- name: job_get_many
+-- Jobs by id, in the caller's scope (a repeated bulk cancel's answer).
+SELECT id, tenant_id, type, queue, status FROM jobs
+WHERE id = ANY(%(ids)s::uuid[]) AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+ORDER BY id;
+
+-- name: job_cancel_count
+-- How many unstarted (pending or retryable) jobs match a bulk-cancel filter:
+-- the confirmation's preview.
+SELECT count(*) AS n FROM jobs
+WHERE status IN ('pending', 'retryable')
+  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s);
+
+-- name: job_cancel_matching
+-- Cancel up to %(limit)s unstarted jobs matching a filter, in one statement.
+-- Each row is locked and re-checked (pending or retryable) before it changes:
+-- a job a worker claims at this moment is either cancelled first (the claim
+-- then skips it) or is running and left alone.  SKIP LOCKED: a row a claim
+-- holds is being started, not waiting.  Returns exactly the jobs cancelled.
+WITH picked AS (
+    SELECT id FROM jobs
+    WHERE status IN ('pending', 'retryable')
+      AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+      AND (%(type)s::text IS NULL OR type = %(type)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now())
+FROM picked
+WHERE j.id = picked.id AND j.status IN ('pending', 'retryable')
+RETURNING j.id, j.tenant_id, j.type, j.queue;
+
 -- name: job_claim_many
 -- Claim up to %(limit)s ready jobs of one queue, fairly across tenants.
 --
