@@ -114,3 +114,56 @@ def test_metrics_gauge_and_the_alerts_banner_show_what_is_paused(client, login_a
     assert 'data-paused-count="1"' in banner and "test.record" in banner
     assert _post(client, "/pauses/resume", kind="type", target="test.record", reason="ok").status_code == 303
     assert "opsboard_paused{" not in client.get("/metrics").get_data(as_text=True)
+
+
+def _seed_jobs(db, slug, n, type_="test.record"):
+    from opsboard import jobqueue
+    t = auth.ensure_tenant(db, slug)["id"]
+    jobqueue.enqueue_many(db, [jobqueue.NewJob(type_, {"key": f"{slug}{i}", "ms": 1}, t) for i in range(n)])
+    return t
+
+
+def test_bulk_cancel_preview_count_links_and_states_agree(client, login_as, db):
+    login_as("ops")
+    acme = _seed_jobs(db, "acme", 4)
+    _seed_jobs(db, "beta", 3)
+    _seed_jobs(db, "acme2", 2, "test.slow")
+    page = client.get("/jobs/cancel-many/confirm?type=test.record&queue=default").get_data(as_text=True)
+    assert 'data-count="7"' in page
+    r = client.post("/jobs/cancel-many", data={"type": "test.record", "queue": "default", "reason": "bad batch",
+                                               "csrf_token": client.csrf, "request_key": str(uuid.uuid4())},
+                    headers={"HX-Request": "true"})
+    assert r.status_code == 200
+    html = r.get_data(as_text=True)
+    cancelled = {row["id"] for row in db.execute("SELECT id FROM jobs WHERE status = 'cancelled'")}
+    assert 'data-cancelled="7"' in html and len(cancelled) == 7
+    assert all(f"/jobs/{i}" in html for i in cancelled)
+    assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'").fetchone()["n"] == 2
+    [row] = db.execute("SELECT * FROM audit_log WHERE action = 'job.cancel_many'").fetchall()
+    assert set(row["after"]["ids"]) == {str(i) for i in cancelled}
+    assert acme
+
+
+def test_bulk_cancel_roles_and_csrf(client, login_as, db):
+    _seed_jobs(db, "other", 2)
+    acme = _seed_jobs(db, "acme", 3)
+    login_as("ops", tenant="acme", operator=False)
+    assert 'data-count="3"' in client.get("/jobs/cancel-many/confirm").get_data(as_text=True)  # own tenant only
+    r = client.post("/jobs/cancel-many", data={"reason": "x", "request_key": str(uuid.uuid4())})
+    assert r.status_code == 400  # no CSRF token
+    r = client.post("/jobs/cancel-many", data={"reason": "ours", "csrf_token": client.csrf,
+                                               "request_key": str(uuid.uuid4())})
+    assert r.status_code == 200
+    rows = db.execute("SELECT tenant_id, status FROM jobs").fetchall()
+    assert {(x["tenant_id"] == acme, x["status"]) for x in rows} == {(True, "cancelled"), (False, "pending")}
+
+
+@pytest.mark.parametrize("role", ["support_agent", "template_author"])
+def test_bulk_cancel_is_not_for_agents_or_authors(client, login_as, db, role):
+    _seed_jobs(db, "acme", 1)
+    login_as(role)
+    assert client.get("/jobs/cancel-many/confirm").status_code == 403
+    r = client.post("/jobs/cancel-many", data={"reason": "x", "csrf_token": client.csrf,
+                                               "request_key": str(uuid.uuid4())})
+    assert r.status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'cancelled'").fetchone()["n"] == 0
