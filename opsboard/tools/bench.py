@@ -273,9 +273,11 @@ def fairness(b: Bench) -> None:
             jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in tenants[1:] for _ in range(100)])
         light = set(tenants[1:])
         left, claims, cursor = 400, 0, jobqueue.ZERO_TENANT
+        from .. import pauses
+        holds = pauses.read_holds(c)   # read once, as a worker's cache would (a scratch database: none)
         t0 = time.perf_counter()
         while left > 0:
-            got = jobqueue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor)
+            got = jobqueue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor, holds=holds)
             cursor = got.next_after_tenant
             claims += 1
             left -= sum(1 for r in got.rows if r["tenant_id"] in light)
