@@ -32,3 +32,18 @@ END $$;
 
 CREATE TRIGGER pauses_notify AFTER INSERT OR UPDATE OR DELETE ON pauses
     FOR EACH STATEMENT EXECUTE FUNCTION pauses_notify();
+
+-- Live concurrency (issue 28): an operator's limit for a job type or a
+-- provider, fleet-wide, replacing the catalogue's until removed.  Workers
+-- re-read it with the holds (the same NOTIFY, the same one-second fallback).
+CREATE TABLE limit_overrides (
+    kind text NOT NULL CHECK (kind IN ('type', 'provider')),
+    target text NOT NULL CHECK (length(target) BETWEEN 1 AND 200),
+    value integer NOT NULL CHECK (value BETWEEN 1 AND 100000),
+    changed_by text NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (kind, target)
+);
+
+CREATE TRIGGER limit_overrides_notify AFTER INSERT OR UPDATE OR DELETE ON limit_overrides
+    FOR EACH STATEMENT EXECUTE FUNCTION pauses_notify();

@@ -174,6 +174,8 @@ class Holds:
     """
 
     rows: tuple[dict, ...] = ()
+    #: Live concurrency limits, ``(kind, target, value)`` sorted (see :func:`set_limit`).
+    limit_overrides: tuple[tuple[str, str, int], ...] = ()
 
     def params(self, queue: str, now: datetime | None = None) -> dict:
         at = now or datetime.now(timezone.utc)
@@ -193,7 +195,55 @@ NO_HOLDS = Holds()
 
 def read_holds(conn: psycopg.Connection) -> Holds:
     """The holds in force now (one small read; writes nothing)."""
-    return Holds(tuple(db.all_rows(conn, "pause_list", {"now": None})))
+    return Holds(tuple(db.all_rows(conn, "pause_list", {"now": None})),
+                 tuple((r["kind"], r["target"], r["value"]) for r in db.all_rows(conn, "pause_limit_list")))
+
+
+def catalogue_limit(kind: str, target: str) -> int | None:
+    """The catalogue's concurrency limit of a job type (the lowest over its versions) or a provider."""
+    cat = active()
+    if kind == "provider":
+        prov = cat.providers.get(target)
+        return prov.concurrency if prov is not None else None
+    values = [jt.policy.concurrency for jt in cat.job_types.values()
+              if jt.name == target and jt.policy.concurrency is not None]
+    return min(values) if values else None
+
+
+def list_limits(conn: psycopg.Connection) -> dict[tuple[str, str], dict]:
+    """Live limits by ``(kind, target)``."""
+    return {(r["kind"], r["target"]): r for r in db.all_rows(conn, "pause_limit_list")}
+
+
+def set_limit(conn: psycopg.Connection, actor: audit.Actor, kind: str, target: str, value: int | None,
+              reason: str | None, *, request_key: str | None = None) -> dict:
+    """Set (or with ``value=None`` remove) the fleet-wide concurrency limit of a job type or a
+    provider, effective at every worker's next re-read (NOTIFY, at most a second).  Audited
+    as ``limit.set`` with the old value (the live one, else the catalogue's)."""
+    if kind not in ("type", "provider"):
+        raise OpsError("kind must be one of %(kinds)s", "invalid_kind", params={"kinds": "type, provider"})
+    target, _ = resolve_target(conn, kind, target)
+    if value is not None and not 1 <= value <= 100000:
+        raise OpsError("a limit is a whole number from 1 to 100000", "invalid_limit")
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        old = db.one(conn, "pause_limit_get_for_update", {"kind": kind, "target": target})
+        before = {"value": old["value"] if old else catalogue_limit(kind, target), "live": old is not None}
+        if value is None:
+            row = db.one(conn, "pause_limit_delete", {"kind": kind, "target": target}) or {}
+            after = {"value": catalogue_limit(kind, target), "live": False}
+        else:
+            row = db.one(conn, "pause_limit_upsert", {"kind": kind, "target": target, "value": value,
+                                                      "changed_by": actor.label})
+            after = {"value": value, "live": True}
+        ctx.write(before=before, after=after)
+        return {"kind": kind, "target": target, "before": before, "after": after}
+
+    def repeat(previous: dict) -> dict:
+        return {"kind": kind, "target": target, "before": previous.get("before"), "after": previous.get("after")}
+
+    return audit.operator_action(conn, actor, "limit.set", target_type=kind, target_id=target, reason=reason,
+                                 request_key=request_key, perform=perform, repeat=repeat)
 
 
 def held(rows: list[dict]) -> dict[str, dict[str, dict]]:

@@ -27,8 +27,9 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
                  after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
                  now: datetime | None = None, holds: "pauses.Holds | None" = None) -> dict:
     """The parameters of ``job_claim_many`` for one claim (see :func:`claim`)."""
-    limits = jobtypes.concurrency_limits(queue)
-    return {**(holds or pauses.NO_HOLDS).params(queue, now),"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
+    holds = holds or pauses.NO_HOLDS
+    limits = jobtypes.concurrency_limits(queue, holds.limit_overrides)
+    return {**holds.params(queue, now),"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
             "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
@@ -51,10 +52,10 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     """
     if limit <= 0:
         return Claim([], after_tenant or ZERO_TENANT)
-    limits = jobtypes.concurrency_limits(queue)
-    max_tenants = max_tenants or max(1, limit)
     if holds is None:
         holds = pauses.read_holds(conn)
+    limits = jobtypes.concurrency_limits(queue, holds.limit_overrides)
+    max_tenants = max_tenants or max(1, limit)
     params = claim_params(queue, worker_id, limit, lease_seconds, after_tenant=after_tenant,
                           max_tenants=max_tenants, now=now, holds=holds)
 

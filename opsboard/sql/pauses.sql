@@ -36,3 +36,23 @@ SELECT kind, target, reason, paused_by, paused_at, resume_at, tenant_id
 FROM pauses
 WHERE resume_at IS NULL OR resume_at > coalesce(%(now)s::timestamptz, now())
 ORDER BY kind, target;
+
+-- name: pause_limit_list
+-- Live concurrency limits an operator set (limit_overrides), by kind then target.
+SELECT kind, target, value, changed_by, changed_at FROM limit_overrides ORDER BY kind, target;
+
+-- name: pause_limit_get_for_update
+SELECT kind, target, value, changed_by, changed_at FROM limit_overrides
+WHERE kind = %(kind)s AND target = %(target)s
+FOR UPDATE;
+
+-- name: pause_limit_upsert
+INSERT INTO limit_overrides (kind, target, value, changed_by)
+VALUES (%(kind)s, %(target)s, %(value)s, %(changed_by)s)
+ON CONFLICT (kind, target) DO UPDATE
+SET value = EXCLUDED.value, changed_by = EXCLUDED.changed_by, changed_at = now()
+RETURNING kind, target, value, changed_by, changed_at;
+
+-- name: pause_limit_delete
+DELETE FROM limit_overrides WHERE kind = %(kind)s AND target = %(target)s
+RETURNING kind, target, value, changed_by, changed_at;

@@ -106,3 +106,25 @@ def test_a_double_submitted_pause_is_recorded_once(conn, t0):
     pauses.pause(conn, OPS, "queue", "bulk", "x", request_key="k1", now=t0)
     pauses.pause(conn, OPS, "queue", "bulk", "x", request_key="k1", now=t0)
     assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'pause'").fetchone()["n"] == 1
+
+
+def test_live_limits_replace_the_catalogues_at_the_next_claim_and_are_audited_with_the_old_value(conn, tenant, t0):
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenant["id"]) for i in range(10)])
+    jobqueue.enqueue_many(conn, [NewJob(t, {"key": f"{t}{i}", "ms": 1}, tenant["id"])
+                                 for t in ("test.sms_a", "test.sms_b") for i in range(3)])
+    r = pauses.set_limit(conn, OPS, "type", "test.record", 2, "db is struggling")
+    assert r["before"] == {"value": None, "live": False} and r["after"] == {"value": 2, "live": True}
+    pauses.set_limit(conn, OPS, "provider", "test_sms_gateway", 1, "vendor asked us to slow down")
+    got = claim_all(conn, "default", t0 + timedelta(seconds=1))
+    by_type = {}
+    for row in got:
+        by_type[row["type"]] = by_type.get(row["type"], 0) + 1
+    assert by_type.get("test.record") == 2
+    assert by_type.get("test.sms_a", 0) + by_type.get("test.sms_b", 0) == 1
+    r = pauses.set_limit(conn, OPS, "provider", "test_sms_gateway", None, "back to normal")
+    assert r["before"] == {"value": 1, "live": True} and r["after"] == {"value": 2, "live": False}
+    rows = conn.execute("SELECT before, after FROM audit_log WHERE action = 'limit.set' ORDER BY at, id").fetchall()
+    assert [x["before"]["value"] for x in rows] == [None, 2, 1]
+    with pytest.raises(OpsError) as e:
+        pauses.set_limit(conn, OPS, "type", "test.record", 0, "x")
+    assert e.value.code == "invalid_limit"
