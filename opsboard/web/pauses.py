@@ -72,7 +72,7 @@ def holds_context(conn) -> dict:
     """What a page that shows holds and pause controls needs (queue health, tenants, deliveries)."""
     rows = visible_holds(conn)
     return {"holds": rows, "held": pauses.held(rows), "can_pause_all": current_scope("jobs.pause").all,
-            "pause_scope": current_scope("jobs.pause")}
+            "pause_scope": current_scope("jobs.pause"), "live_limits": pauses.list_limits(conn)}
 
 
 @bp.route("/new")
@@ -105,4 +105,33 @@ def resume():
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
         pauses.resume(conn, actor(), kind, target, reason(), request_key=request_key())
+    return redirect(_next(), code=303)
+
+
+@bp.route("/limit")
+@requires("jobs.pause")
+def limit_form():
+    kind, target = _kind_target()
+    if kind not in ("type", "provider"):
+        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds="type, provider"))
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.resolve_target(conn, kind, target)
+        live = pauses.list_limits(conn).get((kind, target))
+    return render_template("pauses/limit.html", kind=kind, target=target, next=_next(), live=live,
+                           catalogue=pauses.catalogue_limit(kind, target))
+
+
+@bp.route("/limit", methods=["POST"])
+@requires("jobs.pause")
+def set_limit():
+    kind, target = _kind_target()
+    raw = (request.form.get("value") or "").strip()
+    try:
+        value = int(raw) if raw else None
+    except ValueError:
+        raise ApiError(400, "invalid_limit", _("A limit is a whole number; leave it empty to go back to the default.")) from None
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.set_limit(conn, actor(), kind, target, value, reason(), request_key=request_key())
     return redirect(_next(), code=303)

@@ -65,9 +65,22 @@ def test_ops_pauses_and_resumes_a_queue(app, server, browser, shots):  # noqa: F
         page.wait_for_url("**/queues/")
     assert "Nothing is paused." in page.locator("#pauses").inner_text()
     shots(page, "resumed")
+
     with connect(url) as c:
         assert c.execute("SELECT count(*) AS n FROM pauses").fetchone()["n"] == 0
         assert len(jobqueue.claim_batch(c, "default", "w", 10, 30)) == 3
-        actions = [r["action"] for r in c.execute("SELECT action FROM audit_log WHERE action IN ('pause', 'resume') ORDER BY at, id")]
-        assert actions == ["pause", "pause", "resume", "resume"]
+    # A live concurrency change: the type's limit, with the old value shown, audited.
+    page.click('a[data-limit="type:test.record"]')
+    page.wait_for_url("**/pauses/limit**")
+    page.fill("#limit-form input[name=value]", "2")
+    page.fill("#limit-form textarea[name=reason]", "database is hot")
+    page.click("#limit-form button[type=submit]")
+    page.wait_for_url("**/queues/")
+    assert page.locator('a[data-limit="type:test.record"]').inner_text().strip() == "limit 2"
+    shots(page, "limit")
+    with connect(url) as c:
+        actions = [r["action"] for r in c.execute(
+            "SELECT action FROM audit_log WHERE action IN ('pause', 'resume', 'limit.set') ORDER BY at, id")]
+        assert actions == ["pause", "pause", "resume", "resume", "limit.set"]
+        assert c.execute("SELECT value FROM limit_overrides WHERE target = 'test.record'").fetchone()["value"] == 2
     assert problems == []

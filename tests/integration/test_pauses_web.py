@@ -167,3 +167,23 @@ def test_bulk_cancel_is_not_for_agents_or_authors(client, login_as, db, role):
                                                "request_key": str(uuid.uuid4())})
     assert r.status_code == 403
     assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'cancelled'").fetchone()["n"] == 0
+
+
+def test_ops_staff_change_a_types_limit_live_with_the_old_value_shown_and_audited(client, login_as, db):
+    login_as("ops")
+    page = client.get("/pauses/limit?kind=type&target=test.limited&next=/queues/").get_data(as_text=True)
+    assert 'data-current-limit="3"' in page
+    r = _post(client, "/pauses/limit", kind="type", target="test.limited", value="1", reason="db hot", next="/queues/")
+    assert r.status_code == 303
+    page = client.get("/pauses/limit?kind=type&target=test.limited").get_data(as_text=True)
+    assert 'data-current-limit="1"' in page
+    [row] = db.execute("SELECT before, after FROM audit_log WHERE action = 'limit.set'").fetchall()
+    assert row["before"]["value"] == 3 and row["after"]["value"] == 1
+    assert _post(client, "/pauses/limit", kind="type", target="test.limited", value="x", reason="r").status_code == 400
+    assert _post(client, "/pauses/limit", kind="type", target="test.limited", value="", reason="ok").status_code == 303
+    assert db.execute("SELECT count(*) AS n FROM limit_overrides").fetchone()["n"] == 0
+
+
+def test_a_tenants_ops_may_not_change_limits(client, login_as, db):
+    login_as("ops", tenant="acme", operator=False)
+    assert _post(client, "/pauses/limit", kind="type", target="test.limited", value="1", reason="x").status_code == 403
