@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from opsboard import jobqueue, pauses
+from opsboard import jobqueue, jobtypes, pauses
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -74,6 +74,17 @@ class HoldsCache:
         self._holds = None
         self._read_at = float("-inf")
         self._generation = 0
+
+    def limited_types(self) -> frozenset[str]:
+        """Types an operator limited live (directly or through their provider), from the last read:
+        a job of one of them ending may make room for another (see Executor.frees_others)."""
+        holds = self._holds
+        if holds is None or not holds.limit_overrides:
+            return frozenset()
+        names, provs = jobtypes.provider_types()
+        providers = {t for k, t, _ in holds.limit_overrides if k == "provider"}
+        return frozenset({t for k, t, _ in holds.limit_overrides if k == "type"}
+                         | {n for n, p in zip(names, provs) if p in providers})
 
     def invalidate(self) -> None:
         with self._lock:

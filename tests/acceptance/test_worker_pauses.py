@@ -95,3 +95,27 @@ def test_pause_cli_bad_input_exits_2_with_one_line(db_url):
     assert_one_line_error(run("resume", "tenant", "nobody", "--reason", "x", env=env), "not paused")
     ok = run("pause", "queue", "critical", "--reason", "drill", "--confirm", "--until", "2999-01-01T00:00", env=env)
     assert ok.returncode == 0 and "until 2999-01-01" in ok.stdout, ok.stderr
+
+
+def test_a_live_limit_binds_two_running_workers_within_a_second(db_url, start_worker):
+    from tests.acceptance.test_fairness_workers import SPANS, _peak
+    with connect(db_url) as c:
+        c.execute(SPANS)
+        t = auth.ensure_tenant(c, "acme")["id"]
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        workers = [start_worker(db_url, "--queues", "default=4", "--id", f"lim{i}") for i in range(2)]
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id LIKE 'lim%%'") == 2, timeout=30,
+                 message="the workers to start")
+        pauses.set_limit(c, OPS, "type", "test.limited", 1, "database is hot")   # the catalogue says 3
+        # Due 1.5 s after the change: a claim can then no longer use holds read before it (the
+        # promise is "within a second"), whatever moment each worker's last read was.
+        due = c.execute("SELECT clock_timestamp() + interval '1.5 seconds' AS t").fetchone()["t"]
+        jobqueue.enqueue_many(c, [NewJob("test.limited", {"key": f"l{i}", "ms": 80}, t, run_at=due)
+                                  for i in range(12)])
+        wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'") == 12, timeout=60,
+                 message="the limited jobs to finish")
+        assert _peak(c, ["test.limited"]) == 1
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0
