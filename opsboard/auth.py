@@ -24,14 +24,14 @@ from .schema import Role, new_id
 #: What each role may do.  Views and core actions check these names.
 ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
     Role.ADMIN: frozenset({
-        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
+        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel", "jobs.pause",
         "tenants.view", "workers.view", "alerts.view", "alerts.ack",
         "tickets.view", "tickets.work", "templates.view", "templates.edit", "users.manage",
         "reports.view", "reports.request",
         "webhooks.manage",
     }),
     Role.OPS: frozenset({
-        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel",
+        "dashboard.view", "audit.view", "jobs.view", "jobs.replay", "jobs.resolve", "jobs.cancel", "jobs.pause",
         "tenants.view", "workers.view", "alerts.view", "alerts.ack",
         "reports.view", "reports.request",
     }),

@@ -22,6 +22,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _iso_time(text: str):
+    from datetime import datetime, timezone
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -83,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     ap = asub.add_parser("pii-mode", help="what the API does with personal data in the tenant's payloads")
     ap.add_argument("--tenant", required=True, help="tenant slug")
     ap.add_argument("mode", choices=["refuse", "redact"])
+
+    from .pauses import KINDS
+    for verb, text in (("pause", "hold a queue, job type, tenant (slug) or provider: nothing of it is claimed"),
+                       ("resume", "release a hold")):
+        pp = sub.add_parser(verb, help=text)
+        pp.add_argument("kind", choices=KINDS)
+        pp.add_argument("target", help="queue name, job type, tenant slug or provider name")
+        pp.add_argument("--reason", required=True, help="why (recorded in the audit log)")
+        if verb == "pause":
+            pp.add_argument("--until", metavar="ISO", type=_iso_time,
+                            help="resume automatically at this time (ISO 8601; UTC when no offset)")
+            pp.add_argument("--confirm", action="store_true",
+                            help="needed to hold the critical queue or the sms.otp type")
+    sub.add_parser("pauses", help="list the holds in force")
 
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
@@ -244,6 +267,44 @@ def cmd_apikey(config: Config, args) -> int:
     return 0
 
 
+def cmd_pause(config: Config, args) -> int:
+    from . import audit, pauses
+    from .db import connect
+    from .errors import OpsError
+    conn = connect(_url(config))
+    try:
+        if args.command == "pause":
+            row = pauses.pause(conn, audit.Actor("cli"), args.kind, args.target, args.reason,
+                               resume_at=args.until, confirmed=args.confirm)
+            until = f" until {row['resume_at'].isoformat()}" if row["resume_at"] else ""
+            print(f"paused {args.kind} {row['target']}{until}")
+        else:
+            pauses.resume(conn, audit.Actor("cli"), args.kind, args.target, args.reason)
+            print(f"resumed {args.kind} {args.target.strip()}")
+    except OpsError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        conn.close()
+    return 0
+
+
+def cmd_pauses(config: Config, args) -> int:
+    from . import pauses
+    from .db import connect
+    conn = connect(_url(config))
+    try:
+        rows = pauses.list_pauses(conn)
+    finally:
+        conn.close()
+    for r in rows:
+        until = r["resume_at"].isoformat() if r["resume_at"] else "-"
+        print(f"{r['kind']:<9} {r['target']:<24} by {r['paused_by']} at {r['paused_at']:%Y-%m-%d %H:%M:%S%z}"
+              f"  until {until}  {r['reason']}")
+    if not rows:
+        print("nothing is paused")
+    return 0
+
+
 def cmd_bench(config: Config, args) -> int:
     if args.peers:
         from .tools.bench_peers import run_peers
@@ -294,7 +355,8 @@ def cmd_vapid(config: Config, args) -> int:
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
              "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
-             "apikey": cmd_apikey, "user-token": cmd_user_token}
+             "apikey": cmd_apikey, "user-token": cmd_user_token, "pause": cmd_pause, "resume": cmd_pause,
+             "pauses": cmd_pauses}
 
 
 if __name__ == "__main__":

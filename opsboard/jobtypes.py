@@ -193,38 +193,48 @@ class ConcurrencyLimits:
         return not self.lock_names
 
 
-def concurrency_limits(queue: str) -> ConcurrencyLimits:
+def concurrency_limits(queue: str, overrides: tuple[tuple[str, str, int], ...] = ()) -> ConcurrencyLimits:
     """Per-type and per-provider limits relevant to ``queue``'s claim (cached per catalogue revision).
 
     Every type of a limited provider is listed (their running jobs count
     against the provider); ``type_groups`` names each type's provider ("" when
     none).  ``lock_names`` are the advisory locks a claim takes (sorted, so
     claims never deadlock) to make check-and-claim atomic across workers.
+
+    ``overrides``: limits an operator set live (``(kind, target, value)``,
+    kind ``type`` or ``provider``; see :mod:`opsboard.pauses`), which replace
+    the catalogue's for that type or provider.
     """
     cat = _catalogue.active()
-    return cat.derived(("concurrency_limits", queue), lambda: _concurrency_limits(cat, queue))
+    return cat.derived(("concurrency_limits", queue, overrides), lambda: _concurrency_limits(cat, queue, overrides))
 
 
-def _concurrency_limits(cat: _catalogue.Catalogue, queue: str) -> ConcurrencyLimits:
+def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
+                        overrides: tuple[tuple[str, str, int], ...] = ()) -> ConcurrencyLimits:
+    live = {(k, t): v for k, t, v in overrides}
     types: dict[str, tuple[int, str]] = {}
     groups: dict[str, int] = {}
     locks: set[str] = set()
     for jt in cat.job_types.values():
-        prov = cat.providers.get(jt.policy.provider) if jt.policy.provider else None
-        limited_type = jt.policy.concurrency is not None
-        limited_prov = prov is not None and prov.concurrency is not None
+        prov_name = jt.policy.provider
+        prov = cat.providers.get(prov_name) if prov_name else None
+        type_limit = live.get(("type", jt.name), jt.policy.concurrency)
+        prov_limit = live.get(("provider", prov_name), prov.concurrency if prov is not None else None) \
+            if prov_name else None
+        limited_type = type_limit is not None
+        limited_prov = prov_limit is not None
         if not (limited_type or limited_prov):
             continue
-        limit = jt.policy.concurrency if limited_type else 1_000_000
+        limit = type_limit if limited_type else 1_000_000
         previous = types.get(jt.name)
-        types[jt.name] = (min(limit, previous[0]) if previous else limit, prov.name if limited_prov else "")
+        types[jt.name] = (min(limit, previous[0]) if previous else limit, prov_name if limited_prov else "")
         if limited_prov:
-            groups[prov.name] = prov.concurrency
+            groups[prov_name] = prov_limit
         if jt.policy.queue == queue:
             if limited_type:
                 locks.add("type:" + jt.name)
             if limited_prov:
-                locks.add("provider:" + prov.name)
+                locks.add("provider:" + prov_name)
     if not locks:
         return ConcurrencyLimits((), (), (), (), (), ())
     names = sorted(types)
@@ -234,6 +244,17 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str) -> ConcurrencyLim
 
 
 _HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every job type that names a provider, and that provider, as two parallel tuples
+    (cached per catalogue revision): what a provider pause holds (see ``pauses``)."""
+    cat = _catalogue.active()
+
+    def build():
+        pairs = sorted({(jt.name, jt.policy.provider) for jt in cat.job_types.values() if jt.policy.provider})
+        return tuple(t for t, _ in pairs), tuple(p for _, p in pairs)
+    return cat.derived(("provider_types",), build)
 
 
 def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,

@@ -283,8 +283,13 @@ class QueueCollector:
                                 "Age of the oldest unrelayed outbox event (the relay's lag; 0 when none waits)")
         parked = GaugeMetricFamily("opsboard_outbox_parked_24h",
                                    "Outbox events parked as unroutable (relayed without jobs) in the last 24 h")
+        paused = GaugeMetricFamily("opsboard_paused", "Held by an operator (issue 28): 1 per paused queue, type, "
+                                   "tenant or provider", labels=["kind", "target"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
+            # Read only (a scrape writes nothing): holds past their resume time are left out.
+            for r in db.all_rows(conn, "pause_list", {"now": None}):
+                paused.add_metric([r["kind"], r["target"]], 1)
             backlog = outbox_backlog(conn, scope)
             unrelayed.add_metric([], backlog["waiting"])
             lag.add_metric([], backlog["oldest_seconds"] or 0.0)
@@ -309,7 +314,7 @@ class QueueCollector:
                 live.add_metric([state], n)
             for r in db.all_rows(conn, "service_error_totals"):
                 service_errors.add_metric([r["service"]], float(r["errors"]))
-        yield from (depth, oldest, completed, p95, live, abandoned, service_errors, unrelayed, lag, parked)
+        yield from (depth, oldest, completed, p95, live, abandoned, service_errors, unrelayed, lag, parked, paused)
 
 
 def prometheus_text(database) -> bytes:

@@ -84,5 +84,8 @@ class Role(str, enum.Enum):
 #: pg_notify channel that wakes workers; the payload is the queue name.
 JOBS_CHANNEL = "opsboard_jobs"
 
+#: pg_notify channel of the ``pauses`` table (migration 0027): any hold or release wakes every fetcher.
+PAUSES_CHANNEL = "opsboard_pauses"
+
 #: Advisory lock key whose holder runs the leader-only maintenance services.
 LEADER_LOCK_KEY = 0x6F70736C65616472  # "opsleadr"

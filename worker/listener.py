@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from opsboard import pgnotify
-from opsboard.schema import JOBS_CHANNEL
+from opsboard.schema import JOBS_CHANNEL, PAUSES_CHANNEL
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -39,6 +39,14 @@ class Listener:
         once every subscriber is in, so that one LISTEN statement takes them all)."""
         for qs in self.worker.queues.values():
             self.waiters.append(hub.waiter(JOBS_CHANNEL, qs.name, on_wake=qs.wake.set, start=False))
+        # A hold or a release (issue 28): the worker's copy of the holds is stale, and every
+        # fetcher claims again at once (a release must not wait for the poll).
+        self.waiters.append(hub.waiter(PAUSES_CHANNEL, "*", on_wake=self.wake_all, start=False))
+
+    def wake_all(self) -> None:
+        self.worker.holds.invalidate()
+        for qs in self.worker.queues.values():
+            qs.wake.set()
 
     def close(self) -> None:
         for w in self.waiters:

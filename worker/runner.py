@@ -49,7 +49,7 @@ from opsboard.db import connect
 
 from .completer import Completer
 from .executor import Executor, Running, resolve_handlers
-from .fetcher import Fetcher, QueueState
+from .fetcher import Fetcher, HoldsCache, QueueState
 from .keeper import Keeper
 from .leader import Leader
 from .listener import Listener, make_hub
@@ -100,6 +100,8 @@ class Worker:
         self.completer = Completer(self)
         self.keeper = Keeper(self)
         self.listener = Listener(self)
+        #: The holds in force (issue 28), re-read on notification and every second.
+        self.holds = HoldsCache()
         #: The process's one LISTEN connection (started by :meth:`start`).
         self.hub = make_hub(self)
         self.leader: Leader | None = None

@@ -2,7 +2,7 @@
 
 * :mod:`.enqueue` -- :func:`enqueue` / :func:`enqueue_many` on the producer's own connection,
   inside its own transaction: the job exists exactly when the domain change commits;
-* :mod:`.reads` -- a job, its attempts, and :func:`cancel`;
+* :mod:`.reads` -- a job, its attempts, :func:`cancel` and the bulk :func:`cancel_many`;
 * :mod:`.claim` -- the worker's tenant-fair batch claim (:func:`claim_batch`);
 * :mod:`.outcomes` -- the worker's batched outcomes (:func:`record_outcomes`) and heartbeats;
 * :mod:`.effects` -- the effect ledger (at most one external effect where it matters);
@@ -14,7 +14,7 @@ Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(.
 from __future__ import annotations
 
 from .enqueue import ALL_TENANTS, enqueue, enqueue_many, NewJob, prepare_row, QueueError, row_json, tenant_id_of  # noqa: F401
-from .reads import attempts, cancel, get_by_keys, get_job  # noqa: F401
+from .reads import attempts, BulkCancel, cancel, cancel_many, CancelFilter, count_cancellable, get_by_keys, get_job  # noqa: F401
 from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa: F401
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401

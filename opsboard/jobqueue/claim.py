@@ -9,7 +9,7 @@ from datetime import datetime
 
 import psycopg
 
-from .. import db, jobtypes
+from .. import db, jobtypes, pauses
 
 
 ZERO_TENANT = uuid.UUID(int=0)
@@ -25,10 +25,11 @@ class Claim:
 
 def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *,
                  after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
-                 now: datetime | None = None) -> dict:
+                 now: datetime | None = None, holds: "pauses.Holds | None" = None) -> dict:
     """The parameters of ``job_claim_many`` for one claim (see :func:`claim`)."""
-    limits = jobtypes.concurrency_limits(queue)
-    return {"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
+    holds = holds or pauses.NO_HOLDS
+    limits = jobtypes.concurrency_limits(queue, holds.limit_overrides)
+    return {**holds.params(queue, now),"queue": queue, "worker": worker_id, "limit": limit, "lease": lease_seconds, "now": now,
             "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
@@ -37,7 +38,7 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
 
 def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float, *,
           after_tenant: uuid.UUID | None = None, max_tenants: int | None = None,
-          now: datetime | None = None) -> Claim:
+          now: datetime | None = None, holds: "pauses.Holds | None" = None) -> Claim:
     """Claim up to ``limit`` ready jobs of ``queue``, fairly across tenants, in one short transaction.
 
     Tenants with due work are visited round-robin from ``after_tenant`` (pass
@@ -45,13 +46,18 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     the queue has job types or providers with concurrency limits, the claim
     first takes their advisory locks so that check-and-claim is atomic across
     every worker on every host.
+
+    Held work (:mod:`opsboard.pauses`) is never claimed: pass the ``holds`` in
+    force (the worker keeps them fresh), or the claim reads them first.
     """
     if limit <= 0:
         return Claim([], after_tenant or ZERO_TENANT)
-    limits = jobtypes.concurrency_limits(queue)
+    if holds is None:
+        holds = pauses.read_holds(conn)
+    limits = jobtypes.concurrency_limits(queue, holds.limit_overrides)
     max_tenants = max_tenants or max(1, limit)
     params = claim_params(queue, worker_id, limit, lease_seconds, after_tenant=after_tenant,
-                          max_tenants=max_tenants, now=now)
+                          max_tenants=max_tenants, now=now, holds=holds)
 
     def run() -> list[dict]:
         rows = db.all_rows(conn, "job_claim_many", params)

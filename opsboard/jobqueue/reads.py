@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -74,3 +76,63 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
     return audit.operator_action(
         conn, actor, "job.cancel", target_type="job", target_id=jid, reason=reason, request_key=request_key,
         perform=perform, repeat=lambda previous: get_job(conn, jid, scope) or {})
+
+
+@dataclass(frozen=True)
+class CancelFilter:
+    """Which unstarted jobs a bulk cancel takes: the dead-letter group's shape
+    (:class:`~opsboard.jobqueue.replay.DeadFilter`), over pending and retryable jobs."""
+
+    type: str | None = None
+    queue: str | None = None
+    tenant_id: Any = None
+    error_code: str | None = None
+
+    @property
+    def params(self) -> dict:
+        return {"type": self.type, "queue": self.queue, "tenant_id": self.tenant_id, "error_code": self.error_code}
+
+    @property
+    def key(self) -> str:
+        """The filter as the audit row's target (what a request key is bound to)."""
+        return ";".join(f"{k}={v}" for k, v in self.params.items() if v is not None) or "all"
+
+
+@dataclass
+class BulkCancel:
+    #: The jobs cancelled (id, tenant_id, type, queue): exactly those whose status changed.
+    cancelled: list[dict] = field(default_factory=list)
+    #: Jobs that matched and were left for a next request (over ``limit``), counted after the cancel.
+    remaining: int = 0
+
+
+def count_cancellable(conn: psycopg.Connection, f: CancelFilter, *, scope: TenantScope = ALL_TENANTS) -> int:
+    """How many pending or retryable jobs match ``f`` in ``scope`` (the bulk cancel's preview)."""
+    return db.one(conn, "job_cancel_count", {**f.params, **scope.params})["n"]
+
+
+def cancel_many(conn: psycopg.Connection, f: CancelFilter, actor: audit.Actor, reason: str | None,
+                request_key: str | None, *, scope: TenantScope = ALL_TENANTS, limit: int = 1000,
+                now: datetime | None = None) -> BulkCancel:
+    """Cancel every pending or retryable job matching ``f`` (at most ``limit``), as one operator action.
+
+    One audit row ``job.cancel_many`` (target: the filter) lists every cancelled
+    job's id, written in the same transaction as the cancel: the count shown,
+    the audit row and the jobs' states agree.  Idempotent on ``request_key``: a
+    repeated request answers with the first one's jobs and cancels nothing more.
+    """
+    def perform(ctx: audit.ActionContext) -> BulkCancel:
+        rows = db.all_rows(conn, "job_cancel_matching", {**f.params, **scope.params, "limit": limit, "now": now})
+        tenants = {r["tenant_id"] for r in rows}
+        ctx.write(tenant_id=f.tenant_id or (next(iter(tenants)) if len(tenants) == 1 else None),
+                  before={"filter": {k: str(v) for k, v in f.params.items() if v is not None}},
+                  after={"cancelled": len(rows), "ids": [str(r["id"]) for r in rows]})
+        return BulkCancel(rows, count_cancellable(conn, f, scope=scope))
+
+    def repeat(previous: dict) -> BulkCancel:
+        ids = (previous.get("after") or {}).get("ids") or []
+        rows = db.all_rows(conn, "job_get_many", {"ids": ids, **scope.params}) if ids else []
+        return BulkCancel(rows, count_cancellable(conn, f, scope=scope))
+
+    return audit.operator_action(conn, actor, "job.cancel_many", target_type="job_filter", target_id=f.key,
+                                 reason=reason, request_key=request_key, perform=perform, repeat=repeat)

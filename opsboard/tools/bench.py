@@ -273,9 +273,11 @@ def fairness(b: Bench) -> None:
             jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for t in tenants[1:] for _ in range(100)])
         light = set(tenants[1:])
         left, claims, cursor = 400, 0, jobqueue.ZERO_TENANT
+        from .. import pauses
+        holds = pauses.read_holds(c)   # read once, as a worker's cache would (a scratch database: none)
         t0 = time.perf_counter()
         while left > 0:
-            got = jobqueue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor)
+            got = jobqueue.claim(c, "default", "bench-fair", 64, 30, after_tenant=cursor, holds=holds)
             cursor = got.next_after_tenant
             claims += 1
             left -= sum(1 for r in got.rows if r["tenant_id"] in light)
@@ -353,7 +355,7 @@ def claim_cost(b: Bench) -> None:
                     "queue": "default", "worker": "bench", "limit": 64, "lease": 30, "now": None,
                     "after_tenant": jobqueue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
                     "limit_type_limits": [], "limit_type_groups": [], "limit_groups": [],
-                    "limit_group_limits": []}).fetchone()
+                    "limit_group_limits": [], "queue_held": False, "held_tenants": [], "held_types": []}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
                 times.append(float(doc[0]["Execution Time"]))
         from .. import metrics

@@ -66,4 +66,6 @@ def banner():
         return ""
     with get_db().connection() as conn:
         counts = alerts.count_unacknowledged(conn, current_scope("alerts.view"))
-    return render_template("alerts/_banner.html", counts=counts)
+        from .pauses import visible_holds
+        holds = visible_holds(conn)   # what operators hold by hand is as loud as an alert (issue 28)
+    return render_template("alerts/_banner.html", counts=counts, holds=holds)

@@ -19,7 +19,11 @@ def _context() -> dict:
 @bp.route("/")
 @requires("jobs.view")
 def index():
-    return render_template("deliveries/index.html", **_context())
+    from .. import pauses
+    from .pauses import holds_context
+    with get_db().connection() as conn:
+        holds = holds_context(conn)   # incident controls: providers held by hand (issue 28)
+    return render_template("deliveries/index.html", **_context(), **holds, providers=pauses.known_providers())
 
 
 @bp.route("/_breakers")

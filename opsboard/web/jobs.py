@@ -145,6 +145,41 @@ def _dead_filter(source) -> jobqueue.DeadFilter:
                             error_code=forms.arg_text("error_code", source), open_only=True)
 
 
+def _cancel_filter(source) -> jobqueue.CancelFilter:
+    queue_name = forms.arg_text("queue", source)
+    if queue_name is not None and queue_name not in QUEUE_NAMES:
+        raise ApiError(400, "invalid_filter", _("queue must be one of %(names)s", names=", ".join(QUEUE_NAMES)))
+    return jobqueue.CancelFilter(type=forms.arg_text("type", source), queue=queue_name,
+                                 tenant_id=forms.arg_uuid("tenant_id", source),
+                                 error_code=forms.arg_text("error_code", source))
+
+
+@bp.route("/cancel-many/confirm")
+@requires("jobs.cancel")
+def cancel_many_confirm():
+    """How many unstarted jobs match, and the form that cancels them (no change yet)."""
+    f = _cancel_filter(request.args)
+    with get_db().connection() as conn:
+        n = jobqueue.count_cancellable(conn, f, scope=current_scope("jobs.cancel"))
+    if request.headers.get("HX-Request"):
+        return render_template("jobs/_cancel_many_confirm.html", f=f, count=n, limit=BULK_LIMIT)
+    return render_template("jobs/result.html", partial="jobs/_cancel_many_confirm.html", f=f, count=n,
+                           limit=BULK_LIMIT)
+
+
+@bp.route("/cancel-many", methods=["POST"])
+@requires("jobs.cancel")
+def cancel_many():
+    """Cancel every pending or retryable job matching the filter, in the user's jobs.cancel scope."""
+    f = _cancel_filter(request.form)
+    reason, key = forms.reason(), forms.request_key()
+    with get_db().connection() as conn:
+        result = jobqueue.cancel_many(conn, f, forms.actor(), reason, key, scope=current_scope("jobs.cancel"),
+                                      limit=BULK_LIMIT)
+    return forms.render_result("jobs/_action_result.html", action="cancel_many", cancelled=result.cancelled,
+                               remaining=result.remaining, reason=reason, f=f)
+
+
 @bp.route("/replay-many/confirm")
 @requires("jobs.replay")
 def replay_many_confirm():

@@ -8,6 +8,7 @@ from .. import dashboard, metrics
 from .context import get_db
 from .charts import line_chart, sparkline
 from .errors import ApiError
+from .pauses import holds_context
 from .security import current_scope, requires
 
 bp = Blueprint("queues", __name__, url_prefix="/queues")
@@ -18,7 +19,8 @@ def _context() -> dict:
         health = metrics.queue_health(conn, current_scope("jobs.view"))
         top_codes = dashboard.top_error_codes(conn, current_scope("jobs.view"))
         outbox = metrics.outbox_backlog(conn, current_scope("jobs.view"))
-    return {"health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
+        holds = holds_context(conn)
+    return {**holds, "health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
 
 
 @bp.route("/")

@@ -99,6 +99,7 @@ def security_headers(response):
 #: Permissions of audited actions -> the action name their audit rows carry.
 #: A refused attempt at one of them is recorded too, with outcome ``denied``.
 AUDITED_ACTIONS = {"jobs.replay": "job.replay", "jobs.resolve": "job.resolve", "jobs.cancel": "job.cancel",
+                   "jobs.pause": "pause",
                    "alerts.ack": "alert.ack", "templates.edit": "template.edit", "tickets.work": "ticket.work",
                    "users.manage": "user.manage"}
 #: Route arguments that name an action's target.

@@ -9,6 +9,7 @@ from flask_babel import gettext as _
 from .. import metrics
 from .context import get_db
 from .errors import ApiError
+from .pauses import holds_context
 from .security import current_scope, requires
 
 bp = Blueprint("tenants", __name__, url_prefix="/tenants")
@@ -48,7 +49,8 @@ def detail(tenant_id: str):
         # tenant_detail checked the scope: the tenant's own attempts only.
         chart = metrics.tenant_chart(conn, tid, range_name)
         failures = metrics.tenant_recent_failures(conn, tid)
-    return render_template("tenants/detail.html", **found, chart=chart, failures=failures, line_chart=line_chart,
+        holds = holds_context(conn)
+    return render_template("tenants/detail.html", **found, **holds, chart=chart, failures=failures, line_chart=line_chart,
                            range_name=range_name, ranges=list(metrics.CHART_RANGES),
                            bucket_minutes=metrics.CHART_RANGES[range_name][1],
                            p95_cap=float(metrics.DURATION_BUCKETS_MS[-1]))

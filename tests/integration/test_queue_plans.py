@@ -92,3 +92,29 @@ def test_a_claim_probes_its_candidates_by_primary_key_whatever_the_statistics(co
     # Before: the lock step probed the ready partial index (a scan of all of it per candidate).
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
     assert conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 200
+
+
+def test_the_claim_stays_index_driven_with_pauses_present(conn, make_tenant, t0):
+    from opsboard import audit, pauses
+    tenants = [make_tenant(conn) for _ in range(5)]
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]["id"]) for i in range(N)])
+    jobqueue.enqueue_many(conn, [NewJob("test.slow", {"key": str(i), "ms": 1}, tenants[i % 5]["id"])
+                                 for i in range(N // 6)])
+    ops = audit.Actor(label="ops")
+    pauses.pause(conn, ops, "tenant", tenants[0]["slug"], "flood", now=t0)
+    pauses.pause(conn, ops, "type", "test.slow", "failing", now=t0)
+    pauses.pause(conn, ops, "provider", "test_sms_gateway", "outage", now=t0)
+    pauses.pause(conn, ops, "queue", "bulk", "held", now=t0)
+    conn.execute("ANALYZE jobs")
+    conn.execute("ANALYZE pauses")
+    params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1),
+                                   holds=pauses.read_holds(conn))
+    assert params["held_types"] == ["test.slow", "test.sms_a", "test.sms_b"] and not params["queue_held"]
+    plan = explain(conn, "job_claim_many", params)
+    assert rows_touched(plan["Plan"]) < 40 * N, plan
+    assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
+    text = repr(plan)
+    assert "jobs_ready_idx" in text and "Seq Scan', 'Relation Name': 'jobs'" not in text, plan
+    got = conn.execute("SELECT tenant_id, type FROM jobs WHERE status = 'running'").fetchall()
+    assert len(got) == 200 and {r["type"] for r in got} == {"test.record"}
+    assert tenants[0]["id"] not in {r["tenant_id"] for r in got}

@@ -8,7 +8,7 @@ import psycopg
 from opsboard import auth, jobqueue, pgnotify
 from opsboard.schema import JOBS_CHANNEL
 from tests.conftest import connect
-from worker.fetcher import QueueState
+from worker.fetcher import HoldsCache, QueueState
 from worker.listener import Listener
 from worker.services.relay import CHANNEL as OUTBOX_CHANNEL
 
@@ -51,9 +51,10 @@ def _listen_backends(c) -> list[dict]:
 
 @contextmanager
 def _listening(db_url, **hooks):
-    worker = SimpleNamespace(queues={q: QueueState(q, 1) for q in QUEUES})
+    worker = SimpleNamespace(queues={q: QueueState(q, 1) for q in QUEUES}, holds=HoldsCache())
     hub = pgnotify.Hub(db_url, poll=0.1, name="test-hub", retry_delay=lambda failures: 0.01, **hooks)
     listener = Listener(worker)
+    _listening.last_worker = worker
     listener.subscribe(hub)
     hub.start()
     try:
@@ -82,6 +83,20 @@ def test_a_notification_wakes_only_the_fetcher_of_the_queue_it_names(db_url):
         assert queues["critical"].wake.wait(10)
         assert not queues["default"].wake.is_set()
         assert hub.notifications == 3
+
+
+def test_a_hold_or_release_wakes_every_fetcher_and_makes_the_holds_stale(db_url):
+    with _listening(db_url) as (hub, queues), connect(db_url) as c:
+        assert _all_woken(queues)
+        for qs in queues.values():
+            qs.wake.clear()
+        worker_holds = _listening.last_worker.holds
+        worker_holds.get(c)
+        assert worker_holds._read_at > float("-inf")
+        c.execute("INSERT INTO pauses (kind, target, reason, paused_by) VALUES ('queue', 'bulk', 'x', 'ops')")
+        assert _all_woken(queues)
+        assert worker_holds._read_at == float("-inf")   # re-read before the next claim
+        assert worker_holds.get(c).params("bulk")["queue_held"]
 
 
 def test_the_hub_reconnects_after_losing_its_backend_and_wakes_every_fetcher(db_url):

@@ -47,6 +47,7 @@ OWNERS: dict[str, str] = {
     "outbound_message_": "deliveries.sql",        # outbound_messages (SMS)
     "otp_request_": "otp.sql",                    # otp_requests (the product's one-time passwords)
     "outbox_": "outbox.sql",                      # outbox_events
+    "pause_": "pauses.sql",                       # pauses (incident controls: held queues, types, tenants, providers)
     "push_subscription_": "deliveries.sql",       # push_subscriptions
     "queue_depth_": "limits.sql",                 # queue_depth (the sampled depth backpressure reads)
     "quiet_hours_": "notifications.sql",          # quiet_hours

@@ -22,6 +22,7 @@ def default_services(config: Config) -> list:
     from .depth import DepthConfig, DepthSampler
     from .expiry import Expiry, ExpiryConfig
     from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
+    from .pauses import Pauses, PausesConfig
     from .pruner import Pruner, PrunerConfig
     from .reaper import Reaper, ReaperConfig
     from .scheduler import Scheduler, SchedulerConfig
@@ -29,4 +30,4 @@ def default_services(config: Config) -> list:
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
             DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
             Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config)),
-            OutboxPruner(OutboxPrunerConfig.from_config(config))]
+            OutboxPruner(OutboxPrunerConfig.from_config(config)), Pauses(PausesConfig.from_config(config))]

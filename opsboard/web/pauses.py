@@ -1,0 +1,137 @@
+"""Incident controls on the dashboard (issue 28): hold and release a queue, a job type,
+a tenant or a provider, with a reason and an optional resume time.
+
+Operator staff (``jobs.pause`` on every tenant) may hold anything; a tenant's own
+ops staff may hold only their tenant; support agents and template authors never.
+Holding the critical queue or the OTP type asks for a second confirmation (a
+checkbox the core requires).  The core does the work: :mod:`opsboard.pauses`.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, redirect, render_template, request
+from flask_babel import gettext as _
+
+from .. import pauses
+from .context import get_db
+from .errors import ApiError
+from .forms import actor, arg_time, reason, request_key
+from .security import current_scope, require_for_tenant, requires, audit_denied
+
+bp = Blueprint("pauses", __name__, url_prefix="/pauses")
+
+
+def kind_label(kind: str) -> str:
+    return {"queue": _("queue"), "type": _("job type"), "tenant": _("tenant"), "provider": _("provider")}.get(kind, kind)
+
+
+@bp.app_context_processor
+def _globals() -> dict:
+    from .forms import request_key_field
+    return {"kind_label": kind_label, "request_key_field": request_key_field}
+
+
+def _next() -> str:
+    """Where to go back to: a path on this site only (never another host)."""
+    target = (request.values.get("next") or "").strip()
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/queues/"
+    return target
+
+
+def _kind_target() -> tuple[str, str]:
+    kind = (request.values.get("kind") or "").strip()
+    target = (request.values.get("target") or "").strip()
+    if kind not in pauses.KINDS:
+        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds=", ".join(pauses.KINDS)))
+    if not target or len(target) > 200:
+        raise ApiError(400, "invalid_target", _("Name what to pause."))
+    return kind, target
+
+
+def _check_allowed(conn, kind: str, target: str):
+    """403 unless the user may hold ``kind``/``target``: staff for anything, a tenant's ops for that tenant.
+    Returns the tenant's id for a tenant hold."""
+    tenant_id = None
+    if kind == "tenant":
+        tenant_id = pauses.resolve_target(conn, kind, target)[1]
+        require_for_tenant("jobs.pause", tenant_id)
+    elif not current_scope("jobs.pause").all:
+        audit_denied("jobs.pause")
+        raise ApiError(403, "forbidden", _("Only operator staff may pause a queue, a job type or a provider."))
+    return tenant_id
+
+
+def visible_holds(conn) -> list[dict]:
+    """The holds in force the current user may see: all for operator staff, their tenants' for others."""
+    scope = current_scope("jobs.view")
+    rows = pauses.list_pauses(conn)
+    return rows if scope.all else [r for r in rows if r["kind"] == "tenant" and scope.allows(r["tenant_id"])]
+
+
+def holds_context(conn) -> dict:
+    """What a page that shows holds and pause controls needs (queue health, tenants, deliveries)."""
+    rows = visible_holds(conn)
+    return {"holds": rows, "held": pauses.held(rows), "can_pause_all": current_scope("jobs.pause").all,
+            "pause_scope": current_scope("jobs.pause"), "live_limits": pauses.list_limits(conn)}
+
+
+@bp.route("/new")
+@requires("jobs.pause")
+def new():
+    kind, target = _kind_target()
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.resolve_target(conn, kind, target)
+    return render_template("pauses/new.html", kind=kind, target=target, next=_next(),
+                           confirm=pauses.needs_confirmation(kind, target))
+
+
+@bp.route("/pause", methods=["POST"])
+@requires("jobs.pause")
+def pause():
+    kind, target = _kind_target()
+    resume_at = arg_time("resume_at", request.form)
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.pause(conn, actor(), kind, target, reason(), resume_at=resume_at, request_key=request_key(),
+                     confirmed=request.form.get("confirm") == "yes")
+    return redirect(_next(), code=303)
+
+
+@bp.route("/resume", methods=["POST"])
+@requires("jobs.pause")
+def resume():
+    kind, target = _kind_target()
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.resume(conn, actor(), kind, target, reason(), request_key=request_key())
+    return redirect(_next(), code=303)
+
+
+@bp.route("/limit")
+@requires("jobs.pause")
+def limit_form():
+    kind, target = _kind_target()
+    if kind not in ("type", "provider"):
+        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds="type, provider"))
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.resolve_target(conn, kind, target)
+        live = pauses.list_limits(conn).get((kind, target))
+    return render_template("pauses/limit.html", kind=kind, target=target, next=_next(), live=live,
+                           catalogue=pauses.catalogue_limit(kind, target))
+
+
+@bp.route("/limit", methods=["POST"])
+@requires("jobs.pause")
+def set_limit():
+    kind, target = _kind_target()
+    raw = (request.form.get("value") or "").strip()
+    try:
+        value = int(raw) if raw else None
+    except ValueError:
+        raise ApiError(400, "invalid_limit", _("A limit is a whole number; leave it empty to go back to the default.")) from None
+    with get_db().connection() as conn:
+        _check_allowed(conn, kind, target)
+        pauses.set_limit(conn, actor(), kind, target, value, reason(), request_key=request_key())
+    return redirect(_next(), code=303)
