@@ -62,7 +62,6 @@ def record(conn: psycopg.Connection, name: str, ok: bool, *, code: str | None = 
         "name": name, "code": code, "now": now, "window": cfg.breaker_window,
         "threshold": cfg.breaker_failures, "min_calls": cfg.breaker_min_calls, "rate": cfg.breaker_failure_rate,
         "cooldown": cfg.breaker_cooldown, "cooldown_max": cfg.breaker_cooldown_max})
-    return row
 
 
 def list_breakers(conn: psycopg.Connection, scope, limit: int = 200) -> list[dict]:
