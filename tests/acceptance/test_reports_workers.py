@@ -85,9 +85,14 @@ def test_sigkill_mid_run_ends_in_exactly_one_file(db_url, start_worker, tmp_path
 def test_two_workers_enqueue_the_assembly_once(db_url, start_worker, tmp_path):
     env = {"OPSBOARD_STORAGE_DIR": str(tmp_path / "storage"), "OPSBOARD_REPORT_CHUNK_ROWS": "100",
            "OPSBOARD_POLL_INTERVAL": "0.2"}
+    start_worker(db_url, "--queues", "bulk=1", "--id", "worker-a", **env)
+    start_worker(db_url, "--queues", "bulk=1", "--id", "worker-b", "--no-services", **env)
+    with connect(db_url) as c:
+        # Both workers claim before the run begins: otherwise the first one up may take every chunk
+        # and there is no race between two workers' last chunks to enqueue the assembly.
+        wait_for(lambda: c.execute("SELECT count(*) AS n FROM workers WHERE id IN ('worker-a', 'worker-b')")
+                 .fetchone()["n"] == 2, timeout=60, message="both workers registered")
     tenant, run = _start_run(db_url, per_day=400)
-    start_worker(db_url, "--queues", "bulk=3", "--id", "worker-a", **env)
-    start_worker(db_url, "--queues", "bulk=3", "--id", "worker-b", "--no-services", **env)
     with connect(db_url) as c:
         wait_for(lambda: _assembled(c, run["id"]), timeout=120, interval=0.2,
                  message="the run to be ready")
