@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 from opsboard import db, jobqueue
 from opsboard.config import ProviderSettings
 from worker.executor import Executor
+from worker.fetcher import HoldsCache
 
 
 class _Completer:
@@ -77,7 +78,7 @@ class Runner:
         completer = _Completer()
         w = SimpleNamespace(id=worker, handler_pool=self.pool, config=SimpleNamespace(providers=self.settings),
                             lease=30.0, stopping=threading.Event(), running_lock=threading.Lock(), running={},
-                            running_file=None, completer=completer)
+                            running_file=None, completer=completer, holds=HoldsCache())
         executor = _Executor(w)
         executor.prepare([row])
         executor.run_job(row, SimpleNamespace(qs=_QueueState(queue_name), record=None))
