@@ -295,7 +295,11 @@ class Worker:
             for _ in qs.threads:
                 qs.work.put(None)
         self.stopped.set()
-        if not self.completer.done.wait(timeout=left()) and \
+        # The outcomes (the releases just queued above all) come before the worker's row and the
+        # pools: the completer may use what is left of the whole grace, not only of the work part
+        # (with a short grace, left() is already 0 here and the releases were dropped under load).
+        outcomes_deadline = max(work_deadline, self.shutdown_deadline - 0.1)
+        if not self.completer.done.wait(timeout=max(0.0, outcomes_deadline - time.monotonic())) and \
                 (pending := self.completer.outcomes.qsize() + self.completer.writing):
             log.warning("could not record %d outcome(s) before the grace ended (database away?): "
                         "those jobs stay running until the lease reaper recovers them", pending)
