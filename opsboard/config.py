@@ -218,6 +218,10 @@ class Config:
     data_dir: Path | None = None
     pool_min: int = 1
     pool_max: int = 10
+    #: A streaming replica for the dashboard's heavy reads and /metrics (None: all reads on the primary).
+    read_database_url: str | None = None
+    #: Seconds a replica may be behind before its reads go to the primary.
+    read_max_lag: float = 10.0
     worker_queues: dict[str, int] = field(default_factory=lambda: {"critical": 2, "default": 8, "bulk": 2})
     #: Seconds a claimed job's lease lasts before the reaper may recover it.
     lease_seconds: int = 30
@@ -289,6 +293,8 @@ class Config:
             data_dir=Path(data_dir) if data_dir else None,
             pool_min=pool_min,
             pool_max=pool_max,
+            read_database_url=env.get("OPSBOARD_READ_DATABASE_URL") or None,
+            read_max_lag=_float(env, "OPSBOARD_READ_MAX_LAG", 10.0, 0.0, 86400),
             worker_queues=_queue_slots(env),
             lease_seconds=_int(env, "OPSBOARD_LEASE_SECONDS", 30, 2, 86400),
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),

@@ -124,6 +124,7 @@ SESSION_OPTIONS = "-c jit=off"
 def connect(url: str, **kwargs) -> psycopg.Connection:
     """One autocommit connection with dict rows; a clear error when unreachable."""
     kwargs.setdefault("options", SESSION_OPTIONS)
+    kwargs.setdefault("connect_timeout", 5)
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError:
@@ -131,7 +132,7 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
         raise DatabaseUnavailable("DATABASE_URL is not a valid PostgreSQL connection string "
                                   "(postgresql://user@host:port/dbname)") from None
     try:
-        return psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5, **kwargs)
+        return psycopg.connect(url, autocommit=True, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_target(url)}: {connect_failure_reason(exc)}") from None

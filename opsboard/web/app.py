@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+import psycopg
 from flask import Flask, current_app
 from flask_login import LoginManager
 
@@ -13,7 +14,8 @@ from ..config import Config, resource_dir
 from ..features import build_catalogue
 from ..auth import load_session_principal
 from . import errors, security
-from .context import get_config, get_db, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
+from ..replica import UNKNOWN_LSN, ReadRouter
+from .context import WRITE_LSN, get_config, get_db, get_reads, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,10 @@ def create_app(test_config: dict | None = None) -> Flask:
         database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
                                   max_size=config.pool_max, name="web").open(check=False)
     app.extensions["opsboard_db"] = database
+    reads = ReadRouter(database, config.read_database_url, max_lag=config.read_max_lag, pool_max=config.pool_max)
+    app.extensions["opsboard_reads"] = reads
+    if reads.replica is not None:
+        app.after_request(_remember_write)
 
     app.extensions["opsboard_catalogue"] = cat
     activate(cat)
@@ -118,6 +124,22 @@ def create_app(test_config: dict | None = None) -> Flask:
                    notifications_view, pauses):
         app.register_blueprint(module.bp)
     return app
+
+
+def _remember_write(response):
+    """After a signed-in user's action, keep the primary's WAL position in the session: that
+    user's heavy reads go to the primary until the replica has replayed it (opsboard.replica)."""
+    from flask import request, session
+    from flask_login import current_user
+
+    if request.method in ("GET", "HEAD", "OPTIONS") or response.status_code >= 400 \
+            or not current_user.is_authenticated:
+        return response
+    try:
+        session[WRITE_LSN] = get_reads().primary_lsn()
+    except psycopg.Error:
+        session[WRITE_LSN] = UNKNOWN_LSN  # unknown: read the primary until the next write says more
+    return response
 
 
 #: Where an audit record's target can be looked at: target_type -> (endpoint, argument).

@@ -9,7 +9,7 @@ from flask_babel import gettext as _
 
 from .. import audit
 from . import forms
-from .context import get_db
+from .context import read_connection
 from .errors import ApiError
 from .i18n import staff_label
 from .security import current_scope, requires
@@ -60,7 +60,7 @@ def _without(value, secret: str):
 def _page():
     filters = _filters()
     scope = current_scope("audit.view")
-    with get_db().connection() as conn:
+    with read_connection() as conn:
         rows = audit.list_records(conn, scope, limit=PAGE_SIZE + 1, **filters)
         actions = audit.actions(conn, scope)
     more = len(rows) > PAGE_SIZE

@@ -4,14 +4,41 @@ and the request id.  Blueprints import this module, never the factory
 """
 from __future__ import annotations
 
-from flask import current_app, g
+from contextlib import contextmanager
+from typing import Iterator
+
+import psycopg
+from flask import current_app, g, session
 
 from .. import db as dbmod
 from ..config import Config
+from ..replica import ReadRouter
+
+#: Session key: the primary's WAL position after this session's last write (read your own writes).
+WRITE_LSN = "_wlsn"
 
 
 def get_db() -> dbmod.Database:
     return current_app.extensions["opsboard_db"]
+
+
+def get_reads() -> ReadRouter:
+    return current_app.extensions["opsboard_reads"]
+
+
+@contextmanager
+def read_connection() -> Iterator[psycopg.Connection]:
+    """A connection for a heavy read: the replica's when it is usable and has
+    replayed this session's last write, else the primary's (opsboard.replica)."""
+    with get_reads().connection(min_lsn=session.get(WRITE_LSN)) as conn:
+        yield conn
+
+
+class RequestReads:
+    """:func:`read_connection` as an object with ``connection()``, for code that takes a database."""
+
+    def connection(self):
+        return read_connection()
 
 
 def get_config() -> Config:

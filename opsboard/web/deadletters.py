@@ -8,7 +8,7 @@ from flask_babel import gettext as _
 from .. import dashboard
 from ..config import QUEUE_NAMES
 from . import forms
-from .context import get_db
+from .context import read_connection
 from .errors import ApiError
 from .security import current_scope, requires
 
@@ -26,7 +26,7 @@ def _context() -> dict:
     tenant_id = forms.arg_uuid("tenant_id")
     include_handled = request.args.get("show") == "all"
     scope = current_scope("jobs.view")
-    with get_db().connection() as conn:
+    with read_connection() as conn:
         groups = dashboard.dead_letter_groups(conn, scope, queue_name=queue_name, tenant_id=tenant_id,
                                               include_handled=include_handled)
         tenants = dashboard.tenant_options(conn, scope)

@@ -14,7 +14,7 @@ from .. import dashboard, jobqueue, jobtypes
 from ..config import QUEUE_NAMES
 from ..schema import JobStatus
 from . import forms
-from .context import get_db
+from .context import get_db, read_connection
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
 
@@ -47,7 +47,7 @@ def _filter() -> dashboard.JobFilter:
 def _list_context() -> dict:
     f = _filter()
     scope = current_scope("jobs.view")
-    with get_db().connection() as conn:
+    with read_connection() as conn:
         page = dashboard.list_jobs(conn, scope, f)
         tenants = dashboard.tenant_options(conn, scope)
     args = forms.link_args(LIST_ARGS, drop=("before",))

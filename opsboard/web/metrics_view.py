@@ -10,7 +10,7 @@ from flask_login import current_user
 from flask_babel import gettext as _
 
 from .. import metrics
-from .context import get_config, get_db
+from .context import RequestReads, get_config
 from .errors import ApiError
 from .security import same_secret
 
@@ -29,4 +29,4 @@ def exposition():
         raise ApiError(401 if not current_user.is_authenticated else 403, "metrics_forbidden",
                        _("Send the metrics bearer token, or sign in as operator staff."))
     from prometheus_client import CONTENT_TYPE_LATEST
-    return Response(metrics.prometheus_text(get_db()), content_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.prometheus_text(RequestReads()), content_type=CONTENT_TYPE_LATEST)

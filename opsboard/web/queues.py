@@ -5,7 +5,7 @@ from flask import Blueprint, render_template, request
 from flask_babel import gettext as _
 
 from .. import dashboard, metrics
-from .context import get_db
+from .context import get_db, get_reads, read_connection
 from .charts import line_chart, sparkline
 from .errors import ApiError
 from .pauses import holds_context
@@ -15,12 +15,15 @@ bp = Blueprint("queues", __name__, url_prefix="/queues")
 
 
 def _context() -> dict:
-    with get_db().connection() as conn:
+    with read_connection() as conn:
         health = metrics.queue_health(conn, current_scope("jobs.view"))
         top_codes = dashboard.top_error_codes(conn, current_scope("jobs.view"))
         outbox = metrics.outbox_backlog(conn, current_scope("jobs.view"))
+    with get_db().connection() as conn:  # holds: the primary's (listing them resumes the expired ones)
         holds = holds_context(conn)
-    return {**holds, "health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
+    # The replica's state is the platform's, not a tenant's: operator staff only.
+    replica = get_reads().status() if current_scope("jobs.view").all else None
+    return {**holds, "replica": replica, "health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
 
 
 @bp.route("/")
@@ -48,7 +51,7 @@ def _charts() -> dict:
     scope = current_scope("jobs.view")
     queues, types = ({}, {})
     if scope.all:  # job statistics are platform-wide: operator staff only
-        with get_db().connection() as conn:
+        with read_connection() as conn:
             queues, types = metrics.throughput_charts(conn, range_name)
     for q in ("critical", "default", "bulk"):
         if q not in queues and scope.all:

@@ -35,7 +35,9 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self):
+    def __init__(self, *, replica_of: "Cluster | None" = None):
+        """A new cluster: ``initdb``, or with ``replica_of`` a streaming replica of that
+        (running) cluster, copied with ``pg_basebackup -R`` (it starts in standby mode)."""
         self.bin = _bin_dir()
         if self.bin is None:
             raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
@@ -51,7 +53,11 @@ class Cluster:
                 subprocess.run(["useradd", "-m", USER], check=True)
             shutil.chown(self.root, USER, USER)
         os.chmod(self.root, 0o755)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        if replica_of is None:
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        else:  # initdb's trust rules let 127.0.0.1 replicate; a replica's settings are then its own
+            self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(replica_of.port), "-U", "postgres",
+                      "-D", str(self.data), "-R", "-X", "stream", "-c", "fast", "--no-sync")
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
                        f"unix_socket_directories = '{self.root}'\nfsync = off\n")

@@ -51,7 +51,8 @@ OWNERS: dict[str, str] = {
     "push_subscription_": "deliveries.sql",       # push_subscriptions
     "queue_depth_": "limits.sql",                 # queue_depth (the sampled depth backpressure reads)
     "quiet_hours_": "notifications.sql",          # quiet_hours
-    "rate_limit_": "limits.sql",                  # token buckets
+    "rate_limit_": "limits.sql",
+    "replica_": "replica.sql",                    # the read replica's position (no table: WAL positions)                  # token buckets
     "report_": "reports.sql",                     # report_runs, report_chunks
     "schedule_": "schedules.sql",                 # schedule_state
     "service_error_": "workers.sql",              # service_errors (the worker's maintenance services)
