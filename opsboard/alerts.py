@@ -174,17 +174,9 @@ def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
     with conn.transaction():
         conditions = firing_conditions(conn, config, now)
         for c in conditions:
-            row = db.one(conn, "alert_upsert", {
-                "id": new_id(), "rule": c.rule, "key": c.key, "tenant_id": c.tenant_id, "severity": c.severity,
-                "summary": c.summary, "details": Jsonb(c.details), "now": now})
-            if row["inserted"]:
-                counts["opened"] += 1
-                audit.record(conn, audit.SYSTEM, "alert.open", target_type="alert", target_id=row["id"],
-                             tenant_id=c.tenant_id,
-                             after={"rule": c.rule, "key": c.key, "severity": c.severity, "summary": c.summary})
-                publish_opened(conn, row, now)
-            else:
-                counts["refreshed"] += 1
+            row = open_alert(conn, rule=c.rule, key=c.key, tenant_id=c.tenant_id, severity=c.severity,
+                             summary=c.summary, details=c.details, now=now)
+            counts["opened" if row["inserted"] else "refreshed"] += 1
         closed = db.all_rows(conn, "alert_close_cleared", {
             "now": now, "rules": list(RULES), "firing_rules": [c.rule for c in conditions],
             "firing_keys": [c.key for c in conditions]})
@@ -202,6 +194,24 @@ def evaluate(conn: psycopg.Connection, config: AlertConfig = AlertConfig(),
 EVENT_BY_SEVERITY = {"info": "alert.opened", "warning": "alert.opened", "critical": "alert.critical"}
 #: The permission that makes a user on-call for alerts.
 ONCALL_PERMISSION = "alerts.view"
+
+
+def open_alert(conn: psycopg.Connection, *, rule: str, key: str, tenant_id, severity: str, summary: str,
+               details: dict, now: datetime | None = None) -> dict:
+    """Open an alert (or refresh the open one with the same rule and key), in the caller's transaction.
+
+    A newly opened alert is audited and published (:func:`publish_opened`), so that on-call staff are
+    notified; ``inserted`` in the returned row says which it was.  The rules of :func:`evaluate` and the
+    features that open alerts of their own (a disabled webhook endpoint) all come through here.
+    """
+    row = db.one(conn, "alert_upsert", {
+        "id": new_id(), "rule": rule, "key": key, "tenant_id": tenant_id, "severity": severity,
+        "summary": summary, "details": Jsonb(details), "now": now})
+    if row["inserted"]:
+        audit.record(conn, audit.SYSTEM, "alert.open", target_type="alert", target_id=row["id"],
+                     tenant_id=tenant_id, after={"rule": rule, "key": key, "severity": severity, "summary": summary})
+        publish_opened(conn, row, now)
+    return row
 
 
 def publish_opened(conn: psycopg.Connection, alert: dict, now: datetime | None = None) -> dict | None:

@@ -33,7 +33,7 @@ from typing import Iterable, Mapping
 
 import psycopg
 
-from .. import audit, db, jobqueue
+from .. import alerts, audit, db, jobqueue
 from ..auth import TenantScope
 from ..errors import OpsError
 from ..schema import new_id
@@ -195,18 +195,15 @@ def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: s
 
     Returns the endpoint when this call disabled it (None when it already was).
     """
-    from psycopg.types.json import Jsonb
-
     with conn.transaction():
         row = db.one(conn, "webhook_endpoint_disable", {"id": endpoint_id, "tenant_id": tenant_id,
                                                         "reason": reason, "now": now})
         if row is None:
             return None
         summary = f"webhook endpoint disabled ({reason}): {row['url'][:120]}"
-        alert = db.one(conn, "alert_upsert", {
-            "id": new_id(), "rule": "webhook_endpoint_disabled", "key": str(endpoint_id), "tenant_id": tenant_id,
-            "severity": "warning", "summary": summary,
-            "details": Jsonb({"endpoint_id": str(endpoint_id), "reason": reason}), "now": now})
+        alert = alerts.open_alert(conn, rule="webhook_endpoint_disabled", key=str(endpoint_id), tenant_id=tenant_id,
+                                  severity="warning", summary=summary,
+                                  details={"endpoint_id": str(endpoint_id), "reason": reason}, now=now)
         audit.record(conn, audit.SYSTEM, "webhook_endpoint.disable", target_type="webhook_endpoint",
                      target_id=endpoint_id, tenant_id=tenant_id, reason=reason,
                      after={"enabled": False, "alert_id": str(alert["id"])})

@@ -135,3 +135,31 @@ def test_quiet_hours_defer_a_warning_but_not_a_critical_alert(conn, staff, now):
     d = _deliveries(conn, critical["id"])
     for ch in ("email", "push", "sms"):
         assert d[(staff["ops"], ch)]["status"] == "queued" and d[(staff["ops"], ch)]["deferred_until"] is None, ch
+
+
+def test_a_disabled_webhook_endpoint_notifies_on_call_staff_once(conn, staff, now):
+    """The deliveries feature's own alert (an endpoint disabled after failing too long, or a 410) is
+    published like every alert: on-call staff hear of it, once, however often it is disabled again."""
+    from opsboard.deliveries import webhooks
+
+    templates.seed_shipped(conn)
+    customer = auth.ensure_tenant(conn, f"hooks-{uuid.uuid4().hex[:8]}")["id"]
+    ep = webhooks.create_endpoint(conn, customer, "https://hooks.example.test/in", ["*"])
+    assert webhooks.disable_endpoint(conn, customer, ep["id"], "http_410", now=now) is not None
+    [alert] = conn.execute("SELECT * FROM alerts WHERE rule = 'webhook_endpoint_disabled'").fetchall()
+    assert alert["tenant_id"] == customer and alert["key"] == str(ep["id"])
+    [ev] = _events(conn)
+    assert ev["type"] == "alert.opened" and ev["tenant_id"] == customer
+    assert ev["payload"] == {"alert_id": str(alert["id"]), "rule": "webhook_endpoint_disabled",
+                             "severity": "warning"}
+    assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'alert.open' AND target_id = %s",
+                        (str(alert["id"]),)).fetchone()["n"] == 1
+    fanout.fan_out(conn, ev["id"], now=now)
+    d = _deliveries(conn, ev["id"])
+    assert {r for r, ch in d if ch == "inbox"} == {staff["ops"], staff["admin"]}
+    # Disabled again (already disabled: nothing happens), or re-enabled and disabled while the alert is
+    # open: the open alert is refreshed, nothing more is published.
+    assert webhooks.disable_endpoint(conn, customer, ep["id"], "http_410", now=now) is None
+    conn.execute("UPDATE webhook_endpoints SET enabled = true WHERE id = %s", (ep["id"],))
+    assert webhooks.disable_endpoint(conn, customer, ep["id"], "http_410", now=now) is not None
+    assert len(_events(conn)) == 1
