@@ -109,8 +109,14 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
-def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> dict:
-    """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``."""
+def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
+    """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
+
+    A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
+    after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job
+    is enqueued first, in its own transaction (``next_after`` in the counts, only then), so that pages overlap on
+    the workers' slots and a retry of this page finds it there already (its idempotency key).
+    """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
     if event is None:
@@ -121,15 +127,24 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None) -> 
     if event["version"] != pol.version:
         event = {**event, "payload": outbox.upcast(event["type"], event["version"], event["payload"], pol.version),
                  "version": pol.version}
+    cat = policymod.category(pol.category)
+    if pol.audience is not None:
+        user_ids = list(pol.audience.page(conn, event, after, pol.audience.page_size))
+        if len(user_ids) == pol.audience.page_size:
+            counts["next_after"] = str(user_ids[-1])
+            jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": str(user_ids[-1])},
+                             tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{user_ids[-1]}",
+                             queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
+                             event_id=event["id"])
     with conn.transaction():
-        user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
+        if pol.audience is None:
+            user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
         counts["recipients"] = len(user_ids)
         if not user_ids:
             return counts
         tenant_id = event["tenant_id"]
         live = templates.live(conn, pol.template)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
-        cat = policymod.category(pol.category)
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
         # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
         job = jobqueue.prepare_row(jobqueue.NewJob(

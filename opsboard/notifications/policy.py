@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
 from .. import catalogue as _catalogue
-from .. import jobtypes, outbox
+from .. import db, jobtypes, outbox
 
 #: Every channel a notification can use.  ``inbox`` is the source of truth;
 #: SSE is the live view of the inbox (no separate delivery).
@@ -88,25 +88,57 @@ def category(name: str) -> Category:
 
 
 @dataclass(frozen=True)
+class Audience:
+    """A broadcast's recipients, read in pages: ``page(conn, event, after, limit)`` returns at most
+    ``limit`` user ids greater than ``after`` (None: from the start), in ascending order.
+
+    A policy with an audience fans out one page per ``notifications.fanout`` job (each its own short
+    transaction, the next page's job enqueued first), so a tenant of 600,000 members never sits in
+    Python at once nor holds the inbox for the whole broadcast.
+    """
+
+    name: str
+    page: Callable[[Any, dict, Any, int], list]
+    #: Recipients per page (one job, one transaction); 5,000 = one set-based chunk statement.
+    page_size: int = 5000
+
+
+def tenant_members(roles: Iterable[str] | None = None, *, page_size: int = 5000) -> Audience:
+    """Every active member of the event's tenant (with one of ``roles``, when given), by keyset."""
+    wanted = sorted(set(roles)) if roles is not None else None
+
+    def page(conn, event, after, limit):
+        return [r["user_id"] for r in db.all_rows(conn, "notification_audience_members", {
+            "tenant_id": event["tenant_id"], "roles": wanted, "after": after, "limit": limit})]
+    if not 1 <= page_size <= 50_000:
+        raise ValueError("page_size must be between 1 and 50,000")
+    return Audience("tenant_members" + (f"({','.join(wanted)})" if wanted else ""), page, page_size)
+
+
+@dataclass(frozen=True)
 class Policy:
     event_type: str
     category: str
     sensitivity: str
     channels: tuple[str, ...]
-    recipients: Callable[[Any, dict], Iterable]
+    recipients: Callable[[Any, dict], Iterable] | None
     permission: str | None
     template: str
     variables: Callable[[Any, dict, Any], dict] | None
     version: int
+    audience: Audience | None = None
 
 
-def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, channels: Iterable[str], recipients: Callable[[Any, dict], Iterable],
+def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, channels: Iterable[str],
+            recipients: Callable[[Any, dict], Iterable] | None = None, audience: Audience | None = None,
             sensitivity: str = "normal", permission: str | None = None, template: str | None = None,
             variables: Callable[[Any, dict, Any], dict] | None = None, version: int = 1) -> Policy:
     """Declare the notification policy of ``event_type`` (see the module docstring).
 
     ``recipients(conn, event)`` gets the stored envelope (``payload`` upcast to
-    ``version``) and returns platform user ids.  Redeclaring replaces.
+    ``version``) and returns platform user ids; a broadcast names an
+    ``audience`` instead (:func:`tenant_members`), read in pages.  Exactly one of
+    the two.  Redeclaring replaces.
     """
     known = catalogue.categories
     if category not in known:
@@ -118,10 +150,14 @@ def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, 
         raise ValueError(f"channels must be among {CHANNELS}")
     if "inbox" not in chans:
         chans = ("inbox",) + chans  # every trackable notification lands in the inbox
-    if not callable(recipients):
+    if (recipients is None) == (audience is None):
+        raise ValueError("give recipients (callable(conn, event) -> user ids) or an audience, not both")
+    if recipients is not None and not callable(recipients):
         raise ValueError("recipients must be callable(conn, event) -> user ids")
+    if audience is not None and not isinstance(audience, Audience):
+        raise ValueError("audience must be a policy.Audience (policy.tenant_members(...))")
     pol = Policy(event_type, category, sensitivity, chans, recipients, permission, template or event_type,
-                 variables, int(version))
+                 variables, int(version), audience)
     catalogue.policies[event_type] = pol
     catalogue.changed()
     # A critical category (OTP, security) fans out on the critical queue, whose
@@ -202,8 +238,10 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_category(cat, "ticket", description="Support ticket updates.")
     define_category(cat, "system", description="Platform notices.")
     jobtypes.define(cat, "notifications.fanout", handler="worker.handlers.notifications:fanout",
-                    fields={"event_id": jobtypes.Field(uuid.UUID)}, max_attempts=10, timeout=120,
-                    description="One event -> inbox rows, deliveries and channel jobs for every recipient.")
+                    fields={"event_id": jobtypes.Field(uuid.UUID),
+                            "after": jobtypes.Field(uuid.UUID, required=False)}, max_attempts=10, timeout=120,
+                    description="One event -> inbox rows, deliveries and channel jobs for every recipient "
+                                "(a broadcast: one page of its audience, after the user id in 'after').")
     jobtypes.define(cat, "notifications.deliver", handler="worker.handlers.notifications:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=5, timeout=30,
                     description="One delivery (recipient x event x channel): render and hand to the provider job.")

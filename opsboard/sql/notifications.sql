@@ -3,6 +3,15 @@
 SELECT u.id AS user_id, p.locale FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
 WHERE u.id = ANY(%(user_ids)s::uuid[]);
 
+-- name: notification_audience_members
+-- One page of a broadcast audience: the tenant's active members (in %(roles)s, when not NULL) with a
+-- user id after %(after)s, in user-id order, at most %(limit)s (memberships_tenant_user_idx: one range).
+SELECT DISTINCT m.user_id FROM memberships m
+WHERE m.tenant_id = %(tenant_id)s AND m.active
+  AND (%(roles)s::text[] IS NULL OR m.role::text = ANY(%(roles)s::text[]))
+  AND m.user_id > coalesce(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid)
+ORDER BY m.user_id LIMIT %(limit)s;
+
 -- name: notification_fanout_chunk
 -- One chunk of an event's recipients, set-based: decide every channel of every
 -- recipient and write inbox rows, deliveries and deliver jobs in one statement.

@@ -46,8 +46,9 @@ def _uuid(value, field: str) -> uuid.UUID:
 
 def fanout(job):
     event_id = _uuid(job.payload["event_id"], "event_id")
+    after = _uuid(job.payload["after"], "after") if job.payload.get("after") else None
     with job.connection() as conn:
-        fanoutmod.fan_out(conn, event_id)
+        fanoutmod.fan_out(conn, event_id, after=after)
     return None
 
 

@@ -1,0 +1,15 @@
+"""A broadcast for the tests: ``test.announced`` notifies every member of the event's tenant, read in
+pages of 100 (opsboard.notifications.policy.tenant_members), in the inbox and by push."""
+from opsboard import outbox
+from opsboard.notifications import policy
+
+EVENT = "test.announced"
+PAGE = 100
+
+
+def register(cat) -> None:
+    outbox.define_event(cat, EVENT, 1, aggregate="announcement",
+                        fields={"text": outbox.EventField(str, max_length=200)},
+                        description="A test announcement to every member of a tenant.")
+    policy.declare(cat, EVENT, category="system", channels=("inbox", "push"),
+                   audience=policy.tenant_members(page_size=PAGE))
