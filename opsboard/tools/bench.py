@@ -469,6 +469,12 @@ def sse(b: Bench) -> None:
     run(b)
 
 
+def broadcast(b: Bench) -> None:
+    """One notification to 600,000 members x 2 channels (2 workers), OTP and another tenant meanwhile."""
+    from .bench_broadcast import broadcast as run
+    run(b)
+
+
 def tickets(b: Bench) -> None:
     """Agents' ticket queue (every filter) and detail at 100,000 tickets x 10 messages (--jobs N tickets)."""
     from .bench_tickets import run
@@ -491,6 +497,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "api": api,
     "fanout": fanout,
     "sse": sse,
+    "broadcast": broadcast,
     "tickets": tickets,
 }
 

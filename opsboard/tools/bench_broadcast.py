@@ -1,0 +1,137 @@
+"""``opsboard bench --scenario broadcast``: one notification to every member of a big tenant.
+
+600,000 members (``--jobs N``) of one tenant, two channels (inbox and email):
+two real worker processes (``critical=2,default=8,bulk=2``, the defaults) fan
+the event out page by page (``policy.tenant_members``) until every inbox row
+and every email delivery job exists.  Meanwhile, in the same run:
+
+* OTP-like critical jobs (``diag.sleep`` v2, 5 ms) are enqueued at 20/s: their
+  enqueue -> start p99 says whether the broadcast takes the critical reserve;
+* another tenant publishes the same notification to its one member every
+  200 ms: publish -> inbox row p99 says whether it waits behind the broadcast.
+
+The email deliveries themselves are held (a pause of ``notifications.deliver``,
+the incident control) so that the figure is the fan-out's, not an SMTP
+server's.  The workers' peak RSS is sampled during the run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from .. import audit, jobqueue, outbox, pauses
+from ..notifications import policy
+from ..schema import new_id
+
+EVENT = "bench_broadcast.sent"
+MODULE = __name__
+
+
+def register(cat) -> None:
+    """The bench's broadcast (its workers load this module through OPSBOARD_JOB_MODULES)."""
+    outbox.define_event(cat, EVENT, 1, aggregate="notice", fields={},
+                        description="Bench: a notice to every member of a tenant.")
+    policy.declare(cat, EVENT, category="system", channels=("inbox", "email"), audience=policy.tenant_members())
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def broadcast(b) -> None:
+    """One notification to 600,000 members x 2 channels with 2 workers; OTP and another tenant meanwhile."""
+    from ..catalogue import active
+    from .bench import percentile
+
+    n = b.jobs or 600_000
+    register(active())
+    big, small = b.tenants(2)
+    with b.conn() as c:
+        with c.transaction():
+            with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
+                ids = []
+                for i in range(n + 1):
+                    uid = new_id()
+                    ids.append(uid)
+                    cp.write_row((uid, f"b{i}@bench.test", "x"))
+            with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
+                for uid in ids[:n]:
+                    cp.write_row((uid, big, "member"))
+                cp.write_row((ids[n], small, "member"))
+        del ids
+        c.execute("ANALYZE users; ANALYZE memberships")
+        pauses.pause(c, audit.SYSTEM, "type", "notifications.deliver", "bench: hold the email sends")
+    procs = b.start_workers(2, "critical=2,default=8,bulk=2", OPSBOARD_JOB_MODULES=MODULE)
+    stop = threading.Event()
+    peak = {p.pid: 0 for p in procs}
+
+    def sample() -> None:
+        while not stop.is_set():
+            for p in procs:
+                peak[p.pid] = max(peak[p.pid], _rss_kib(p.pid))
+            time.sleep(0.2)
+
+    def side_traffic() -> None:
+        with b.conn() as c:
+            i = 0
+            next_at = time.monotonic()
+            while not stop.is_set():
+                with c.transaction():
+                    jobqueue.enqueue(c, "diag.sleep", {"ms": 5}, version=2, tenant=small)
+                if i % 4 == 0:
+                    with c.transaction():
+                        outbox.publish(c, EVENT, 1, aggregate=("notice", f"small-{i}"), tenant=small, payload={})
+                i += 1
+                next_at += 1 / 20
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=side_traffic, daemon=True)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # side traffic flowing before the broadcast
+    with b.conn() as c:
+        with c.transaction():
+            ev = outbox.publish(c, EVENT, 1, aggregate=("notice", "big"), tenant=big, payload={})
+        deadline = time.monotonic() + max(300, n / 1000)
+        count = "SELECT count(*) AS n FROM notifications WHERE event_id = %s"
+        while c.execute(count, (ev["id"],)).fetchone()["n"] < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a second more of side traffic after the broadcast
+        stop.set()
+        for t in threads:
+            t.join(10)
+        done = c.execute(
+            "SELECT count(*) AS n, extract(epoch FROM max(n.created_at) - e.occurred_at) AS s "
+            "FROM notifications n JOIN outbox_events e ON e.id = n.event_id WHERE n.event_id = %s "
+            "GROUP BY e.occurred_at", (ev["id"],)).fetchone()
+        jobs = c.execute("SELECT count(*) AS n FROM jobs WHERE event_id = %s AND type = 'notifications.deliver'",
+                         (ev["id"],)).fetchone()["n"]
+        pages = c.execute("SELECT count(*) AS n FROM jobs WHERE event_id = %s AND type = 'notifications.fanout'",
+                          (ev["id"],)).fetchone()["n"]
+        otp = [float(r["ms"]) for r in c.execute(
+            "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs "
+            "WHERE queue = 'critical' AND type = 'diag.sleep' AND started_at IS NOT NULL")]
+        other = [float(r["ms"]) for r in c.execute(
+            "SELECT extract(epoch FROM n.created_at - e.occurred_at) * 1000 AS ms FROM notifications n "
+            "JOIN outbox_events e ON e.id = n.event_id WHERE e.tenant_id = %s", (small,))]
+    b.stop_workers()
+    complete = done is not None and done["n"] == n and jobs == n
+    b.add("broadcast", "recipients x channels", n, "users", "inbox + email (email sends held)")
+    b.add("broadcast", "publish -> every inbox row and email job", done["s"] if done else float("nan"), "s",
+          ("complete" if complete else f"INCOMPLETE: {done and done['n']} rows, {jobs} jobs") + "; goal <= 30 s")
+    b.add("broadcast", "inbox rows per second", (n / done["s"]) if done and done["s"] else float("nan"), "rows/s",
+          f"{pages} page jobs")
+    b.add("broadcast", "OTP enqueue -> start p50 meanwhile", percentile(otp, 50), "ms", f"{len(otp)} at 20/s")
+    b.add("broadcast", "OTP enqueue -> start p99 meanwhile", percentile(otp, 99), "ms", "goal < 20 ms")
+    b.add("broadcast", "other tenant: publish -> inbox p50", percentile(other, 50), "ms",
+          f"{len(other)} notifications at 5/s")
+    b.add("broadcast", "other tenant: publish -> inbox p99", percentile(other, 99), "ms", "goal < 1,000 ms")
+    b.add("broadcast", "worker peak RSS (largest of 2)", max(peak.values()) / 1024, "MiB", "bounded: pages, not the audience")
+    b.reset()
