@@ -216,9 +216,9 @@ def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: flo
 class Database:
     """A connection pool over one PostgreSQL database."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard"):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard", **pool_kwargs):
         self.url = url
-        self.pool = make_pool(url, min_size=min_size, max_size=max_size, name=name, timeout=10)
+        self.pool = make_pool(url, min_size=min_size, max_size=max_size, name=name, timeout=10, **pool_kwargs)
 
     def open(self, check: bool = True) -> "Database":
         """Open the pool; with ``check``, fail fast and clearly when unreachable."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from . import db
 
@@ -77,7 +78,10 @@ class ReadRouter:
         self.primary = primary
         self.replica_url = replica_url
         self.max_lag = max_lag
-        self.replica = (db.Database(replica_url, min_size=0, max_size=pool_max, name="web-read")
+        # Each connection is checked as it leaves the pool (one empty round trip): a replica that went
+        # away since the last check then costs a fallback to the primary, never a failed page.
+        self.replica = (db.Database(replica_url, min_size=0, max_size=pool_max, name="web-read",
+                                    check=ConnectionPool.check_connection)
                         if replica_url else None)
         if self.replica is not None:
             self.replica.open(check=False)
@@ -166,12 +170,20 @@ class ReadRouter:
                 except Exception as exc:  # PoolTimeout, OperationalError: gone between two checks
                     log.warning("read replica connection failed, reads go to the primary: %s",
                                 type(exc).__name__)
-                    self._status = ReplicaStatus(configured=True, state="down", checked_at=time.monotonic(),
-                                                 max_lag=self.max_lag)
+                    self._mark_down()
                     target = self.primary
             if target is self.primary:
                 conn = stack.enter_context(self.primary.connection())
-            yield conn
+            try:
+                yield conn
+            except psycopg.OperationalError:
+                if target is self.replica:  # lost in the middle of a read: the next reads go to the primary
+                    self._mark_down()
+                raise
+
+    def _mark_down(self) -> None:
+        self._status = ReplicaStatus(configured=True, state="down", checked_at=time.monotonic(),
+                                     max_lag=self.max_lag)
 
     def primary_lsn(self) -> int | None:
         """The primary's WAL position now (after a write, for :meth:`connection`'s ``min_lsn``)."""
