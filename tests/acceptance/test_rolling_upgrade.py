@@ -159,7 +159,7 @@ def test_previous_release_worker_runs_beside_the_new_one_on_the_new_schema(old_t
         assert errors_in(new) == []
 
 
-#: The previous release's web tier, as far as the queue sees it: enqueues a batch every 50 ms
+#: The previous release's web tier, as far as the queue sees it: enqueues 5 jobs every 100 ms
 #: until the file named by argv[2] exists, then prints how many jobs it enqueued.
 _OLD_PRODUCER = textwrap.dedent("""
     import os, sys, time
@@ -176,11 +176,11 @@ _OLD_PRODUCER = textwrap.dedent("""
         while True:
             stop = os.path.exists(sys.argv[2])
             ids = jobqueue.enqueue_many(c, [jobqueue.NewJob("test.record", {"key": f"old-{total + i}", "ms": 20}, t)
-                                            for i in range(10)])
+                                            for i in range(5)])
             total += len(ids)
             if stop:
                 break
-            time.sleep(0.05)
+            time.sleep(0.1)
     print(total)
 """)
 
