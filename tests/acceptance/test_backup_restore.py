@@ -56,8 +56,10 @@ def clusters():
 
 def _env(sb) -> dict:
     # The SMS timeout outlasts the gateway's hold: the held sends keep their slots until the failure,
-    # so no other SMS of the default queue begins after the backup.
-    return {"OPSBOARD_LEASE_SECONDS": "2", "OPSBOARD_POLL_INTERVAL": "0.2", "OPSBOARD_SMS_URL": f"{sb.url}/sms",
+    # so no other SMS of the default queue begins after the backup.  A short lease (renewed while
+    # the sends are held) for a quick recovery after the restore, not so short that a loaded
+    # machine misses a renewal.
+    return {"OPSBOARD_LEASE_SECONDS": "4", "OPSBOARD_POLL_INTERVAL": "0.2", "OPSBOARD_SMS_URL": f"{sb.url}/sms",
             "OPSBOARD_SMS_KEY": sb.sms_key, "OPSBOARD_SMS_TIMEOUT": "120", "OPSBOARD_SHUTDOWN_GRACE_SECONDS": "2"}
 
 
