@@ -35,9 +35,11 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, *, replica_of: "Cluster | None" = None):
-        """A new cluster: ``initdb``, or with ``replica_of`` a streaming replica of that
-        (running) cluster, copied with ``pg_basebackup -R`` (it starts in standby mode)."""
+    def __init__(self, *, replica_of: "Cluster | None" = None, initdb: bool = True):
+        """A new cluster: ``initdb``; or with ``replica_of`` a streaming replica of that (running)
+        cluster, copied with ``pg_basebackup -R`` (it starts in standby mode); or with
+        ``initdb=False`` an empty ``data`` for a restore (:meth:`base_backup` of another cluster
+        into it, then :meth:`configure`)."""
         self.bin = _bin_dir()
         if self.bin is None:
             raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
@@ -53,14 +55,32 @@ class Cluster:
                 subprocess.run(["useradd", "-m", USER], check=True)
             shutil.chown(self.root, USER, USER)
         os.chmod(self.root, 0o755)
-        if replica_of is None:
-            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        else:  # initdb's trust rules let 127.0.0.1 replicate; a replica's settings are then its own
+        if replica_of is not None:
+            # initdb's trust rules let 127.0.0.1 replicate; a replica's settings are then its own
             self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(replica_of.port), "-U", "postgres",
                       "-D", str(self.data), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+            self.configure()
+        elif initdb:
+            # trust on loopback, replication connections included (initdb's pg_hba.conf has the lines;
+            # wal_level = replica and max_wal_senders = 10 are the defaults): pg_basebackup works.
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+            self.configure()
+
+    def configure(self, **settings) -> None:
+        """Append this cluster's address, port and socket folder (and ``settings``) to its
+        postgresql.conf; the last line wins, so a restored copy of another cluster's folder takes
+        this one's port."""
+        lines = {"listen_addresses": "'127.0.0.1'", "port": str(self.port),
+                 "unix_socket_directories": f"'{self.root}'", "fsync": "off", **settings}
         with open(self.data / "postgresql.conf", "a") as conf:
-            conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
-                       f"unix_socket_directories = '{self.root}'\nfsync = off\n")
+            conf.write("\n" + "".join(f"{k} = {v}\n" for k, v in lines.items()))
+
+    def base_backup(self, target: Path) -> None:
+        """``pg_basebackup -X stream`` of this running cluster into the empty folder ``target`` (run
+        as the cluster's user, like the server): the data folder plus the WAL written during the
+        copy, so it starts consistent without an archive."""
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-D", str(target),
+                  "-X", "stream", "-c", "fast", "--no-sync")
 
     @property
     def url(self) -> str:
