@@ -6,7 +6,7 @@ email and push; Leila is inside her quiet hours, so her email and push wait for 
 inbox row does not).  Then the default queue loses its worker while a job waits there: a critical
 ``no_worker`` alert (``alert.critical``) reaches both at once -- inbox, email, push and SMS, quiet
 hours or not -- through the critical queue alone (the queue that has no worker cannot be the one
-that carries the news).
+that carries the news); Sam, whose inbox is open in chromium, sees it arrive live.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import pytest
 from opsboard import auth, jobqueue
 from opsboard.notifications import preferences
 from tests.conftest import wait_for
-from tests.journeys.helpers import assert_delivery_final, api_key, email_parts, member, user_token
+from tests.journeys.helpers import (assert_delivery_final, api_key, email_parts, login, member, user_token,
+                                    watch_problems)
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.browser]
 
 LEILA_PHONE, SAM_PHONE = "+989121110041", "+15550004242"
 
@@ -30,7 +31,7 @@ def _alerts(c):
     return {a["rule"]: a for a in c.execute("SELECT * FROM alerts").fetchall()}
 
 
-def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox):
+def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox, browser, shots):
     with stack.db() as c:
         auth.ensure_tenant(c, "operator", is_operator=True)
         acme = auth.ensure_tenant(c, "acme")
@@ -66,6 +67,14 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox):
     assert mail["subject"] == "Warning alert: dead_rising (all)"
     assert f'href="/alerts/{warning["id"]}"' in email_parts(mail)[1]
 
+    # Sam watches his inbox in the browser: the warning is there, the stream live.
+    page = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-GB").new_page()
+    problems = watch_problems(page)
+    login(page, stack.url, "sam@ops.test")
+    page.goto(f"{stack.url}/inbox/")
+    assert "Warning alert: dead_rising (all)" in page.locator("#inbox-items").inner_text()
+    page.locator('#live-status[data-live="1"]').wait_for(timeout=20_000)
+
     # ---- the default queue loses its worker while a job waits there: critical, at once, quiet hours or not
     first.send_signal(signal.SIGTERM)
     first.wait(30)
@@ -81,6 +90,10 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox):
         wait_for(lambda: c.execute(
             "SELECT count(*) AS n FROM jobs WHERE status IN ('running', 'retryable') OR (status = 'pending' "
             "AND queue = 'critical')").fetchone()["n"] == 0, timeout=30, message="the critical work settled")
+    page.locator("#inbox-items li.inbox-item.new", has_text="Critical alert: no_worker (default)").wait_for(
+        timeout=30_000)                                                    # live, without a reload
+    shots(page, "critical-alert-live")
+    assert problems == []
     sms = {r["to"]: r["text"] for r in sandbox.records("sms")}
     assert set(sms) == {LEILA_PHONE, SAM_PHONE}
     assert sms[SAM_PHONE] == "opsboard critical: no live worker serves default, which has ready jobs"
@@ -146,6 +159,6 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox):
             ("notifications.sms_status", "default", "pending"): 2}), jobs
 
         audit = Counter(a["action"] for a in c.execute("SELECT action FROM audit_log").fetchall())
-        assert audit == Counter({"apikey.create": 1, "alert.open": 2}), audit
+        assert audit == Counter({"apikey.create": 1, "alert.open": 2, "auth.login": 1}), audit
         subs = c.execute("SELECT state, last_success_at FROM push_subscriptions").fetchall()
         assert all(s["state"] == "active" and s["last_success_at"] for s in subs)

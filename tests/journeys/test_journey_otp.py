@@ -53,7 +53,7 @@ def test_otp_sent_once_never_when_expired_and_reconciled_after_a_crash(stack, sa
     # next SMS and holds its answer back: the worker is killed in that window.
     sandbox.fault("/sms/messages", "latency", hold_ms=60_000, count=1)
     first = stack.worker("--queues", "critical=1,default=1")
-    busy = stack.api("POST", "/api/v1/jobs", key, {"type": "diag.sleep", "payload": {"ms": 12000}})
+    busy = stack.api("POST", "/api/v1/jobs", key, {"type": "diag.sleep", "payload": {"ms": 10000}})
     assert busy.status == 202, busy.body
     with stack.db() as c:
         wait_for(lambda: _job(c, uuid.UUID(busy.body["id"]))["status"] == "running", timeout=20,
