@@ -34,9 +34,11 @@ event type and policy -- the simplest design that needs no change to the
 policy machinery.  Recipients are the on-call ops staff: active users holding
 a role with ``alerts.view`` (ops, admin) in an operator tenant; channels inbox,
 email and push, plus SMS for critical alerts.  Caveats of the critical path:
-critical categories fan out on the ``critical`` queue with the 2-minute TTL of
-critical deliveries, so a ``no_worker`` alert *about* the critical queue is
-only seen on the dashboard banner (which keeps showing every open alert).
+critical categories fan out and send (email, push and SMS jobs alike) on the
+``critical`` queue with the 2-minute TTL of critical deliveries, so a
+``no_worker`` alert about ``default`` reaches every channel, while one *about*
+the critical queue is only seen on the dashboard banner (which keeps showing
+every open alert).
 A refreshed alert whose severity rises does not notify again.
 """
 from __future__ import annotations

@@ -105,14 +105,20 @@ def send_sms(conn: psycopg.Connection, tenant, to: str, template: str, params: d
     return {"message": msg, "job": job}
 
 
+def _urgent(critical: bool) -> dict:
+    """Where a critical notification's channel job goes: the critical queue, first in line -- never
+    behind (or stuck in) the queue whose trouble it may be reporting."""
+    return {"queue": "critical", "priority": 0} if critical else {}
+
+
 def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
-               version: int | None = None, idempotency_key: str | None = None) -> dict:
-    """Record an email and enqueue its job in the caller's transaction."""
+               version: int | None = None, idempotency_key: str | None = None, critical: bool = False) -> dict:
+    """Record an email and enqueue its job in the caller's transaction (``critical``: on the critical queue)."""
     if not isinstance(to, str) or not EMAIL.match(to) or len(to) > 254:
         raise InvalidRecipient("the email address is not valid")
     msg = _message(conn, tenant, "email", to, template, params, version)
     job = jobqueue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
-                        idempotency_key=idempotency_key or f"email:{msg['id']}")
+                        idempotency_key=idempotency_key or f"email:{msg['id']}", **_urgent(critical))
     return {"message": msg, "job": job}
 
 
@@ -146,11 +152,13 @@ def revoke_push_subscription(conn: psycopg.Connection, tenant, subscription_id) 
 
 
 def send_push(conn: psycopg.Connection, tenant, subscription_id, notification_id: str,
-              title: str = "New notification") -> dict:
-    """Enqueue one push to one subscription (refused when it is no longer active)."""
+              title: str = "New notification", *, critical: bool = False) -> dict:
+    """Enqueue one push to one subscription (refused when it is no longer active; ``critical``: on the
+    critical queue)."""
     sub = db.one(conn, "push_subscription_get", {"id": subscription_id, "tenant_id": jobqueue.tenant_id_of(tenant)})
     if sub is None or sub["state"] != "active":
         raise InvalidRecipient("the push subscription is not active")
     return jobqueue.enqueue(conn, "push.send", {"subscription_id": str(subscription_id),
                                              "notification_id": str(notification_id), "title": title},
-                         tenant=tenant, idempotency_key=f"push:{subscription_id}:{notification_id}")
+                         tenant=tenant, idempotency_key=f"push:{subscription_id}:{notification_id}",
+                         **_urgent(critical))

@@ -45,6 +45,10 @@ SECRET_PREFIX = "whsec_"
 #: Seconds before each attempt of a delivery: Standard Webhooks' example schedule (at once,
 #: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h), jittered; a longer Retry-After wins.
 WEBHOOK_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+#: After a rotation the previous secret keeps signing beside the new one this long (seconds), by default;
+#: a rotation may ask for 0 to :data:`ROTATION_OVERLAP_MAX_SECONDS`.
+ROTATION_OVERLAP_SECONDS = 24 * 3600
+ROTATION_OVERLAP_MAX_SECONDS = 7 * 24 * 3600
 
 
 class WebhookVerificationError(Exception):
@@ -138,11 +142,13 @@ def create_endpoint(conn: psycopg.Connection, tenant, url: str, event_types: Ite
 
 
 def rotate_secret(conn: psycopg.Connection, tenant, endpoint_id, new_secret: str | None = None,
-                  keep: int = 2) -> dict:
-    """Make a new secret current; the previous ``keep - 1`` keep signing until the receiver switched."""
+                  keep: int = 2, overlap_seconds: float = ROTATION_OVERLAP_SECONDS,
+                  now: datetime | None = None) -> dict:
+    """Make a new secret current; the previous ``keep - 1`` keep signing beside it for
+    ``overlap_seconds`` (the receiver's time to switch), then only the new one signs (``0``: at once)."""
     return db.one(conn, "webhook_endpoint_rotate", {
         "id": endpoint_id, "tenant_id": jobqueue.tenant_id_of(tenant), "secret": new_secret or generate_secret(),
-        "keep": keep})
+        "keep": keep, "overlap_seconds": float(overlap_seconds), "now": now})
 
 
 def get_endpoint(conn: psycopg.Connection, tenant, endpoint_id) -> dict | None:
@@ -250,7 +256,8 @@ def public(row: dict) -> dict:
             "event_types": list(row["event_types"]), "enabled": row["enabled"],
             "disabled_reason": row.get("disabled_reason"), "disabled_at": row.get("disabled_at"),
             "description": row.get("description") or "", "created_at": row.get("created_at"),
-            "secret_count": len(row["secrets"]) if "secrets" in row else row.get("secret_count")}
+            "secret_count": len(row["secrets"]) if "secrets" in row else row.get("secret_count"),
+            "previous_secrets_until": row.get("previous_secrets_until")}
 
 
 def _audited(row: dict) -> dict:
@@ -329,15 +336,23 @@ def manage_set_enabled(conn: psycopg.Connection, endpoint_id, enabled: bool, act
 
 
 def manage_rotate(conn: psycopg.Connection, endpoint_id, actor: audit.Actor, *, scope: TenantScope,
-                  reason: str | None, request_key: str | None = None, keep: int = 2) -> dict:
-    """A new current secret (returned once as ``secret``); the previous one keeps signing beside it."""
+                  reason: str | None, request_key: str | None = None, keep: int = 2,
+                  overlap_seconds: float | None = None) -> dict:
+    """A new current secret (returned once as ``secret``); the previous one keeps signing beside it
+    for ``overlap_seconds`` (default :data:`ROTATION_OVERLAP_SECONDS`)."""
     secret = generate_secret()
+    overlap = ROTATION_OVERLAP_SECONDS if overlap_seconds is None else overlap_seconds
+    if not 0 <= overlap <= ROTATION_OVERLAP_MAX_SECONDS:
+        raise OpsError("the overlap must be 0 to %(max)s seconds", "invalid_overlap", status=422,
+                       params={"max": ROTATION_OVERLAP_MAX_SECONDS})
 
     def perform(ctx: audit.ActionContext) -> dict:
         row = _scoped(conn, endpoint_id, scope)
-        after = rotate_secret(conn, row["tenant_id"], row["id"], secret, keep=keep)
+        after = rotate_secret(conn, row["tenant_id"], row["id"], secret, keep=keep, overlap_seconds=overlap)
+        until = after["previous_secrets_until"]
         ctx.write(tenant_id=row["tenant_id"], before={"secret_count": len(row["secrets"])},
-                  after={"secret_count": len(after["secrets"])})
+                  after={"secret_count": len(after["secrets"]),
+                         "previous_secrets_until": until.isoformat() if until else None})
         return {**public(after), "secret": secret}
 
     def repeat(previous: dict) -> dict:

@@ -9,8 +9,17 @@ RETURNING *;
 SELECT * FROM webhook_endpoints WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: webhook_endpoint_rotate
--- Add a new current secret; older ones keep signing until dropped (at most 5).
-UPDATE webhook_endpoints SET secrets = (ARRAY[%(secret)s::text] || secrets)[1:%(keep)s]
+-- Add a new current secret; the ones still signing keep signing beside it for
+-- %(overlap_seconds)s (then only the new one signs), at most %(keep)s in all.
+-- Secrets whose window had already closed are dropped; no overlap keeps none.
+UPDATE webhook_endpoints
+SET secrets = CASE WHEN %(overlap_seconds)s::float8 <= 0 THEN ARRAY[%(secret)s::text]
+                   ELSE (ARRAY[%(secret)s::text]
+                         || CASE WHEN previous_secrets_until <= coalesce(%(now)s::timestamptz, now())
+                                 THEN secrets[1:1] ELSE secrets END)[1:%(keep)s] END,
+    previous_secrets_until = CASE WHEN %(overlap_seconds)s::float8 <= 0 THEN NULL
+                                  ELSE coalesce(%(now)s::timestamptz, now())
+                                       + make_interval(secs => %(overlap_seconds)s::float8) END
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s
 RETURNING *;
 
@@ -42,7 +51,8 @@ SELECT id, type, version, tenant_id, occurred_at, payload FROM outbox_events WHE
 -- Endpoints in a scope, with their breaker, for the dashboard.
 SELECT e.id, e.tenant_id, t.slug AS tenant, e.url, e.event_types, e.enabled, e.disabled_reason, e.disabled_at,
        e.description, e.created_at,
-       cardinality(e.secrets) AS secret_count, b.state AS breaker_state, b.consecutive_failures,
+       cardinality(e.secrets) AS secret_count, e.previous_secrets_until, b.state AS breaker_state,
+       b.consecutive_failures,
        b.open_until, b.failing_since, b.last_success_at, b.last_failure_at, b.last_error_code
 FROM webhook_endpoints e
 JOIN tenants t ON t.id = e.tenant_id
@@ -200,7 +210,10 @@ WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 -- name: webhook_delivery_load
 -- Everything one delivery needs, in one round trip: the endpoint (tenant-scoped),
 -- the event, and the endpoint breaker's state (NULL: no row, closed and healthy).
-SELECT e.id, e.url, e.secrets, e.enabled, ev.id AS event_id, ev.type AS event_type, ev.tenant_id AS event_tenant_id,
+-- secrets: the ones that sign now (after a rotation's overlap window, only the newest).
+SELECT e.id, e.url,
+       CASE WHEN e.previous_secrets_until <= now() THEN e.secrets[1:1] ELSE e.secrets END AS secrets,
+       e.enabled, ev.id AS event_id, ev.type AS event_type, ev.tenant_id AS event_tenant_id,
        ev.occurred_at, ev.payload, b.state AS breaker_state
 FROM webhook_endpoints e
 LEFT JOIN outbox_events ev ON ev.id = %(event_id)s
@@ -252,7 +265,10 @@ WITH input AS (
       AND j.locked_until > coalesce(%(now)s::timestamptz, now())
     FOR SHARE OF j
 ), loaded AS (
-    SELECT h.job_id, h.attempt, h.tenant_id, h.key, e.id, e.url, e.secrets, e.enabled, ev.id AS event_id,
+    SELECT h.job_id, h.attempt, h.tenant_id, h.key, e.id, e.url,
+           CASE WHEN e.previous_secrets_until <= coalesce(%(now)s::timestamptz, now()) THEN e.secrets[1:1]
+                ELSE e.secrets END AS secrets,   -- those that sign now (see webhook_delivery_load)
+           e.enabled, ev.id AS event_id,
            ev.type AS event_type, ev.tenant_id AS event_tenant_id, ev.occurred_at, ev.payload,
            b.state AS breaker_state,
            (e.enabled AND ev.tenant_id = h.tenant_id AND coalesce(b.state, 'closed') = 'closed') AS attempt_it

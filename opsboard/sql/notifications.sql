@@ -117,13 +117,16 @@ new_deliveries AS (
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
            d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
-           %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
+           -- the inbox row is written here: its delivery names the version and locale it was rendered from
+           %(template_key)s, (tx.t ->> 'version')::integer,
+           coalesce(tx.t ->> 'locale', d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
     FROM decided d
     LEFT JOIN new_inbox ni ON ni.recipient_id = d.user_id
     LEFT JOIN existing ex ON ex.recipient_id = d.user_id
+    LEFT JOIN texts tx ON tx.user_id = d.user_id AND d.channel = 'inbox'
     ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
     RETURNING id, status, deferred_until
 ),

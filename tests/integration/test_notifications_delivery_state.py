@@ -18,7 +18,13 @@ policy.declare(CATALOGUE, "test_receipt.sent", category="financial", channels=("
                recipients=lambda conn, event: event["payload"]["user_ids"])
 
 
-def _fan_out(db_url, sandbox, phone, *, device=False):
+outbox.define_event(CATALOGUE, "test_breach.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
+                    description="Test-only: a security notice (a critical category) on every channel.")
+policy.declare(CATALOGUE, "test_breach.sent", category="security", channels=("inbox", "email", "sms", "push"),
+               recipients=lambda conn, event: event["payload"]["user_ids"])
+
+
+def _fan_out(db_url, sandbox, phone, *, device=False, event_type="test_receipt.sent"):
     """One member with ``phone`` (and a push device), one event fanned out; returns (tenant id, event id)."""
     with connect(db_url) as c:
         tenant = auth.ensure_tenant(c, "acme")
@@ -28,7 +34,7 @@ def _fan_out(db_url, sandbox, phone, *, device=False):
             messages.add_push_subscription(c, tenant["id"], sandbox.new_push_subscription(), user_ref=str(u["id"]),
                                            allow=sandbox_settings(sandbox).webhook_allow)
         with c.transaction():
-            ev = outbox.publish(c, "test_receipt.sent", 1, aggregate=("notice", uuid.uuid4().hex),
+            ev = outbox.publish(c, event_type, 1, aggregate=("notice", uuid.uuid4().hex),
                                 tenant=tenant["id"], payload={"user_ids": [str(u["id"])]})
         fanout.fan_out(c, ev["id"])
     return tenant["id"], ev["id"]
@@ -105,3 +111,17 @@ def test_a_push_refused_for_good_is_failed(db_url, sandbox, runner, push_setting
     assert runner.run(_job(db_url, "push.send")["id"])["status"] == "dead"
     d = _delivery(db_url, ev, "push")
     assert (d["status"], d["error_code"]) == ("failed", "push_410")
+
+
+def test_a_critical_notification_sends_every_channel_on_the_critical_queue(db_url, sandbox, runner, push_settings):
+    """The bug this guards against: a critical alert's email and push jobs went to ``default``, so a
+    ``no_worker`` alert about ``default`` reached the on-call staff by SMS and inbox only."""
+    _, ev = _fan_out(db_url, sandbox, "+989121110006", device=True, event_type="test_breach.sent")
+    for channel in ("email", "push", "sms"):
+        d = _delivery(db_url, ev, channel)
+        assert runner.run(d["job_id"], queue_name="critical")["status"] == "succeeded", channel
+    with connect(db_url) as c:
+        sends = c.execute("SELECT type, queue, priority FROM jobs WHERE type IN ('email.send', 'push.send', 'sms.otp')"
+                          " ORDER BY type").fetchall()
+    assert [(j["type"], j["queue"], j["priority"]) for j in sends] == [
+        ("email.send", "critical", 0), ("push.send", "critical", 0), ("sms.otp", "critical", 0)]

@@ -183,6 +183,10 @@ def test_the_api_manages_the_keys_tenant_endpoints(app, client):
     assert client.post(f"/api/v1/webhooks/{eid}/enable", headers=h).get_json()["enabled"] is True
     r = client.post(f"/api/v1/webhooks/{eid}/rotate-secret", headers=h)
     assert r.status_code == 200 and r.get_json()["secret"] != created["secret"] and r.get_json()["secret_count"] == 2
+    assert r.get_json()["previous_secrets_until"] is not None      # the default window: the old one stops then
+    for bad, status in ((-1, 422), (604801, 422), ("60", 400), (True, 400)):
+        refused = client.post(f"/api/v1/webhooks/{eid}/rotate-secret", json={"overlap_seconds": bad}, headers=h)
+        assert (refused.status_code, refused.get_json()["field"]) == (status, "overlap_seconds"), bad
     assert client.delete(f"/api/v1/webhooks/{eid}", headers=h).get_json() == {"id": eid, "deleted": True}
     assert client.get(f"/api/v1/webhooks/{eid}", headers=h).status_code == 404
     rows = _audit(app, acme["id"])

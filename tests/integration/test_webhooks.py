@@ -81,6 +81,29 @@ def test_rotation_signs_with_both_secrets(db_url, sandbox, runner, provider_sett
         _oracle_verify(webhooks.generate_secret(), rec)
 
 
+def test_after_the_overlap_window_only_the_new_secret_signs(db_url, sandbox, runner, provider_settings):
+    t, (ep,), ev, (job,) = _setup(db_url, sandbox)
+    with connect(db_url) as c:
+        two_hours_ago = c.execute("SELECT now() - interval '2 hours' AS t").fetchone()["t"]
+        # rotated two hours ago with a one-hour window: the window is over
+        rotated = webhooks.rotate_secret(c, t, ep["id"], overlap_seconds=3600, now=two_hours_ago)
+    assert rotated["secrets"][1] == ep["secrets"][0] and rotated["previous_secrets_until"] < two_hours_ago + \
+        timedelta(hours=2)
+    assert runner.run(job["id"])["status"] == "succeeded"
+    (rec,) = sandbox.records("webhook")
+    assert len(rec["headers"]["webhook-signature"].split()) == 1
+    _oracle_verify(rotated["secrets"][0], rec)
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        _oracle_verify(ep["secrets"][0], rec)                  # the old secret stopped signing
+    with connect(db_url) as c:
+        # the next rotation drops the secret whose window closed
+        again = webhooks.rotate_secret(c, t, ep["id"], keep=5)
+        assert again["secrets"][1:] == [rotated["secrets"][0]]
+        # no overlap: the new secret alone, at once
+        alone = webhooks.rotate_secret(c, t, ep["id"], overlap_seconds=0)
+        assert len(alone["secrets"]) == 1 and alone["previous_secrets_until"] is None
+
+
 def test_fanout_targets_enabled_subscribed_endpoints_once(db_url, sandbox):
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]

@@ -88,7 +88,7 @@ def deliver(job):
                 out = messages.send_email(conn, d["tenant_id"], d["email"], "notice",
                                            {"subject": title, "text": render.email_text(body),
                                             "html": render.email_document(title, body, locale)},
-                                           idempotency_key=key)
+                                           idempotency_key=key, critical=critical)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
                 out = messages.send_sms(conn, d["tenant_id"], d["phone"] or "", "notice",
@@ -107,7 +107,8 @@ def deliver(job):
                     _mark(conn, d, "suppressed", reason="unreachable")
                     return None
                 for s in subs:
-                    messages.send_push(conn, d["tenant_id"], s["id"], str(d["notification_id"]), title=title[:80])
+                    messages.send_push(conn, d["tenant_id"], s["id"], str(d["notification_id"]), title=title[:80],
+                                       critical=critical)
                 ref = f"{len(subs)} device(s)"
             else:
                 return retry.Permanent("invalid_channel")

@@ -54,6 +54,16 @@ def _webhook_action(op: str, summary: str, conflict: str | None, ok: str = "Webh
             "requestBody": _ACTION_BODY, "responses": responses}
 
 
+def _rotate() -> dict:
+    op = _webhook_action("rotateWebhookSecret", "A new signing secret, shown this once; the previous one keeps "
+                         "signing beside it for overlap_seconds (default 24 hours), then only the new one signs",
+                         None)
+    op["requestBody"] = {"required": False, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/WebhookRotateRequest"}}}}
+    op["responses"]["422"] = _error("overlap_seconds is outside 0 to 604800")
+    return op
+
+
 _WEBHOOK_LINKS = {op: {"operationId": op, "parameters": {"id": "$response.body#/id"}} for op in (
     "getWebhookEndpoint", "deleteWebhookEndpoint", "enableWebhookEndpoint", "disableWebhookEndpoint",
     "rotateWebhookSecret")}
@@ -89,9 +99,7 @@ def _webhook_paths() -> dict:
         "/webhooks/{id}/disable": {"post": _webhook_action(
             "disableWebhookEndpoint", "Disable an endpoint (nothing is delivered to it until enabled)",
             "The endpoint is disabled already, or the Idempotency-Key was used for another endpoint")},
-        "/webhooks/{id}/rotate-secret": {"post": _webhook_action(
-            "rotateWebhookSecret", "A new signing secret, shown this once; the previous one keeps signing "
-            "beside it until the next rotation", None)},
+        "/webhooks/{id}/rotate-secret": {"post": _rotate()},
     }
 
 
@@ -100,6 +108,8 @@ _ENDPOINT_PROPS = {
     "url": _STR, "event_types": {"type": "array", "items": _STR}, "enabled": {"type": "boolean"},
     "disabled_reason": _NSTR, "disabled_at": _NTIME, "description": _STR, "created_at": _NTIME,
     "secret_count": {"type": ["integer", "null"]},
+    "previous_secrets_until": {**_NTIME, "description": "after a rotation, the older secret signs beside the "
+                                                          "new one until then (null: one secret)"},
     "secret": {"type": "string", "pattern": "^whsec_", "description": "only in the answer that made it"},
 }
 _WEBHOOK_SCHEMAS = {
@@ -115,6 +125,11 @@ _WEBHOOK_SCHEMAS = {
         "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"}}},
     "WebhookActionRequest": {"type": "object", "additionalProperties": False, "properties": {
         "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"}}},
+    "WebhookRotateRequest": {"type": "object", "additionalProperties": False, "properties": {
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "description": "kept in the audit log"},
+        "overlap_seconds": {"type": "integer", "minimum": 0, "maximum": 604800, "default": 86400,
+                            "description": "how long the previous secret keeps signing beside the new one "
+                                           "(0: it stops at once)"}}},
     "WebhookEndpoint": {"type": "object", "required": ["id", "url", "event_types", "enabled"],
                         "properties": _ENDPOINT_PROPS},
     "WebhookEndpointList": {"type": "object", "required": ["endpoints"], "properties": {

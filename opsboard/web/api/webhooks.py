@@ -67,7 +67,8 @@ def _call_on(conn, fn):
     try:
         return fn(conn)
     except OpsError as exc:
-        field_name = {"invalid_url": "url", "target_refused": "url", "invalid_event_types": "event_types"}.get(
+        field_name = {"invalid_url": "url", "target_refused": "url", "invalid_event_types": "event_types",
+                      "invalid_overlap": "overlap_seconds"}.get(
             exc.code)
         raise Problem(exc.status, exc.code, str(exc), field_name) from None
 
@@ -157,4 +158,15 @@ def disable_webhook(endpoint_id: str):
 
 @bp.route("/webhooks/<endpoint_id>/rotate-secret", methods=["POST"])
 def rotate_webhook_secret(endpoint_id: str):
-    return _action(endpoint_id, "secret rotated (API)", webhooks.manage_rotate)
+    key = authenticate()
+    body = {}
+    if request.get_data():
+        body = json_object()
+        only_fields(body, {"reason", "overlap_seconds"})
+    reason = _reason(body, "secret rotated (API)")
+    overlap = field(body, "overlap_seconds", int, required=False)
+    request_key = _request_key(key)
+    row = _call(lambda conn: webhooks.manage_rotate(conn, endpoint_id, _actor(key), scope=_scope(key),
+                                                     reason=reason, request_key=request_key,
+                                                     overlap_seconds=overlap))
+    return jsonify(endpoint_json(row))
