@@ -57,18 +57,34 @@ def same_secret(expected: str, sent: str) -> bool:
 
 
 def reject_nul() -> None:
-    """400 for a NUL character in any query or form argument.
+    """400 for a NUL character in any query or form argument, or anywhere in a JSON body.
 
-    PostgreSQL text cannot hold NUL: psycopg would refuse the value deep in a
-    query and the user would see a 500.  Checked once here, for every route.
+    PostgreSQL text (and jsonb) cannot hold NUL: psycopg would refuse the value
+    deep in a query and the user would see a 500.  Checked once here, for every route.
     """
+    refused = ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
     for source in (request.args, request.form if request.method not in _SAFE_METHODS else None):
         if source is None:
             continue
         for key, values in source.lists():
             # A multipart part can come without a name (key None): nothing to check there.
             if "\x00" in (key or "") or any("\x00" in (v or "") for v in values):
-                raise ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
+                raise refused
+    if request.method not in _SAFE_METHODS and request.is_json and _holds_nul(request.get_json(silent=True)):
+        raise refused
+
+
+def _holds_nul(value, depth: int = 0) -> bool:
+    """Whether a parsed JSON value holds NUL in any string, key or value (depth-bounded walk)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if depth > 64:
+        return False
+    if isinstance(value, dict):
+        return any("\x00" in k or _holds_nul(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v, depth + 1) for v in value)
+    return False
 
 
 def assign_request_id() -> None:
