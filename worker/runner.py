@@ -67,11 +67,15 @@ class Worker:
 
     def __init__(self, config: Config, url: str, *, queues: dict[str, int] | None = None,
                  worker_id: str | None = None, run_services: bool = True, running_file: str | None = None,
-                 catalogue: Catalogue | None = None):
+                 catalogue: Catalogue | None = None, direct_url: str | None = None):
         self.config = config
         #: What this worker can run (the active catalogue of the process from ``start()`` on).
         self.catalogue = catalogue if catalogue is not None else build_catalogue(config)
         self.url = url
+        #: What ``url`` goes through (``OPSBOARD_DATABASE_POOLER``): the pools' settings follow it.
+        self.pooler = config.database_pooler
+        #: Past any pooler: the LISTEN connection and the leader's session advisory lock.
+        self.direct_url = direct_url or config.direct_database_url or url
         self.queues = {name: QueueState(name, n) for name, n in (queues or config.worker_queues).items()}
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = float(config.lease_seconds)
@@ -81,10 +85,10 @@ class Worker:
         # services) has connections handlers can never take; handlers draw
         # from theirs, each job at most HANDLER_CONNECTIONS_PER_SLOT at a time.
         self.pool = db.make_pool(url, min_size=min(4, len(self.queues) + 2), max_size=len(self.queues) + 5,
-                                 name=f"worker-{self.id}", timeout=5)
+                                 name=f"worker-{self.id}", timeout=5, pooler=self.pooler)
         handler_max = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
         self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
-                                         name=f"handlers-{self.id}", timeout=10)
+                                         name=f"handlers-{self.id}", timeout=10, pooler=self.pooler)
         #: Under a supervisor: the file that tells it which jobs the slots run (see worker.running_file).
         self.running_file = RunningFile(running_file, sum(q.slots + q.abandoned_max for q in self.queues.values())
                                         + 16) if running_file else None
@@ -139,6 +143,7 @@ class Worker:
         self.pool.open(wait=True, timeout=30)
         self.handler_pool.open(wait=False)
         with self.pool.connection() as conn:
+            db.announce_route(conn, self.pooler, self.direct_url, "worker")
             db.execute(conn, "worker_upsert", {
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
@@ -185,7 +190,7 @@ class Worker:
         failures, since = 0, time.monotonic()
         while True:
             try:
-                connect(self.url).close()
+                connect(self.url, pooler=self.pooler).close()
                 if failures:
                     log.warning("database is back after %.1f s; starting", time.monotonic() - since)
                 return True
