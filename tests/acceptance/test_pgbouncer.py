@@ -285,6 +285,17 @@ def test_queue_api_worker_and_dashboard_through_pgbouncer_with_30_clients(db_url
             with pgbouncer.admin() as a:
                 [stats] = [r for r in a.execute("SHOW STATS").fetchall() if r["database"] == pgbouncer.dbname]
             assert stats["total_xact_count"] > len(job_ids) + len(event_ids), stats
+            # What is bound to a session did not: the leader's advisory lock and the LISTEN are
+            # held by backends that are none of the pooler's server connections.
+            session_bound = lambda: [r["pid"] for r in c.execute(  # noqa: E731
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "UNION SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%%'")]
+            pids = wait_for(lambda: len(session_bound()) >= 2 and session_bound(), timeout=30,
+                            message="the leader's lock and the LISTEN connection")
+            with pgbouncer.admin() as a:
+                servers = {r["remote_pid"] for r in a.execute("SHOW SERVERS").fetchall()}
+            assert servers and not set(pids) & servers, (pids, servers)
     finally:
         if worker is not None:
             worker.send_signal(signal.SIGTERM)
@@ -299,5 +310,4 @@ def test_queue_api_worker_and_dashboard_through_pgbouncer_with_30_clients(db_url
     # logs warnings only, under gunicorn) warns about lost session settings.
     assert "worker: DATABASE_URL goes through a transaction pooler" in worker_log
     assert "session settings" not in worker_log + web_text
-    # The leader's lock and LISTEN went past the pooler: the worker led and woke on notifications.
     assert "this worker is now the leader" in worker_log
