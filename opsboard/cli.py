@@ -162,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _url(config: Config) -> str:
-    from .db import resolve_url
-    return resolve_url(config)
+    """The CLI's single connections (the migration's advisory lock among them) go past any
+    transaction pooler: ``OPSBOARD_DIRECT_DATABASE_URL``, else ``DATABASE_URL``."""
+    from .db import resolve_direct_url
+    return resolve_direct_url(config)
 
 
 def cmd_migrate(config: Config, args) -> int:

@@ -31,6 +31,10 @@ def resource_dir(name: str) -> Path:
     return CHECKOUT / name
 
 MODES = ("production", "development", "demo", "test")
+#: What sits between opsboard and PostgreSQL on ``DATABASE_URL`` (``OPSBOARD_DATABASE_POOLER``):
+#: ``none`` (a direct connection, or a pooler in session mode) or ``transaction`` (PgBouncer's
+#: transaction pooling: no session state, no server-side prepared statements; see docs/operations.md).
+POOLERS = ("none", "transaction")
 
 #: The queues, in the order pages list them: ``critical`` (OTP, financial: its
 #: slots are reserved, never used by other queues), ``default``, and ``bulk``
@@ -211,6 +215,11 @@ def parse_high_water(text: str) -> dict[str, int]:
 class Config:
     mode: str = "production"
     database_url: str | None = None
+    #: ``OPSBOARD_DATABASE_POOLER``: ``transaction`` when DATABASE_URL goes through a transaction pooler.
+    database_pooler: str = "none"
+    #: ``OPSBOARD_DIRECT_DATABASE_URL``: a connection that bypasses the pooler, for what is bound to a
+    #: session (LISTEN, the leader's advisory lock, migrations, the CLI).  None: ``database_url``.
+    direct_database_url: str | None = None
     secret_key: str = ""
     #: Instance folder: embedded PostgreSQL data, logs of the demo.
     instance_dir: Path = ROOT / "instance"
@@ -285,9 +294,20 @@ class Config:
         pool_max = _int(env, "OPSBOARD_POOL_MAX", 10, 1, 500)
         if pool_min > pool_max:
             raise ConfigError(f"OPSBOARD_POOL_MIN={pool_min} is larger than OPSBOARD_POOL_MAX={pool_max}")
+        pooler = env.get("OPSBOARD_DATABASE_POOLER", "") or "none"
+        if pooler not in POOLERS:
+            raise ConfigError(f"OPSBOARD_DATABASE_POOLER={pooler!r} is not one of {', '.join(POOLERS)}")
+        direct = env.get("OPSBOARD_DIRECT_DATABASE_URL") or None
+        if pooler == "transaction" and not direct:
+            # LISTEN and a session advisory lock through a transaction pooler fail silently
+            # (notifications lost, two leaders): refuse to start rather than run like that.
+            raise ConfigError("OPSBOARD_DATABASE_POOLER=transaction needs OPSBOARD_DIRECT_DATABASE_URL "
+                              "(a connection past the pooler, for LISTEN and the leader's lock)")
         return cls(
             mode=mode,
             database_url=env.get("DATABASE_URL") or None,
+            database_pooler=pooler,
+            direct_database_url=direct,
             secret_key=secret,
             instance_dir=instance,
             data_dir=Path(data_dir) if data_dir else None,

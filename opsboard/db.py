@@ -118,12 +118,46 @@ def describe_target(url: str) -> str:
 #: Session settings for every connection opsboard opens.  JIT is off: the
 #: queue's statements are short OLTP queries whose cost estimates can cross
 #: the JIT threshold, and compiling them takes a second for a 2 ms query.
-SESSION_OPTIONS = "-c jit=off"
+SESSION_SETTINGS = {"jit": "off"}
+#: :data:`SESSION_SETTINGS` as they travel on a direct connection: in the startup packet.
+SESSION_OPTIONS = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
+#: ``OPSBOARD_DATABASE_POOLER`` value of a transaction pooler (PgBouncer's ``pool_mode = transaction``).
+TRANSACTION_POOLER = "transaction"
 
 
-def connect(url: str, **kwargs) -> psycopg.Connection:
-    """One autocommit connection with dict rows; a clear error when unreachable."""
-    kwargs.setdefault("options", SESSION_OPTIONS)
+def connection_kwargs(pooler: str = "none") -> dict:
+    """What opsboard passes to psycopg for a connection on ``DATABASE_URL``.
+
+    Direct (``none``): :data:`SESSION_SETTINGS` in the startup packet, and
+    psycopg prepares a statement on the server after it ran a few times.
+    Through a transaction pooler neither holds: PgBouncer 1.18 refuses the
+    ``options`` startup parameter (or drops it with ``ignore_startup_parameters``),
+    and each transaction may run on another server connection, where a
+    statement prepared on the previous one does not exist (``prepared statement
+    "_pg3_0" does not exist`` / ``already exists``).  So nothing is prepared
+    (``prepare_threshold=None``) and the settings come from the role
+    (``ALTER ROLE ... SET``, printed by ``opsboard migrate --print-roles-sql``)
+    or, per transaction, from ``SET LOCAL`` (:func:`set_local`).
+    """
+    if pooler == TRANSACTION_POOLER:
+        return {"prepare_threshold": None}
+    return {"options": SESSION_OPTIONS}
+
+
+def set_local(conn: psycopg.Connection, **settings: str) -> None:
+    """Settings for the rest of the current transaction only (``SET LOCAL``): what a
+    transaction pooler keeps, and what can never leak to the next user of a server connection."""
+    for name, value in settings.items():
+        conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
+
+
+def connect(url: str, *, pooler: str = "none", **kwargs) -> psycopg.Connection:
+    """One autocommit connection with dict rows; a clear error when unreachable.
+
+    ``pooler`` says what ``url`` goes through (see :func:`connection_kwargs`);
+    session-bound work (LISTEN, advisory locks, migrations) uses a direct URL.
+    """
+    kwargs = {**connection_kwargs(pooler), **kwargs}
     kwargs.setdefault("connect_timeout", 5)
     try:
         conninfo_to_dict(url)
@@ -134,8 +168,11 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
     try:
         return psycopg.connect(url, autocommit=True, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {describe_target(url)}: {connect_failure_reason(exc)}") from None
+        reason = connect_failure_reason(exc)
+        if "unsupported startup parameter" in reason:
+            reason += (" (a transaction pooler such as PgBouncer: set OPSBOARD_DATABASE_POOLER=transaction "
+                       "and OPSBOARD_DIRECT_DATABASE_URL; see docs/operations.md)")
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {describe_target(url)}: {reason}") from None
 
 
 _FAILED_RE = re.compile(r'.*failed:\s*(?:FATAL:\s*)?(.+)$')
@@ -187,6 +224,60 @@ def resolve_url(config) -> str:
     return start_embedded(config.pgdata)
 
 
+def resolve_direct_url(config) -> str:
+    """Where session-bound work connects: ``OPSBOARD_DIRECT_DATABASE_URL``, else :func:`resolve_url`.
+
+    LISTEN (a notification reaches the session that listens), the leader's
+    session advisory lock, the migration lock and the CLI's single
+    connections need one server session for as long as they run: through a
+    transaction pooler the next transaction may run on another server
+    connection, and a notification or a lock would be lost or left behind.
+    """
+    return config.direct_database_url or resolve_url(config)
+
+
+def session_settings_warning(conn: psycopg.Connection, pooler: str = "none") -> str | None:
+    """One line when :data:`SESSION_SETTINGS` are not in force on ``conn`` (a pooled
+    connection, as the app uses them), else ``None``.
+
+    The check asks the server what it runs with (``current_setting``), so it
+    sees what any pooler did: PgBouncer with ``ignore_startup_parameters =
+    options`` accepts the connection and silently drops the settings.
+    """
+    names = list(SESSION_SETTINGS)
+    row = conn.execute("SELECT " + ", ".join(f"current_setting(%s) AS s{i}" for i in range(len(names))),
+                       names).fetchone()
+    got = {name: row[f"s{i}"] for i, name in enumerate(names)}
+    off = ", ".join(f"{n}={got[n]} (wanted {v})" for n, v in SESSION_SETTINGS.items() if got[n] != v)
+    if not off:
+        return None
+    want = ", ".join(f"{n} = {v}" for n, v in SESSION_SETTINGS.items())
+    if pooler == TRANSACTION_POOLER:
+        return (f"session settings not in force through the transaction pooler: {off}; "
+                f"set them on the role: ALTER ROLE <app role> SET {want} (docs/operations.md)")
+    return (f"session settings sent at connect are not in force: {off}; something between opsboard and "
+            f"PostgreSQL drops them (a pooler with ignore_startup_parameters = options?): set "
+            f"OPSBOARD_DATABASE_POOLER=transaction, OPSBOARD_DIRECT_DATABASE_URL and ALTER ROLE <app role> SET {want} "
+            f"(docs/operations.md)")
+
+
+def announce_route(conn: psycopg.Connection, pooler: str, direct_url: str, who: str) -> str | None:
+    """Log at start-up how this process reaches PostgreSQL; returns the warning logged, if any.
+
+    One warning when the session settings are not in force (see
+    :func:`session_settings_warning`); behind a declared transaction pooler,
+    one line saying where the session-bound work goes.
+    """
+    warning = session_settings_warning(conn, pooler)
+    if warning:
+        log.warning("%s: %s", who, warning)
+    elif pooler == TRANSACTION_POOLER:
+        log.info("%s: DATABASE_URL goes through a transaction pooler (no server-side prepared statements, "
+                 "settings per role and SET LOCAL); LISTEN and the leader's lock use %s", who,
+                 describe_target(direct_url))
+    return warning
+
+
 #: Seconds a pool keeps retrying one lost connection before it gives up (and
 #: grows again at the next request).  psycopg_pool's own default (300 s, with
 #: delays doubling from 1 s) leaves a pool idle for up to half a minute after
@@ -196,16 +287,16 @@ RECONNECT_TIMEOUT = 2.0
 
 
 def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: float = 10.0,
-              open: bool = False, **kwargs) -> ConnectionPool:
+              open: bool = False, pooler: str = "none", **kwargs) -> ConnectionPool:
     """The one way opsboard builds a connection pool: autocommit connections
-    with dict rows and :data:`SESSION_OPTIONS` (``kwargs`` go to the pool,
-    e.g. ``reconnect_timeout`` or ``configure``)."""
+    with dict rows and :func:`connection_kwargs` for ``pooler`` (``kwargs`` go
+    to the pool, e.g. ``reconnect_timeout`` or ``configure``)."""
     kwargs.setdefault("reconnect_timeout", RECONNECT_TIMEOUT)
     return ConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "row_factory": dict_row, "options": SESSION_OPTIONS},
+        kwargs={"autocommit": True, "row_factory": dict_row, **connection_kwargs(pooler)},
         open=open,
         name=name,
         timeout=timeout,
@@ -216,14 +307,17 @@ def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: flo
 class Database:
     """A connection pool over one PostgreSQL database."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard", **pool_kwargs):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, name: str = "opsboard",
+                 pooler: str = "none", **pool_kwargs):
         self.url = url
-        self.pool = make_pool(url, min_size=min_size, max_size=max_size, name=name, timeout=10, **pool_kwargs)
+        self.pooler = pooler
+        self.pool = make_pool(url, min_size=min_size, max_size=max_size, name=name, timeout=10, pooler=pooler,
+                              **pool_kwargs)
 
     def open(self, check: bool = True) -> "Database":
         """Open the pool; with ``check``, fail fast and clearly when unreachable."""
         if check:
-            connect(self.url).close()
+            connect(self.url, pooler=self.pooler).close()
         self.pool.open(wait=False)
         return self
 

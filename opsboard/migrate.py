@@ -168,6 +168,8 @@ def roles_sql(owner: str = "opsboard_owner", app: str = "opsboard_app") -> str:
             raise ValueError(f"{name!r} is not a plain role name (lowercase letters, digits, _)")
     if owner == app:
         raise ValueError("the owner and the application role must differ")
+    from .db import SESSION_SETTINGS
+    role_settings = "\n".join(f"ALTER ROLE {app} SET {name} = {value};" for name, value in SESSION_SETTINGS.items())
     return f"""\
 -- opsboard database roles.  Run as a superuser, connected to the opsboard database:
 --   opsboard migrate --print-roles-sql | psql -v ON_ERROR_STOP=1 "$SUPERUSER_DATABASE_URL"
@@ -228,4 +230,8 @@ ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app};
 ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public
     GRANT USAGE, SELECT ON SEQUENCES TO {app};
+
+-- The application role's session settings, on the role: every session gets them, also
+-- through a transaction pooler (PgBouncer), which cannot carry those sent at connect.
+{role_settings}
 """

@@ -74,13 +74,14 @@ class ReadRouter:
     """Hands out read connections: the replica's when it is usable, else the primary's."""
 
     def __init__(self, primary: db.Database, replica_url: str | None, *, max_lag: float = 10.0,
-                 pool_max: int = 10):
+                 pool_max: int = 10, pooler: str = "none"):
         self.primary = primary
         self.replica_url = replica_url
+        self.pooler = pooler  # OPSBOARD_DATABASE_POOLER describes the read URL too
         self.max_lag = max_lag
         # Each connection is checked as it leaves the pool (one empty round trip): a replica that went
         # away since the last check then costs a fallback to the primary, never a failed page.
-        self.replica = (db.Database(replica_url, min_size=0, max_size=pool_max, name="web-read",
+        self.replica = (db.Database(replica_url, min_size=0, max_size=pool_max, name="web-read", pooler=pooler,
                                     check=ConnectionPool.check_connection)
                         if replica_url else None)
         if self.replica is not None:
@@ -119,7 +120,7 @@ class ReadRouter:
             # replica is the only copy that can answer.  Keep the last verdict.
             return ReplicaStatus(**{**self._status.__dict__, "checked_at": now})
         try:
-            conn = db.connect(self.replica_url, connect_timeout=1)
+            conn = db.connect(self.replica_url, pooler=self.pooler, connect_timeout=1)
         except db.DatabaseUnavailable as exc:
             if self._status.state != "down":
                 log.warning("read replica unavailable, reads go to the primary: %s", exc)

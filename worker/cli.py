@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Config, args: argparse.Namespace) -> int:
     """Run a worker with ``config`` and the options of :func:`add_arguments` until SIGTERM."""
-    from opsboard.db import resolve_url
+    from opsboard.db import resolve_direct_url, resolve_url
     from opsboard.features import build_catalogue
 
     from .executor import resolve_handlers
@@ -50,9 +50,11 @@ def run(config: Config, args: argparse.Namespace) -> int:
             raise UsageError("--processes must be between 1 and 64")
         from .supervisor import supervise
         child = (["--queues", args.queues] if args.queues else []) + (["--no-services"] if args.no_services else [])
-        return supervise(config, resolve_url(config), args.processes, child, base_id=args.id)
+        # The supervisor's own queries (settling a dead child's jobs) are few and session-free; it
+        # uses the direct connection so that it needs nothing of the pooler's settings.
+        return supervise(config, resolve_direct_url(config), args.processes, child, base_id=args.id)
     w = Worker(config, resolve_url(config), queues=queues, worker_id=args.id, run_services=not args.no_services,
-               running_file=args.running_file, catalogue=catalogue)
+               running_file=args.running_file, catalogue=catalogue, direct_url=resolve_direct_url(config))
     w.wait_for_database = not args.exit_without_database
     w.install_signals()
     return w.run()

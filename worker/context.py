@@ -67,6 +67,8 @@ class JobContext:
     #: The worker's provider settings (``Config.providers``): SMTP, SMS gateway, Web Push,
     #: webhooks, breakers.  Set by the executor; None only where no worker built the context.
     settings: ProviderSettings | None = None
+    #: The handler pool goes through a transaction pooler (``OPSBOARD_DATABASE_POOLER=transaction``).
+    transaction_pooler: bool = False
     _n_held: int = field(default=0, repr=False)
     _conns: list = field(default_factory=list, repr=False)
     _held_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -94,6 +96,12 @@ class JobContext:
 
         Its ``statement_timeout`` ends with the job's timeout.  A job holds at
         most :data:`HANDLER_CONNECTIONS_PER_SLOT` at once (more is a bug: it raises).
+
+        Behind a transaction pooler a session setting would stay on the server
+        connection for its next client, and this block's next statement may run
+        on another one: there the block is one transaction that begins with
+        ``SET LOCAL statement_timeout`` (committed when the block ends, rolled
+        back if it raises).
         """
         with self._held_lock:
             if self._n_held >= HANDLER_CONNECTIONS_PER_SLOT:
@@ -105,10 +113,15 @@ class JobContext:
                 with self._held_lock:
                     self._conns.append(conn)
                 try:
-                    # Set on every checkout (the previous job's value must not leak); 0 = none.
-                    conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                                 (f"{max(1, int(left * 1000))}ms" if left is not None else "0",))
-                    yield conn
+                    timeout = f"{max(1, int(left * 1000))}ms" if left is not None else "0"
+                    if self.transaction_pooler:
+                        with conn.transaction():
+                            db.set_local(conn, statement_timeout=timeout)
+                            yield conn
+                    else:
+                        # Set on every checkout (the previous job's value must not leak); 0 = none.
+                        conn.execute("SELECT set_config('statement_timeout', %s, false)", (timeout,))
+                        yield conn
                 finally:
                     with self._held_lock:
                         self._conns.remove(conn)

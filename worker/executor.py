@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from opsboard import jobqueue, jobtypes, retry
+from opsboard import db, jobqueue, jobtypes, retry
 from opsboard.backpressure import take_token
 
 from .context import JobContext, LeaseLost
@@ -211,7 +211,8 @@ class Executor:
                 max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                 group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
                 expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline,
-                prepared=row.pop("prepared", None), settings=w.config.providers)
+                prepared=row.pop("prepared", None), settings=w.config.providers,
+                transaction_pooler=w.pooler == db.TRANSACTION_POOLER)
             with w.running_lock:
                 w.running[row["id"]] = r
             if w.running_file is not None:

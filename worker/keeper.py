@@ -4,6 +4,11 @@ Every 0.1 s it abandons handlers past their timeout (recording ``timeout``
 and giving the queue a fresh slot, since a Python thread cannot be killed);
 every ``lease / 3`` seconds (at most 10) it extends the leases of long-running
 jobs in one statement and refreshes the worker's row in ``workers``.
+
+It goes on through the shutdown grace (until the worker has stopped), and
+beats once at once when the stop begins: a handler whose lease is gone (the
+worker was paused past it) is told so then, instead of running on through the
+grace, and the leases of handlers finishing in the grace are still extended.
 """
 from __future__ import annotations
 
@@ -31,17 +36,20 @@ class Keeper:
     def run(self) -> None:
         w = self.worker
         last_beat = 0.0
-        while not w.stopping.wait(0.1):
+        beat_at_stop = False
+        while not w.stopped.wait(0.1):
             now = time.monotonic()
             current = w.running_jobs()
             self.enforce_timeouts(current, now)
-            if now - last_beat >= self.beat_every:
-                last_beat = now
+            stop_began = w.stopping.is_set() and not beat_at_stop
+            if now - last_beat >= self.beat_every or stop_began:
+                last_beat, beat_at_stop = now, beat_at_stop or stop_began
                 try:
                     self.heartbeat(current)
                     w.db_ok()
                 except psycopg.Error as exc:
-                    w.db_trouble(exc, "heartbeat")
+                    if not w.stopped.is_set():  # not the pools closing under it at the end
+                        w.db_trouble(exc, "heartbeat")
 
     def enforce_timeouts(self, current: list["Running"], now: float) -> int:
         """Record ``timeout`` for handlers past their deadline; returns how many."""

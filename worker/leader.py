@@ -91,7 +91,7 @@ class Leader:
 
     def run(self) -> None:
         w = self.worker
-        lock = LeaderLock(w.url)
+        lock = LeaderLock(w.direct_url)  # a session lock: never through a transaction pooler
         try:
             while not w.stopping.wait(0.2):
                 w.is_leader = lock.try_hold()

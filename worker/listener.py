@@ -25,7 +25,7 @@ def make_hub(worker: "Worker") -> pgnotify.Hub:
     claim loops (:meth:`~worker.runner.Worker.retry_delay`, at most a second
     apart) and reports to the worker's outage log: probing that often, it is
     often the first to see the database return."""
-    return pgnotify.Hub(worker.url, poll=0.5, name="listener", retry_delay=worker.retry_delay,
+    return pgnotify.Hub(worker.direct_url, poll=0.5, name="listener", retry_delay=worker.retry_delay,
                         on_connect=worker.db_ok, on_error=lambda exc: worker.db_trouble(exc, "listener"))
 
 

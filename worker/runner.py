@@ -67,11 +67,15 @@ class Worker:
 
     def __init__(self, config: Config, url: str, *, queues: dict[str, int] | None = None,
                  worker_id: str | None = None, run_services: bool = True, running_file: str | None = None,
-                 catalogue: Catalogue | None = None):
+                 catalogue: Catalogue | None = None, direct_url: str | None = None):
         self.config = config
         #: What this worker can run (the active catalogue of the process from ``start()`` on).
         self.catalogue = catalogue if catalogue is not None else build_catalogue(config)
         self.url = url
+        #: What ``url`` goes through (``OPSBOARD_DATABASE_POOLER``): the pools' settings follow it.
+        self.pooler = config.database_pooler
+        #: Past any pooler: the LISTEN connection and the leader's session advisory lock.
+        self.direct_url = direct_url or config.direct_database_url or url
         self.queues = {name: QueueState(name, n) for name, n in (queues or config.worker_queues).items()}
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = float(config.lease_seconds)
@@ -81,10 +85,10 @@ class Worker:
         # services) has connections handlers can never take; handlers draw
         # from theirs, each job at most HANDLER_CONNECTIONS_PER_SLOT at a time.
         self.pool = db.make_pool(url, min_size=min(4, len(self.queues) + 2), max_size=len(self.queues) + 5,
-                                 name=f"worker-{self.id}", timeout=5)
+                                 name=f"worker-{self.id}", timeout=5, pooler=self.pooler)
         handler_max = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
         self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
-                                         name=f"handlers-{self.id}", timeout=10)
+                                         name=f"handlers-{self.id}", timeout=10, pooler=self.pooler)
         #: Under a supervisor: the file that tells it which jobs the slots run (see worker.running_file).
         self.running_file = RunningFile(running_file, sum(q.slots + q.abandoned_max for q in self.queues.values())
                                         + 16) if running_file else None
@@ -106,6 +110,8 @@ class Worker:
         self.hub = make_hub(self)
         self.leader: Leader | None = None
         self._signals = 0
+        #: The signal that asked this worker to stop, noted by the handler (see install_signals).
+        self._signal: int | None = None
         self._threads: list[threading.Thread] = []
         self._db_down_since: float | None = None
         self._db_back_at = float("-inf")
@@ -139,6 +145,7 @@ class Worker:
         self.pool.open(wait=True, timeout=30)
         self.handler_pool.open(wait=False)
         with self.pool.connection() as conn:
+            db.announce_route(conn, self.pooler, self.direct_url, "worker")
             db.execute(conn, "worker_upsert", {
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
@@ -185,7 +192,7 @@ class Worker:
         failures, since = 0, time.monotonic()
         while True:
             try:
-                connect(self.url).close()
+                connect(self.url, pooler=self.pooler).close()
                 if failures:
                     log.warning("database is back after %.1f s; starting", time.monotonic() - since)
                 return True
@@ -195,8 +202,31 @@ class Worker:
                 if not failures:
                     log.warning("%s; waiting for it (SIGTERM to give up)", exc)
                 failures += 1
-                if self.stopping.wait(min(5.0, 0.2 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)):
+                if self._pause(min(5.0, 0.2 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)):
                     return False
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; ``True`` as soon as the worker is stopping (or a signal asked it to).
+
+        Used where the main thread waits: it sleeps and reads flags, and never waits on a
+        lock that the signal handler could need (see :meth:`install_signals`).
+        """
+        deadline = time.monotonic() + seconds
+        while not self._stop_requested():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.1, left))
+        return True
+
+    def _stop_requested(self) -> bool:
+        """Whether to stop; a signal noted by the handler is acted on here, outside the handler."""
+        signum = self._signal
+        if signum is not None and not self.stopping.is_set():
+            log.info("signal %s: stopping (grace %ss)", signal.Signals(signum).name,
+                     self.config.shutdown_grace_seconds)
+            self.stop()
+        return self.stopping.is_set()
 
     def _thread(self, target, name, *args) -> threading.Thread:
         t = threading.Thread(target=self._guard, args=(target, name) + args, name=name, daemon=True)
@@ -213,14 +243,25 @@ class Worker:
             self.stopping.set()
 
     def install_signals(self) -> None:
+        """SIGTERM or SIGINT stops the worker (within its grace); a second one exits at once.
+
+        The handler only notes the signal: the main thread acts on it (logs, :meth:`stop`)
+        within a tenth of a second.  Python runs a handler in the main thread between two
+        bytecodes, and that thread may be inside ``Event.wait`` holding the event's lock;
+        the handler used to call ``stopping.set()``, which waited for that same lock forever.
+        The window is a few bytecodes wide, but right after SIGCONT (a worker paused past
+        its lease) every thread wakes at once and the main thread gives up the interpreter
+        in it: an outside chaos run saw "signal SIGTERM: stopping (grace 20s)" and a
+        worker still running 30 s later, once in 11 trials (issue 29).
+        """
         def handler(signum, frame):
             self._signals += 1
             if self._signals > 1:
-                log.warning("second signal: exiting now; leases will recover running jobs")
-                os._exit(130)
-            log.info("signal %s: stopping (grace %ss)", signal.Signals(signum).name,
-                     self.config.shutdown_grace_seconds)
-            self.stop()
+                try:
+                    os.write(2, b"second signal: exiting now; leases will recover running jobs\n")
+                finally:
+                    os._exit(130)
+            self._signal = signum
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
@@ -231,7 +272,7 @@ class Worker:
         if not self._threads:  # stopped while waiting for the database
             log.info("stopped before the database came back")
             return 0
-        while not self.stopping.wait(0.5):
+        while not self._pause(0.5):
             pass
         return self.shutdown()
 

@@ -239,13 +239,16 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
                          start_new_session=True),
     ]
     stop = threading.Event()
+    # The handlers only take note: stop.set() in a handler could wait for ever for the lock that
+    # this (the main) thread holds inside stop.wait() (see worker.runner.Worker.install_signals).
+    signalled: list[int] = []
     previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda signum, _: signalled.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _: signalled.append(signum))
     try:
         base = f"http://{host}:{port}"
         deadline = time.monotonic() + 60
-        while not stop.is_set():
+        while not stop.is_set() and not signalled:
             try:
                 urllib.request.urlopen(base + "/healthz", timeout=1).read()
                 break
@@ -254,6 +257,8 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
                     print(f"opsboard demo: the web server did not start; see {logs / 'web.log'}", file=sys.stderr)
                     return 1
                 time.sleep(0.2)
+        if signalled:
+            return 0
         print("\nopsboard demo is running")
         print(f"  dashboard   {base}/login")
         print("  users       (password in brackets)")
@@ -265,7 +270,8 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
         if traffic:
             threading.Thread(target=_traffic, args=(url, tenants, stop, (sandbox, delivery_state)), daemon=True,
                              name="traffic").start()
-        while not stop.wait(0.5):
+        while not signalled and not stop.is_set():
+            time.sleep(0.5)
             for c in children:
                 if c.poll() is not None:
                     print(f"opsboard demo: a child process exited ({c.args[2]}); see {logs}", file=sys.stderr)

@@ -60,16 +60,20 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     if database is None:
         database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
-                                  max_size=config.pool_max, name="web").open(check=False)
+                                  max_size=config.pool_max, name="web", pooler=config.database_pooler).open(check=False)
     app.extensions["opsboard_db"] = database
-    reads = ReadRouter(database, config.read_database_url, max_lag=config.read_max_lag, pool_max=config.pool_max)
+    reads = ReadRouter(database, config.read_database_url, max_lag=config.read_max_lag, pool_max=config.pool_max,
+                       pooler=config.database_pooler)
     app.extensions["opsboard_reads"] = reads
     if reads.replica is not None:
         app.after_request(_remember_write)
+    # Past any pooler: the SSE hub's LISTEN and the start-up's single connection.
+    direct_url = app.extensions["opsboard_direct_url"] = config.direct_database_url or database.url
 
     app.extensions["opsboard_catalogue"] = cat
     activate(cat)
-    _seed_shipped_templates(database.url)
+    _seed_shipped_templates(direct_url)
+    _announce_route(database, direct_url)
 
     login = LoginManager(app)
     login.login_view = "auth.login"
@@ -146,6 +150,18 @@ def _remember_write(response):
 AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "alert_id"),
                  "tenant": ("tenants.detail", "tenant_id"), "report": ("reports.detail", "run_id"),
                  "ticket": ("tickets.detail", "ticket_id")}
+
+
+def _announce_route(database, direct_url: str) -> None:
+    """Say at start-up when the pooled connections lose the session settings (one warning line;
+    see :func:`opsboard.db.announce_route`).  A database not reachable yet is not checked."""
+    import psycopg
+
+    try:
+        with database.pool.connection(timeout=5) as conn:
+            dbmod.announce_route(conn, database.pooler, direct_url, "web")
+    except psycopg.Error:
+        pass
 
 
 def _seed_shipped_templates(url: str) -> None:

@@ -38,7 +38,9 @@ def hub() -> pgnotify.Hub:
     with _lock:
         h = current_app.extensions.get("opsboard_pgnotify")
         if h is None:
-            url = current_app.extensions.get("test_db_url") or get_config().database_url
+            # LISTEN needs one server session: the direct URL, never a transaction pooler.
+            url = (current_app.extensions.get("test_db_url") or current_app.extensions.get("opsboard_direct_url")
+                   or get_config().database_url)
             h = current_app.extensions["opsboard_pgnotify"] = pgnotify.Hub(url, name="sse-hub")
             current_app.extensions["opsboard_sse_streams"] = {}
         return h

@@ -108,6 +108,14 @@ def guarded(job):
     _mark(job, job.payload["key"])
 
 
+def settings(job):
+    """Record what the handler's connection runs with: ``settings <statement_timeout> <jit>``."""
+    with job.connection() as conn:
+        row = conn.execute("SELECT current_setting('statement_timeout') AS st, current_setting('jit') AS jit").fetchone()
+        conn.execute("INSERT INTO test_effects (job_id, key, worker, attempt) VALUES (%s, %s, %s, %s)",
+                     (job.id, f"settings {row['st']} {row['jit']}", job.worker_id, job.attempt))
+
+
 def register(cat) -> None:
     """The tests' job types (OPSBOARD_JOB_MODULES=tests.support.jobs)."""
     define(cat, "test.record", handler="tests.support.jobs:record", fields={"key": Field(str), "ms": Field(int, required=False)},
@@ -127,5 +135,6 @@ def register(cat) -> None:
     define(cat, "test.effect", handler="tests.support.jobs:effect_once", fields={"key": Field(str)}, max_attempts=3,
            backoff_base=0.01, backoff_cap=0.05)
     define(cat, "test.slow_query", handler="tests.support.jobs:slow_query", max_attempts=1, timeout=1)
+    define(cat, "test.settings", handler="tests.support.jobs:settings", max_attempts=1, timeout=10)
     define(cat, "test.guarded", handler="tests.support.jobs:guarded", fields={"key": Field(str)}, max_attempts=3,
            timeout=30, backoff_base=0.01, backoff_cap=0.05)

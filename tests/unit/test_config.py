@@ -227,3 +227,19 @@ def test_a_bad_provider_value_stops_the_cli_with_one_line(argv, monkeypatch, cap
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err == "opsboard: OPSBOARD_BREAKER_FAILURE_RATE='lots' is not a number"
+
+
+def test_a_transaction_pooler_needs_a_direct_url_and_turns_off_what_it_cannot_carry():
+    from opsboard import db
+
+    with pytest.raises(ConfigError, match="OPSBOARD_DATABASE_POOLER='session' is not one of none, transaction"):
+        Config.from_env({"OPSBOARD_DATABASE_POOLER": "session"})
+    with pytest.raises(ConfigError, match="needs OPSBOARD_DIRECT_DATABASE_URL"):
+        Config.from_env({"DATABASE_URL": "postgresql://app@bouncer:6432/ob", "OPSBOARD_DATABASE_POOLER": "transaction"})
+    c = Config.from_env({"DATABASE_URL": "postgresql://app@bouncer:6432/ob", "OPSBOARD_DATABASE_POOLER": "transaction",
+                         "OPSBOARD_DIRECT_DATABASE_URL": "postgresql://app@db:5432/ob"})
+    assert (c.database_pooler, db.resolve_direct_url(c)) == ("transaction", "postgresql://app@db:5432/ob")
+    assert db.resolve_direct_url(Config.from_env({"DATABASE_URL": "postgresql://app@db/ob"})) == "postgresql://app@db/ob"
+    # Through the pooler: nothing prepared on the server, no settings in the startup packet.
+    assert db.connection_kwargs("transaction") == {"prepare_threshold": None}
+    assert db.connection_kwargs("none") == {"options": "-c jit=off"}
