@@ -25,6 +25,12 @@ UPDATE tenants SET enqueue_rate = %(rate)s, enqueue_burst = %(burst)s, max_runni
 WHERE id = %(id)s
 RETURNING id, slug, enqueue_rate, enqueue_burst, max_running;
 
+-- name: tenant_limits_list
+-- The tenants with a limit of their own (enqueue rate, burst or concurrency), by slug.
+SELECT slug, enqueue_rate, enqueue_burst, max_running FROM tenants
+WHERE enqueue_rate IS NOT NULL OR enqueue_burst IS NOT NULL OR max_running IS NOT NULL
+ORDER BY slug;
+
 -- name: tenant_max_running_list
 -- The tenants with a concurrency limit (usually none), for the claim (opsboard.pauses.read_holds).
 SELECT id, max_running FROM tenants WHERE max_running IS NOT NULL ORDER BY id;
