@@ -18,3 +18,16 @@ ALTER TABLE tenants ADD COLUMN max_running integer CHECK (max_running BETWEEN 1 
 -- Workers re-read the tenants' concurrency limits at once on a change.
 CREATE TRIGGER tenants_max_running_notify AFTER UPDATE OF max_running ON tenants
     FOR EACH STATEMENT EXECUTE FUNCTION pauses_notify();
+
+-- The claim's room for a tenant (job_claim_many): NULL (no limit) unless caps,
+-- a JSON object {tenant id: max_running} of the limited tenants, names it;
+-- else the limit minus the tenant's running jobs, never below 0.  A function
+-- so that the claim statement stays under psycopg's 4096-byte statement
+-- cache; the running jobs are counted only for a limited tenant.  STRICT:
+-- with no limited tenant the claim passes NULL and the function is never run.
+CREATE FUNCTION opsboard_tenant_room(t uuid, caps jsonb) RETURNS integer LANGUAGE sql STABLE STRICT AS $$
+    SELECT CASE WHEN caps ? t::text THEN
+        greatest(0, (caps ->> t::text)::int
+                    - (SELECT count(*) FROM jobs WHERE status = 'running' AND tenant_id = t)::int)
+    END
+$$;

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import audit, db, jobtypes
 from .catalogue import active
@@ -198,8 +199,8 @@ class Holds:
         return {"queue_held": any(r["kind"] == "queue" and r["target"] == queue for r in live),
                 "held_tenants": [r["tenant_id"] for r in live if r["kind"] == "tenant"],
                 "held_types": sorted(types),
-                "limit_tenants": [t for t, _ in self.tenant_limits],
-                "limit_tenant_limits": [n for _, n in self.tenant_limits]}
+                # NULL when no tenant is limited (the usual case): the claim then runs no function.
+                "tenant_caps": Jsonb({str(t): n for t, n in self.tenant_limits}) if self.tenant_limits else None}
 
 
 NO_HOLDS = Holds()

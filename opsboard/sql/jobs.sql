@@ -128,9 +128,10 @@ RETURNING j.id, j.tenant_id, j.type, j.queue;
 -- Times are statement_timestamp(), not the transaction's now(): a claim's
 -- started_at is then never earlier than the finish it waited for.
 --
--- A tenant with a concurrency limit (%(limit_tenants)s, %(limit_tenant_limits)s:
--- tenants.max_running, migration 0029) offers no more than its limit minus
--- its running jobs; the caller holds its advisory lock (job_claim_lock_limits).
+-- A tenant with a concurrency limit (%(tenant_caps)s, {tenant id: max_running}:
+-- migration 0029) offers no more than its limit minus its running jobs
+-- (opsboard_tenant_room, a function: inline, the text passed psycopg's
+-- 4096-byte statement cache); the caller holds its advisory lock.
 --
 -- Paused work (issue 28) is never claimed: %(queue_held)s claims nothing (a
 -- one-time filter: the walk does not even start); %(held_tenants)s are passed
@@ -164,12 +165,9 @@ WITH RECURSIVE tenants_ready AS (
 ), quota AS (
     SELECT tenant_id, weight,
            -- twice the weighted share, so that rows other workers hold can be skipped
+           -- (a tenant with a concurrency limit, usually none: no more than its room)
            least(%(limit)s::int, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight,
-                 -- a tenant with a concurrency limit (usually none): no more than its room
-                 (SELECT greatest(0, tl.lim - (SELECT count(*) FROM jobs r
-                                               WHERE r.status = 'running' AND r.tenant_id = picked.tenant_id))::int
-                  FROM unnest(%(limit_tenants)s::uuid[], %(limit_tenant_limits)s::int[]) AS tl(tenant_id, lim)
-                  WHERE tl.tenant_id = picked.tenant_id)) AS take
+                 opsboard_tenant_room(tenant_id, %(tenant_caps)s)) AS take
     FROM picked
 ), cand AS (
     -- Each tenant's next jobs, numbered in the index's own order (no sort).

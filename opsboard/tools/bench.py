@@ -356,7 +356,7 @@ def claim_cost(b: Bench) -> None:
                     "after_tenant": jobqueue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
                     "limit_type_limits": [], "limit_type_groups": [], "limit_groups": [],
                     "limit_group_limits": [], "queue_held": False, "held_tenants": [], "held_types": [],
-                    "limit_tenants": [], "limit_tenant_limits": []}).fetchone()
+                    "tenant_caps": None}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
                 times.append(float(doc[0]["Execution Time"]))
         from .. import metrics
