@@ -169,3 +169,26 @@ def test_a_live_slot_change_grows_and_shrinks_a_running_worker_and_binds_one_sta
             w.send_signal(signal.SIGTERM)
         for w in (first, later):
             assert w.wait(30) == 0
+
+
+def test_a_tenants_live_concurrency_binds_two_running_workers_within_a_second(db_url, start_worker):
+    from tests.acceptance.test_fairness_workers import SPANS
+    with connect(db_url) as c:
+        c.execute(SPANS)
+        acme, other = auth.ensure_tenant(c, "acme"), auth.ensure_tenant(c, "other")
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        workers = [start_worker(db_url, "--queues", "default=4", "--id", f"tc{i}") for i in range(2)]
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id LIKE 'tc%%'") == 2, timeout=30,
+                 message="the workers to start")
+        pauses.set_tenant_limits(c, OPS, "acme", "bulk import floods", max_running=1)
+        due = c.execute("SELECT clock_timestamp() + interval '1.5 seconds' AS t").fetchone()["t"]
+        jobqueue.enqueue_many(c, [NewJob("test.span", {"key": f"{t['slug']}{i}", "ms": 80}, t["id"], run_at=due)
+                                  for i in range(10) for t in (acme, other)])
+        wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'") == 20, timeout=60,
+                 message="the jobs to finish")
+        assert _peak_of(c, "acme") == 1
+        assert _peak_of(c, "other") > 1  # the other tenant is not held back
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0
