@@ -188,3 +188,13 @@ def test_tenant_limits_refuse_bad_values(conn, make_tenant):
     with pytest.raises(OpsError) as e:
         pauses.set_tenant_limits(conn, OPS, a["slug"], "  ", max_running=1)
     assert e.value.code == "reason_required"
+
+
+def test_a_tenants_live_rate_binds_its_next_enqueue(conn, make_tenant, t0):
+    from opsboard import backpressure
+    a = make_tenant(conn)
+    admit = lambda: backpressure.admission(conn, a["id"], "default", now=t0).status  # noqa: E731
+    assert [admit() for _ in range(3)] == [200, 200, 200]
+    pauses.set_tenant_limits(conn, OPS, a["slug"], "flood", rate=0.001, burst=1)
+    # The bucket the default filled is clamped to the new burst at once.
+    assert [admit() for _ in range(2)] == [200, 429]
