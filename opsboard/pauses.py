@@ -17,6 +17,13 @@ released from that moment on (the claim compares it with its own clock); the
 row is deleted and audited as an automatic resume by the pauses service (leader)
 or the next :func:`list_pauses`.
 
+Live concurrency, the same way (re-read with the holds, so within a second):
+:func:`set_limit` sets a job type's or a provider's fleet-wide limit, or a
+queue's slots per worker (every worker serving it grows or shrinks its slot
+threads; see ``worker.runner.Worker.apply_slots``); :func:`set_tenant_limits`
+sets a tenant's enqueue rate and burst (read by every admission) and its
+concurrency (``tenants.max_running``, checked in the claim).
+
 Pause and resume are operator actions through :func:`opsboard.audit.operator_action`
 (a reason, a request key, an audit row in the same transaction).  Holding the
 ``critical`` queue or the ``sms.otp`` type needs ``confirmed=True`` (the
