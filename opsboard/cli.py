@@ -31,6 +31,32 @@ def _iso_time(text: str):
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+#: An option not given (``default`` given means ``None``: back to the default).
+_KEEP = object()
+
+
+def _limit_value(text: str):
+    """A whole number from 1, or ``default`` (``None``)."""
+    if text.strip().lower() == "default":
+        return None
+    if not text.strip().isascii() or not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number from 1, nor 'default': {text!r}")
+    return int(text)
+
+
+def _rate_value(text: str):
+    """A positive number of jobs per second, or ``default`` (``None``)."""
+    if text.strip().lower() == "default":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not text.strip().isascii() or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of jobs per second above 0, nor 'default': {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -106,6 +132,40 @@ def _parser() -> argparse.ArgumentParser:
             pp.add_argument("--confirm", action="store_true",
                             help="needed to hold the critical queue or the sms.otp type")
     sub.add_parser("pauses", help="list the holds in force")
+
+    from .config import QUEUE_NAMES
+    j = sub.add_parser("jobs", help="act on many jobs at once")
+    jsub = j.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    jc = jsub.add_parser("cancel-many", help="cancel every waiting (pending or retryable) job matching a filter, "
+                                             "as the dashboard's bulk cancel; without --yes, only count them",
+                         description="Running jobs finish; cancelled jobs never run. Audited (job.cancel_many) "
+                                     "with every cancelled job's id, in batches of 1000.")
+    jc.add_argument("--type", help="job type")
+    jc.add_argument("--queue", choices=QUEUE_NAMES)
+    jc.add_argument("--tenant", help="tenant slug")
+    jc.add_argument("--error-code", help="the jobs' last error code")
+    jc.add_argument("--reason", required=True, help="why (recorded in the audit log)")
+    jc.add_argument("--yes", action="store_true", help="cancel them (without it: print the count only)")
+
+    li = sub.add_parser("limits", help="show or change concurrency limits live (types, providers, queue slots, "
+                                       "tenants)")
+    lsub = li.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    lsub.add_parser("show", help="every limit in force: live ones, the catalogue's, the tenants'")
+    ls = lsub.add_parser("set", help="a job type's or a provider's limit across every worker, or a queue's "
+                                     "slots per worker; 'default' goes back to the catalogue (or the workers' "
+                                     "own setting)")
+    ls.add_argument("kind", choices=("type", "provider", "queue"))
+    ls.add_argument("target", help="job type, provider name or queue name")
+    ls.add_argument("value", type=_limit_value, help="a whole number, or 'default'")
+    ls.add_argument("--reason", required=True, help="why (recorded in the audit log)")
+    lt = lsub.add_parser("tenant", help="a tenant's enqueue rate and burst and how many of its jobs run at once; "
+                                        "'default' goes back to the default (no limit for running jobs)")
+    lt.add_argument("tenant", help="tenant slug")
+    lt.add_argument("--rate", type=_rate_value, default=_KEEP, help="jobs per second the tenant may enqueue, or "
+                                                                    "'default'")
+    lt.add_argument("--burst", type=_limit_value, default=_KEEP, help="enqueue burst, or 'default'")
+    lt.add_argument("--concurrency", type=_limit_value, default=_KEEP, help="its jobs running at once, or 'default'")
+    lt.add_argument("--reason", required=True, help="why (recorded in the audit log)")
 
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
@@ -307,6 +367,85 @@ def cmd_pauses(config: Config, args) -> int:
     return 0
 
 
+def cmd_jobs(config: Config, args) -> int:
+    from . import audit, db, jobqueue
+    from .errors import OpsError
+    if not (args.type or args.queue or args.tenant or args.error_code):
+        raise UsageError("give at least one of --type, --queue, --tenant, --error-code (a bulk cancel of every "
+                         "waiting job needs a filter)")
+    if not args.reason.strip():
+        raise UsageError("give a reason: it is kept in the audit log")
+    with db.connect(_url(config)) as conn:
+        tenant_id = None
+        if args.tenant:
+            tenant = db.one(conn, "tenant_get_by_slug", {"slug": args.tenant})
+            if tenant is None:
+                raise UsageError(f"no tenant {args.tenant}")
+            tenant_id = tenant["id"]
+        f = jobqueue.CancelFilter(type=args.type, queue=args.queue, tenant_id=tenant_id, error_code=args.error_code)
+        what = ", ".join(f"{k} {v}" for k, v in (("type", args.type), ("queue", args.queue), ("tenant", args.tenant),
+                                                  ("error code", args.error_code)) if v)
+        n = jobqueue.count_cancellable(conn, f)
+        if not args.yes:
+            print(f"{n} waiting job(s) match ({what}); run again with --yes to cancel them")
+            return 0
+        done = 0
+        while True:
+            try:
+                result = jobqueue.cancel_many(conn, f, audit.Actor("cli"), args.reason, None, limit=1000)
+            except OpsError as exc:
+                raise UsageError(str(exc)) from None
+            done += len(result.cancelled)
+            if not result.cancelled or not result.remaining:
+                break
+    print(f"cancelled {done} job(s) ({what})")
+    return 0
+
+
+def cmd_limits(config: Config, args) -> int:
+    from . import audit, db, pauses
+    from .errors import OpsError
+    with db.connect(_url(config)) as conn:
+        try:
+            if args.action == "set":
+                r = pauses.set_limit(conn, audit.Actor("cli"), args.kind, args.target, args.value, args.reason)
+                show = lambda v: "default" if v is None else v  # noqa: E731
+                print(f"{args.kind} {r['target']}: {show(r['before']['value'])} -> {show(r['after']['value'])}")
+            elif args.action == "tenant":
+                given = {k: getattr(args, a) for k, a in (("rate", "rate"), ("burst", "burst"),
+                                                          ("max_running", "concurrency")) if getattr(args, a) is not _KEEP}
+                if not given:
+                    raise UsageError("give at least one of --rate, --burst, --concurrency")
+                r = pauses.set_tenant_limits(conn, audit.Actor("cli"), args.tenant, args.reason, **given)
+                fmt = lambda d: ", ".join(f"{k} {'default' if v is None else v}" for k, v in d.items())  # noqa: E731
+                print(f"tenant {args.tenant}: {fmt(r['before'])} -> {fmt(r['after'])}")
+            else:
+                _print_limits(conn)
+        except OpsError as exc:
+            raise UsageError(str(exc)) from None
+    return 0
+
+
+def _print_limits(conn) -> None:
+    from . import db, pauses
+    live = pauses.list_limits(conn)
+    for name in sorted(pauses.known_types()) + [f"provider:{p}" for p in pauses.known_providers()]:
+        kind, target = ("provider", name.split(":", 1)[1]) if name.startswith("provider:") else ("type", name)
+        row, default = live.get((kind, target)), pauses.catalogue_limit(kind, target)
+        if row is None and default is None:
+            continue
+        now = f"{row['value']} (live, by {row['changed_by']}; default {default or 'none'})" if row else default
+        print(f"{kind:<9} {target:<28} {now}")
+    from .config import QUEUE_NAMES
+    for q in QUEUE_NAMES:
+        row = live.get(("queue", q))
+        print(f"{'queue':<9} {q:<28} " + (f"{row['value']} slots per worker (live, by {row['changed_by']})"
+                                          if row else "each worker's own slots"))
+    for t in db.all_rows(conn, "tenant_limits_list"):
+        print(f"{'tenant':<9} {t['slug']:<28} rate {t['enqueue_rate'] or 'default'}, burst "
+              f"{t['enqueue_burst'] or 'default'}, concurrency {t['max_running'] or 'none'}")
+
+
 def cmd_bench(config: Config, args) -> int:
     if args.peers:
         from .tools.bench_peers import run_peers
@@ -358,7 +497,7 @@ def cmd_vapid(config: Config, args) -> int:
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
              "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey, "user-token": cmd_user_token, "pause": cmd_pause, "resume": cmd_pause,
-             "pauses": cmd_pauses}
+             "pauses": cmd_pauses, "jobs": cmd_jobs, "limits": cmd_limits}
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ POOLERS = ("none", "transaction")
 #: (reports, exports).  The one definition: the database, the worker's slots,
 #: the dashboard's filters and the metrics all take the names from here.
 QUEUE_NAMES = ("critical", "default", "bulk")
+#: The most slots a worker runs for one queue (OPSBOARD_WORKER_QUEUES, and an operator's live change).
+QUEUE_SLOTS_MAX = 1000
 
 #: Seconds the oldest ready job of each queue may wait: past it, the queue's
 #: row turns red (opsboard.metrics) and the ``queue_age`` alert fires
@@ -189,8 +191,8 @@ def parse_queue_slots(text: str) -> dict[str, int]:
             n = int(count)
         except ValueError:
             raise ConfigError(f"queue slots: {count.strip()!r} for {name} is not a whole number") from None
-        if not 0 < n <= 1000:
-            raise ConfigError(f"queue slots: {name}={n} must be between 1 and 1000")
+        if not 0 < n <= QUEUE_SLOTS_MAX:
+            raise ConfigError(f"queue slots: {name}={n} must be between 1 and {QUEUE_SLOTS_MAX}")
         if name in slots:
             raise ConfigError(f"queue slots: {name} is given twice")
         slots[name] = n

@@ -17,6 +17,13 @@ released from that moment on (the claim compares it with its own clock); the
 row is deleted and audited as an automatic resume by the pauses service (leader)
 or the next :func:`list_pauses`.
 
+Live concurrency, the same way (re-read with the holds, so within a second):
+:func:`set_limit` sets a job type's or a provider's fleet-wide limit, or a
+queue's slots per worker (every worker serving it grows or shrinks its slot
+threads; see ``worker.runner.Worker.apply_slots``); :func:`set_tenant_limits`
+sets a tenant's enqueue rate and burst (read by every admission) and its
+concurrency (``tenants.max_running``, checked in the claim).
+
 Pause and resume are operator actions through :func:`opsboard.audit.operator_action`
 (a reason, a request key, an audit row in the same transaction).  Holding the
 ``critical`` queue or the ``sms.otp`` type needs ``confirmed=True`` (the
@@ -29,10 +36,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import audit, db, jobtypes
 from .catalogue import active
-from .config import QUEUE_NAMES
+from .config import QUEUE_NAMES, QUEUE_SLOTS_MAX
 from .errors import OpsError
 
 KINDS = ("queue", "type", "tenant", "provider")
@@ -174,8 +182,18 @@ class Holds:
     """
 
     rows: tuple[dict, ...] = ()
-    #: Live concurrency limits, ``(kind, target, value)`` sorted (see :func:`set_limit`).
+    #: Live concurrency limits, ``(kind, target, value)`` sorted (see :func:`set_limit`);
+    #: kind ``queue`` is a queue's slots per worker.
     limit_overrides: tuple[tuple[str, str, int], ...] = ()
+    #: Tenants' concurrency limits, ``(tenant_id, max_running)`` (see :func:`set_tenant_limits`).
+    tenant_limits: tuple[tuple[Any, int], ...] = ()
+
+    def queue_slots(self, queue: str) -> int | None:
+        """The slots per worker an operator set live for ``queue`` (``None``: each worker's own)."""
+        for kind, target, value in self.limit_overrides:
+            if kind == "queue" and target == queue:
+                return value
+        return None
 
     def params(self, queue: str, now: datetime | None = None) -> dict:
         at = now or datetime.now(timezone.utc)
@@ -187,7 +205,9 @@ class Holds:
             types |= {t for t, p in zip(names, provs) if p in providers}
         return {"queue_held": any(r["kind"] == "queue" and r["target"] == queue for r in live),
                 "held_tenants": [r["tenant_id"] for r in live if r["kind"] == "tenant"],
-                "held_types": sorted(types)}
+                "held_types": sorted(types),
+                # NULL when no tenant is limited (the usual case): the claim then runs no function.
+                "tenant_caps": Jsonb({str(t): n for t, n in self.tenant_limits}) if self.tenant_limits else None}
 
 
 NO_HOLDS = Holds()
@@ -196,11 +216,24 @@ NO_HOLDS = Holds()
 def read_holds(conn: psycopg.Connection) -> Holds:
     """The holds in force now (one small read; writes nothing)."""
     return Holds(tuple(db.all_rows(conn, "pause_list", {"now": None})),
-                 tuple((r["kind"], r["target"], r["value"]) for r in db.all_rows(conn, "pause_limit_list")))
+                 tuple((r["kind"], r["target"], r["value"]) for r in db.all_rows(conn, "pause_limit_list")),
+                 tuple((r["id"], r["max_running"]) for r in db.all_rows(conn, "tenant_max_running_list")))
+
+
+#: What :func:`set_limit` changes: a type's or a provider's concurrency, a queue's slots per worker.
+LIMIT_KINDS = ("type", "provider", "queue")
+
+
+def limit_bounds(kind: str) -> tuple[int, int]:
+    """The values :func:`set_limit` accepts for ``kind``."""
+    return (1, QUEUE_SLOTS_MAX) if kind == "queue" else (1, 100000)
 
 
 def catalogue_limit(kind: str, target: str) -> int | None:
-    """The catalogue's concurrency limit of a job type (the lowest over its versions) or a provider."""
+    """The catalogue's concurrency limit of a job type (the lowest over its versions) or a provider
+    (``None`` for a queue: each worker's own ``OPSBOARD_WORKER_QUEUES``)."""
+    if kind == "queue":
+        return None
     cat = active()
     if kind == "provider":
         prov = cat.providers.get(target)
@@ -218,13 +251,18 @@ def list_limits(conn: psycopg.Connection) -> dict[tuple[str, str], dict]:
 def set_limit(conn: psycopg.Connection, actor: audit.Actor, kind: str, target: str, value: int | None,
               reason: str | None, *, request_key: str | None = None) -> dict:
     """Set (or with ``value=None`` remove) the fleet-wide concurrency limit of a job type or a
-    provider, effective at every worker's next re-read (NOTIFY, at most a second).  Audited
-    as ``limit.set`` with the old value (the live one, else the catalogue's)."""
-    if kind not in ("type", "provider"):
-        raise OpsError("kind must be one of %(kinds)s", "invalid_kind", params={"kinds": "type, provider"})
+    provider, or the slots per worker of a queue (kind ``queue``: every worker serving it
+    grows or shrinks its slot threads; ``None`` goes back to each worker's configuration),
+    effective at every worker's next re-read (NOTIFY, at most a second); a worker started
+    later reads it before its first slot.  Audited as ``limit.set`` with the old value (the
+    live one, else the catalogue's).  Errors: ``invalid_kind``, ``not_found``, ``invalid_limit``."""
+    if kind not in LIMIT_KINDS:
+        raise OpsError("kind must be one of %(kinds)s", "invalid_kind", params={"kinds": ", ".join(LIMIT_KINDS)})
     target, _ = resolve_target(conn, kind, target)
-    if value is not None and not 1 <= value <= 100000:
-        raise OpsError("a limit is a whole number from 1 to 100000", "invalid_limit")
+    low, high = limit_bounds(kind)
+    if value is not None and not low <= value <= high:
+        raise OpsError("a limit is a whole number from %(low)s to %(high)s", "invalid_limit",
+                       params={"low": low, "high": high})
 
     def perform(ctx: audit.ActionContext) -> dict:
         old = db.one(conn, "pause_limit_get_for_update", {"kind": kind, "target": target})
@@ -244,6 +282,64 @@ def set_limit(conn: psycopg.Connection, actor: audit.Actor, kind: str, target: s
 
     return audit.operator_action(conn, actor, "limit.set", target_type=kind, target_id=target, reason=reason,
                                  request_key=request_key, perform=perform, repeat=repeat)
+
+
+#: :func:`set_tenant_limits`: leave this value as it is.
+UNCHANGED = object()
+
+#: Bounds of a tenant's limits: enqueue rate (jobs per second), burst, concurrency (running jobs).
+TENANT_RATE_MAX = 1_000_000.0
+TENANT_BURST_MAX = 1_000_000
+TENANT_RUNNING_MAX = 100000
+
+
+def tenant_limits(conn: psycopg.Connection, tenant_id) -> dict | None:
+    """A tenant's own enqueue rate, burst and concurrency (``None`` each: the default / no limit)."""
+    return db.one(conn, "tenant_limits_get_for_update", {"id": tenant_id})
+
+
+def _tenant_limit_view(row: dict) -> dict:
+    return {"rate": row["enqueue_rate"], "burst": row["enqueue_burst"], "max_running": row["max_running"]}
+
+
+def set_tenant_limits(conn: psycopg.Connection, actor: audit.Actor, tenant: str, reason: str | None, *,
+                      rate: Any = UNCHANGED, burst: Any = UNCHANGED, max_running: Any = UNCHANGED,
+                      request_key: str | None = None) -> dict:
+    """Change a tenant's (by slug) enqueue rate (jobs per second), burst, and concurrency (at most
+    this many of its jobs run at once across every worker); ``None`` goes back to the default (no
+    concurrency limit), :data:`UNCHANGED` keeps a value.  The rate is read by every admission
+    (live at the next enqueue); the concurrency by every worker with the holds (NOTIFY, at most
+    a second).  Audited as ``tenant.limits`` with the old and new values.
+
+    Errors (``OpsError``): ``reason_required``, ``not_found``, ``invalid_limit``.
+    """
+    _, tenant_id = resolve_target(conn, "tenant", tenant)
+    if rate is not UNCHANGED and rate is not None and not (0 < rate <= TENANT_RATE_MAX):
+        raise OpsError("a rate is a number of jobs per second above 0 and at most %(high)s", "invalid_limit",
+                       params={"high": int(TENANT_RATE_MAX)})
+    for value, high in ((burst, TENANT_BURST_MAX), (max_running, TENANT_RUNNING_MAX)):
+        if value is not UNCHANGED and value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                                             or not 1 <= value <= high):
+            raise OpsError("a limit is a whole number from %(low)s to %(high)s", "invalid_limit",
+                           params={"low": 1, "high": high})
+
+    def perform(ctx: audit.ActionContext) -> dict:
+        old = db.one(conn, "tenant_limits_get_for_update", {"id": tenant_id})
+        row = db.one(conn, "tenant_limits_set", {
+            "id": tenant_id,
+            "rate": old["enqueue_rate"] if rate is UNCHANGED else (float(rate) if rate is not None else None),
+            "burst": old["enqueue_burst"] if burst is UNCHANGED else burst,
+            "max_running": old["max_running"] if max_running is UNCHANGED else max_running})
+        before, after = _tenant_limit_view(old), _tenant_limit_view(row)
+        ctx.write(tenant_id=tenant_id, before=before, after=after)
+        return {"tenant": tenant, "tenant_id": tenant_id, "before": before, "after": after}
+
+    def repeat(previous: dict) -> dict:
+        return {"tenant": tenant, "tenant_id": tenant_id, "before": previous.get("before"),
+                "after": previous.get("after")}
+
+    return audit.operator_action(conn, actor, "tenant.limits", target_type="tenant", target_id=tenant,
+                                 reason=reason, request_key=request_key, perform=perform, repeat=repeat)
 
 
 def held(rows: list[dict]) -> dict[str, dict[str, dict]]:

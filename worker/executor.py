@@ -327,4 +327,5 @@ class Executor:
     def frees_others(self, row: dict) -> bool:
         """Whether this job's end may let a waiting job start (next in its group, or room under a limit)."""
         return (row.get("group_key") is not None or row["type"] in self.limited_types
-                or row["type"] in self.worker.holds.limited_types())
+                or row["type"] in self.worker.holds.limited_types()
+                or row["tenant_id"] in self.worker.holds.limited_tenants())

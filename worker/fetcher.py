@@ -86,6 +86,18 @@ class HoldsCache:
         return frozenset({t for k, t, _ in holds.limit_overrides if k == "type"}
                          | {n for n, p in zip(names, provs) if p in providers})
 
+    def limited_tenants(self) -> frozenset:
+        """Tenants with a concurrency limit, from the last read: one of their jobs ending may make room."""
+        holds = self._holds
+        return frozenset(t for t, _ in holds.tenant_limits) if holds is not None else frozenset()
+
+    def fresh(self) -> "pauses.Holds | None":
+        """The copy, if it is fresh enough to use without a read (else ``None``)."""
+        with self._lock:
+            if self._holds is not None and time.monotonic() - self._read_at < self.max_age:
+                return self._holds
+        return None
+
     def invalidate(self) -> None:
         with self._lock:
             self._generation += 1
@@ -195,14 +207,24 @@ class Fetcher:
                     # soon as it catches up.
                     qs.refill_at = cap - need if keeping_up else 1 << 62
             if free < need:
-                qs.slot_freed.wait(w.config.poll_interval)
+                # Every slot busy: an operator's slot change (issue 28) must still reach this
+                # queue within a second, so the holds are re-read here too when stale.
+                if w.holds.fresh() is None:
+                    try:
+                        with w.pool.connection() as conn:
+                            w.apply_slots(w.holds.get(conn))
+                    except psycopg.Error as exc:
+                        w.db_trouble(exc, f"holds read on {qs.name}")
+                qs.slot_freed.wait(min(w.config.poll_interval, w.holds.max_age))
                 qs.slot_freed.clear()
                 continue
             qs.wake.clear()
             try:
                 with w.pool.connection() as conn:
+                    holds = w.holds.get(conn)
+                    w.apply_slots(holds)
                     claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
-                                          after_tenant=qs.after_tenant, holds=w.holds.get(conn))
+                                          after_tenant=qs.after_tenant, holds=holds)
                 rows, qs.after_tenant = claimed.rows, claimed.next_after_tenant
                 failures = 0
                 w.db_ok()

@@ -47,6 +47,9 @@ class Listener:
         self.worker.holds.invalidate()
         for qs in self.worker.queues.values():
             qs.wake.set()
+            # A fetcher whose slots are all busy waits on slot_freed: it re-reads the
+            # holds now too (a live slot change, see Worker.apply_slots).
+            qs.slot_freed.set()
 
     def close(self) -> None:
         for w in self.waiters:

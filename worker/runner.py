@@ -43,7 +43,7 @@ from psycopg_pool import PoolTimeout
 import opsboard
 from opsboard import db, jobtypes
 from opsboard.catalogue import Catalogue, activate
-from opsboard.config import Config
+from opsboard.config import QUEUE_SLOTS_MAX, Config
 from opsboard.features import build_catalogue
 from opsboard.db import connect
 
@@ -77,6 +77,9 @@ class Worker:
         #: Past any pooler: the LISTEN connection and the leader's session advisory lock.
         self.direct_url = direct_url or config.direct_database_url or url
         self.queues = {name: QueueState(name, n) for name, n in (queues or config.worker_queues).items()}
+        #: The slots this worker was started with, per queue (an operator's live change overrides them).
+        self.configured_slots = {name: qs.slots for name, qs in self.queues.items()}
+        self._slots_lock = threading.Lock()
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = float(config.lease_seconds)
         self.run_services = run_services
@@ -90,8 +93,9 @@ class Worker:
         self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
                                          name=f"handlers-{self.id}", timeout=10, pooler=self.pooler)
         #: Under a supervisor: the file that tells it which jobs the slots run (see worker.running_file).
-        self.running_file = RunningFile(running_file, sum(q.slots + q.abandoned_max for q in self.queues.values())
-                                        + 16) if running_file else None
+        # Room for the most slots an operator may set live (issue 28): a record is 16 bytes.
+        self.running_file = RunningFile(running_file, sum(max(q.slots, QUEUE_SLOTS_MAX) + q.abandoned_max
+                                                          for q in self.queues.values()) + 16) if running_file else None
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.running: dict[uuid.UUID, Running] = {}
@@ -146,6 +150,9 @@ class Worker:
         self.handler_pool.open(wait=False)
         with self.pool.connection() as conn:
             db.announce_route(conn, self.pooler, self.direct_url, "worker")
+            # An operator's live slot change (issue 28) binds a worker started later too: read
+            # before the first slot starts.
+            self._resize_to(self.holds.get(conn), spawn=False)
             db.execute(conn, "worker_upsert", {
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
@@ -354,6 +361,50 @@ class Worker:
         self.hub.stop(timeout=min(0.5, max(0.0, self.shutdown_deadline - time.monotonic())))
         log.info("worker stopped", extra={"worker_id": self.id})
         return 1 if self.fatal else 0
+
+    # ------------------------------------------------------------ live slots (issue 28)
+
+    def apply_slots(self, holds) -> None:
+        """Grow or shrink each queue's slot threads to the slots an operator set live
+        (:meth:`opsboard.pauses.Holds.queue_slots`; none: this worker's configuration).
+        Called by the fetchers with every read of the holds; cheap when nothing changed."""
+        if any((holds.queue_slots(n) or self.configured_slots[n]) != qs.slots for n, qs in self.queues.items()):
+            changed = self._resize_to(holds, spawn=True)
+            if changed:
+                try:
+                    with self.pool.connection(timeout=1.0) as conn:
+                        db.execute(conn, "worker_set_queues", {
+                            "id": self.id, "queues": Jsonb({q.name: q.slots for q in self.queues.values()})})
+                except psycopg.Error as exc:
+                    self.db_trouble(exc, "worker row")
+
+    def _resize_to(self, holds, *, spawn: bool) -> dict[str, tuple[int, int]]:
+        """Set each queue's slots to its live value; with ``spawn``, start or retire slot threads
+        (a retired thread ends when it takes the ``None`` put behind the jobs already buffered).
+        Returns ``{queue: (old, new)}`` of the queues changed."""
+        changed: dict[str, tuple[int, int]] = {}
+        with self._slots_lock:
+            for name, qs in self.queues.items():
+                want = holds.queue_slots(name) or self.configured_slots[name]
+                with qs.lock:
+                    old = qs.slots
+                    if want == old:
+                        continue
+                    qs.slots = want
+                changed[name] = (old, want)
+                if spawn and not self.stopping.is_set():
+                    for _ in range(want - old):
+                        self.executor.spawn_slot(qs)
+                    for _ in range(old - want):
+                        qs.work.put(None)
+            if changed:
+                handlers = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
+                if handlers > self.handler_pool.max_size:
+                    self.handler_pool.resize(self.handler_pool.min_size, handlers)
+        for name, (old, new) in changed.items():
+            log.info("queue %s: %d slot(s) instead of %d (set live by an operator)", name, new, old)
+            self.queues[name].slot_freed.set()
+        return changed
 
     # ------------------------------------------------------------ shared helpers
 

@@ -55,6 +55,8 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     if holds is None:
         holds = pauses.read_holds(conn)
     limits = jobtypes.concurrency_limits(queue, holds.limit_overrides)
+    # A tenant's concurrency limit (migration 0029) is checked and claimed under its lock too.
+    lock_names = sorted(set(limits.lock_names) | {f"tenant:{t}" for t, _ in holds.tenant_limits})
     max_tenants = max_tenants or max(1, limit)
     params = claim_params(queue, worker_id, limit, lease_seconds, after_tenant=after_tenant,
                           max_tenants=max_tenants, now=now, holds=holds)
@@ -68,7 +70,7 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
             rows = db.all_rows(conn, "job_claim_many", {**params, "after_tenant": ZERO_TENANT})
         return rows
 
-    if limits.empty and conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+    if not lock_names and conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         # No advisory lock to hold: each statement is its own short transaction
         # (the wrap-around claim is a claim of its own), without the BEGIN and
         # COMMIT round trips.
@@ -86,7 +88,7 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+                    db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
                     cur = db.execute(conn, "job_claim_many", p)
                     conn.execute("COMMIT")
             except BaseException:
@@ -102,8 +104,8 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
             rows = locked_claim({**params, "after_tenant": ZERO_TENANT})  # the wrap-around (see run)
     else:
         with conn.transaction():
-            if not limits.empty:
-                db.execute(conn, "job_claim_lock_limits", {"names": list(limits.lock_names)})
+            if lock_names:
+                db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
             rows = run()
     if not rows:
         return Claim([], ZERO_TENANT)

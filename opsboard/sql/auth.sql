@@ -14,6 +14,27 @@ UPDATE tenants t SET pii_mode = %(mode)s FROM (SELECT id, pii_mode FROM tenants 
 WHERE t.id = old.id
 RETURNING t.id, old.pii_mode AS before, t.pii_mode AS after;
 
+-- name: tenant_limits_get_for_update
+-- A tenant's enqueue rate, burst and concurrency (NULL: the default), locked for a change.
+SELECT id, slug, enqueue_rate, enqueue_burst, max_running FROM tenants WHERE id = %(id)s FOR UPDATE;
+
+-- name: tenant_limits_set
+-- Set a tenant's enqueue rate, burst and concurrency (NULL: back to the default).  A change of
+-- max_running notifies every worker (trigger tenants_max_running_notify, migration 0029).
+UPDATE tenants SET enqueue_rate = %(rate)s, enqueue_burst = %(burst)s, max_running = %(max_running)s
+WHERE id = %(id)s
+RETURNING id, slug, enqueue_rate, enqueue_burst, max_running;
+
+-- name: tenant_limits_list
+-- The tenants with a limit of their own (enqueue rate, burst or concurrency), by slug.
+SELECT slug, enqueue_rate, enqueue_burst, max_running FROM tenants
+WHERE enqueue_rate IS NOT NULL OR enqueue_burst IS NOT NULL OR max_running IS NOT NULL
+ORDER BY slug;
+
+-- name: tenant_max_running_list
+-- The tenants with a concurrency limit (usually none), for the claim (opsboard.pauses.read_holds).
+SELECT id, max_running FROM tenants WHERE max_running IS NOT NULL ORDER BY id;
+
 -- name: tenant_list_visible
 -- Tenants inside a scope, by name.
 SELECT id, slug, name, is_operator, weight FROM tenants
@@ -83,7 +104,7 @@ DELETE FROM login_failures WHERE at < coalesce(%(now)s::timestamptz, now()) - ma
 
 -- name: tenant_get_visible
 -- One tenant inside a scope.
-SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, created_at FROM tenants
+SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, max_running, created_at FROM tenants
 WHERE id = %(id)s AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]));
 
 -- name: login_lock_account

@@ -128,6 +128,11 @@ RETURNING j.id, j.tenant_id, j.type, j.queue;
 -- Times are statement_timestamp(), not the transaction's now(): a claim's
 -- started_at is then never earlier than the finish it waited for.
 --
+-- A tenant with a concurrency limit (%(tenant_caps)s, {tenant id: max_running}:
+-- migration 0029) offers no more than its limit minus its running jobs
+-- (opsboard_tenant_room, a function: inline, the text passed psycopg's
+-- 4096-byte statement cache); the caller holds its advisory lock.
+--
 -- Paused work (issue 28) is never claimed: %(queue_held)s claims nothing (a
 -- one-time filter: the walk does not even start); %(held_tenants)s are passed
 -- over in the walk without counting against max_tenants; %(held_types)s (held
@@ -160,7 +165,9 @@ WITH RECURSIVE tenants_ready AS (
 ), quota AS (
     SELECT tenant_id, weight,
            -- twice the weighted share, so that rows other workers hold can be skipped
-           least(%(limit)s::int, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight) AS take
+           -- (a tenant with a concurrency limit, usually none: no more than its room)
+           least(%(limit)s::int, 2 * ceil(%(limit)s::float8 * weight / sum(weight) OVER ())::int + weight,
+                 opsboard_tenant_room(tenant_id, %(tenant_caps)s)) AS take
     FROM picked
 ), cand AS (
     -- Each tenant's next jobs, numbered in the index's own order (no sort).

@@ -15,6 +15,10 @@ INSERT INTO workers (id, hostname, pid, queues, version, state, is_leader, runni
 VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(version)s, 'running', false, 0)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), state = 'running';
 
+-- name: worker_set_queues
+-- A worker's slots per queue changed (an operator's live change, issue 28).
+UPDATE workers SET queues = %(queues)s WHERE id = %(id)s;
+
 -- name: worker_heartbeat
 -- A worker is alive: refresh its row.
 UPDATE workers SET last_seen_at = now(), state = %(state)s, is_leader = %(is_leader)s,

@@ -48,6 +48,17 @@ def _kind_target() -> tuple[str, str]:
     return kind, target
 
 
+def whole_number(name: str, high: int) -> int | None:
+    """A form's whole number from 1 to ``high``, or ``None`` when empty (back to the default); 400 otherwise."""
+    raw = (request.form.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12 or not 1 <= int(raw) <= high:
+        raise ApiError(400, "invalid_limit", _("A limit is a whole number from 1 to %(high)s; leave it empty to go "
+                                               "back to the default.", high=high))
+    return int(raw)
+
+
 def _check_allowed(conn, kind: str, target: str):
     """403 unless the user may hold ``kind``/``target``: staff for anything, a tenant's ops for that tenant.
     Returns the tenant's id for a tenant hold."""
@@ -112,25 +123,21 @@ def resume():
 @requires("jobs.pause")
 def limit_form():
     kind, target = _kind_target()
-    if kind not in ("type", "provider"):
-        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds="type, provider"))
+    if kind not in pauses.LIMIT_KINDS:
+        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds=", ".join(pauses.LIMIT_KINDS)))
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
         pauses.resolve_target(conn, kind, target)
         live = pauses.list_limits(conn).get((kind, target))
     return render_template("pauses/limit.html", kind=kind, target=target, next=_next(), live=live,
-                           catalogue=pauses.catalogue_limit(kind, target))
+                           catalogue=pauses.catalogue_limit(kind, target), bounds=pauses.limit_bounds(kind))
 
 
 @bp.route("/limit", methods=["POST"])
 @requires("jobs.pause")
 def set_limit():
     kind, target = _kind_target()
-    raw = (request.form.get("value") or "").strip()
-    try:
-        value = int(raw) if raw else None
-    except ValueError:
-        raise ApiError(400, "invalid_limit", _("A limit is a whole number; leave it empty to go back to the default.")) from None
+    value = whole_number("value", pauses.limit_bounds(kind)[1])
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
         pauses.set_limit(conn, actor(), kind, target, value, reason(), request_key=request_key())

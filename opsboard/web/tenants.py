@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import uuid
 
-from flask import Blueprint, render_template
+from flask import Blueprint, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import metrics
+from .. import backpressure, metrics, pauses
 from .context import get_db
 from .errors import ApiError
-from .pauses import holds_context
-from .security import current_scope, requires
+from .forms import actor, reason, request_key
+from .pauses import holds_context, whole_number
+from .security import current_scope, require_for_tenant, requires
 
 bp = Blueprint("tenants", __name__, url_prefix="/tenants")
 
@@ -50,7 +51,44 @@ def detail(tenant_id: str):
         chart = metrics.tenant_chart(conn, tid, range_name)
         failures = metrics.tenant_recent_failures(conn, tid)
         holds = holds_context(conn)
-    return render_template("tenants/detail.html", **found, **holds, chart=chart, failures=failures, line_chart=line_chart,
+    return render_template("tenants/detail.html", **found, **holds, chart=chart,
+                           can_limit=current_scope("jobs.pause").allows(tid),
+                           default_rate=backpressure.DEFAULT_TENANT_RATE, default_burst=backpressure.DEFAULT_TENANT_BURST, failures=failures, line_chart=line_chart,
                            range_name=range_name, ranges=list(metrics.CHART_RANGES),
                            bucket_minutes=metrics.CHART_RANGES[range_name][1],
                            p95_cap=float(metrics.DURATION_BUCKETS_MS[-1]))
+
+
+def _rate() -> float | None:
+    raw = (request.form.get("rate") or "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not raw.isascii() or not 0 < value <= pauses.TENANT_RATE_MAX:  # NaN and inf fail here too
+        raise ApiError(400, "invalid_limit", _("A rate is a number of jobs per second above 0 and at most "
+                                               "%(high)s; leave it empty for the default.", high=int(pauses.TENANT_RATE_MAX)))
+    return value
+
+
+@bp.route("/<tenant_id>/limits", methods=["POST"])
+@requires("jobs.pause")
+def set_limits(tenant_id: str):
+    """Change a tenant's enqueue rate, burst and concurrency live (issue 28): operator staff for
+    any tenant, a tenant's own ops staff for theirs; audited with the old values."""
+    try:
+        tid = uuid.UUID(tenant_id)
+    except ValueError:
+        raise ApiError(404, "not_found", _("No such tenant.")) from None
+    require_for_tenant("jobs.pause", tid)
+    rate, burst = _rate(), whole_number("burst", pauses.TENANT_BURST_MAX)
+    max_running = whole_number("max_running", pauses.TENANT_RUNNING_MAX)
+    with get_db().connection() as conn:
+        found = metrics.tenant_detail(conn, current_scope("jobs.pause"), tid)
+        if found is None:
+            raise ApiError(404, "not_found", _("No such tenant."))
+        pauses.set_tenant_limits(conn, actor(), found["tenant"]["slug"], reason(), rate=rate, burst=burst,
+                                 max_running=max_running, request_key=request_key())
+    return redirect(url_for("tenants.detail", tenant_id=tid), code=303)

@@ -119,3 +119,76 @@ def test_a_live_limit_binds_two_running_workers_within_a_second(db_url, start_wo
             w.send_signal(signal.SIGTERM)
         for w in workers:
             assert w.wait(30) == 0
+
+
+def _peak_of(c, key_prefix: str) -> int:
+    """Most test.span jobs whose key starts with ``key_prefix`` running at one instant."""
+    return c.execute("""
+        SELECT coalesce(max(n), 0) AS peak FROM (
+          SELECT sum(d) OVER (ORDER BY at, d) AS n FROM (
+            SELECT started_at AS at, 1 AS d FROM test_spans WHERE key LIKE %(p)s
+            UNION ALL SELECT ended_at, -1 FROM test_spans WHERE key LIKE %(p)s) e) s""",
+                     {"p": key_prefix + "%"}).fetchone()["peak"]
+
+
+def test_a_live_slot_change_grows_and_shrinks_a_running_worker_and_binds_one_started_later(db_url, start_worker):
+    from tests.acceptance.test_fairness_workers import SPANS
+    with connect(db_url) as c:
+        c.execute(SPANS)
+        t = auth.ensure_tenant(c, "acme")["id"]
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        slots = lambda wid: c.execute("SELECT (queues->>'default')::int AS n FROM workers WHERE id = %s",
+                                      (wid,)).fetchone()
+        first = start_worker(db_url, "--queues", "default=1", "--id", "slots0")
+        wait_for(lambda: slots("slots0"), timeout=30, message="the worker to start")
+
+        def run_batch(prefix: str, count: int) -> int:
+            # Due 1.5 s after the change: every worker has re-read by then (the promise is a second).
+            due = c.execute("SELECT clock_timestamp() + interval '1.5 seconds' AS t").fetchone()["t"]
+            jobqueue.enqueue_many(c, [NewJob("test.span", {"key": f"{prefix}{i}", "ms": 150}, t, run_at=due)
+                                      for i in range(count)])
+            wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded' "
+                               "AND payload->>'key' LIKE %s", prefix + "%") == count,
+                     timeout=60, message=f"batch {prefix} to finish")
+            return _peak_of(c, prefix)
+
+        pauses.set_limit(c, OPS, "queue", "default", 4, "backlog")
+        assert run_batch("a", 16) == 4
+        assert slots("slots0")["n"] == 4
+        pauses.set_limit(c, OPS, "queue", "default", 2, "database is hot")
+        assert run_batch("b", 10) == 2
+        # A worker started now runs the live value, not its own --queues.
+        later = start_worker(db_url, "--queues", "default=1", "--id", "slots1")
+        wait_for(lambda: slots("slots1"), timeout=30, message="the later worker to start")
+        assert slots("slots1")["n"] == 2
+        pauses.set_limit(c, OPS, "queue", "default", None, "back to normal")
+        wait_for(lambda: slots("slots0")["n"] == 1 and slots("slots1")["n"] == 1, timeout=5,
+                 message="both workers to go back to their own setting")
+        assert n("SELECT count(*) AS n FROM jobs WHERE attempts <> 1") == 0
+        for w in (first, later):
+            w.send_signal(signal.SIGTERM)
+        for w in (first, later):
+            assert w.wait(30) == 0
+
+
+def test_a_tenants_live_concurrency_binds_two_running_workers_within_a_second(db_url, start_worker):
+    from tests.acceptance.test_fairness_workers import SPANS
+    with connect(db_url) as c:
+        c.execute(SPANS)
+        acme, other = auth.ensure_tenant(c, "acme"), auth.ensure_tenant(c, "other")
+        n = lambda sql, *a: c.execute(sql, a).fetchone()["n"]
+        workers = [start_worker(db_url, "--queues", "default=4", "--id", f"tc{i}") for i in range(2)]
+        wait_for(lambda: n("SELECT count(*) AS n FROM workers WHERE id LIKE 'tc%%'") == 2, timeout=30,
+                 message="the workers to start")
+        pauses.set_tenant_limits(c, OPS, "acme", "bulk import floods", max_running=1)
+        due = c.execute("SELECT clock_timestamp() + interval '1.5 seconds' AS t").fetchone()["t"]
+        jobqueue.enqueue_many(c, [NewJob("test.span", {"key": f"{t['slug']}{i}", "ms": 80}, t["id"], run_at=due)
+                                  for i in range(10) for t in (acme, other)])
+        wait_for(lambda: n("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'") == 20, timeout=60,
+                 message="the jobs to finish")
+        assert _peak_of(c, "acme") == 1
+        assert _peak_of(c, "other") > 1  # the other tenant is not held back
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0

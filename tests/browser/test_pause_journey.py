@@ -78,9 +78,21 @@ def test_ops_pauses_and_resumes_a_queue(app, server, browser, shots):  # noqa: F
     page.wait_for_url("**/queues/")
     assert page.locator('a[data-limit="type:test.record"]').inner_text().strip() == "limit 2"
     shots(page, "limit")
+    # A queue's slots per worker, live: the old value (each worker's own) shown, then the new one.
+    page.click('a[data-slots="bulk"]')
+    page.wait_for_url("**/pauses/limit**")
+    assert page.locator("[data-current-limit]").get_attribute("data-current-limit") == ""
+    page.fill("#limit-form input[name=value]", "6")
+    page.fill("#limit-form textarea[name=reason]", "reports pile up")
+    page.click("#limit-form button[type=submit]")
+    page.wait_for_url("**/queues/")
+    assert page.locator('a[data-slots="bulk"]').inner_text().strip() == "6 slots per worker"
+    shots(page, "slots")
     with connect(url) as c:
         actions = [r["action"] for r in c.execute(
             "SELECT action FROM audit_log WHERE action IN ('pause', 'resume', 'limit.set') ORDER BY at, id")]
-        assert actions == ["pause", "pause", "resume", "resume", "limit.set"]
+        assert actions == ["pause", "pause", "resume", "resume", "limit.set", "limit.set"]
         assert c.execute("SELECT value FROM limit_overrides WHERE target = 'test.record'").fetchone()["value"] == 2
+        assert c.execute("SELECT value FROM limit_overrides WHERE kind = 'queue' AND target = 'bulk'"
+                         ).fetchone()["value"] == 6
     assert problems == []

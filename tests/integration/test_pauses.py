@@ -128,3 +128,73 @@ def test_live_limits_replace_the_catalogues_at_the_next_claim_and_are_audited_wi
     with pytest.raises(OpsError) as e:
         pauses.set_limit(conn, OPS, "type", "test.record", 0, "x")
     assert e.value.code == "invalid_limit"
+
+
+def test_a_queues_slots_per_worker_are_a_live_limit_bounded_and_audited(conn):
+    r = pauses.set_limit(conn, OPS, "queue", "bulk", 7, "reports are piling up")
+    assert r["before"] == {"value": None, "live": False} and r["after"] == {"value": 7, "live": True}
+    holds = pauses.read_holds(conn)
+    assert holds.queue_slots("bulk") == 7 and holds.queue_slots("default") is None
+    r = pauses.set_limit(conn, OPS, "queue", "bulk", 3, "too much")
+    assert r["before"] == {"value": 7, "live": True}
+    for bad in (0, 1001, -1):
+        with pytest.raises(OpsError) as e:
+            pauses.set_limit(conn, OPS, "queue", "bulk", bad, "x")
+        assert e.value.code == "invalid_limit"
+    with pytest.raises(OpsError) as e:
+        pauses.set_limit(conn, OPS, "queue", "nope", 3, "x")
+    assert e.value.code == "not_found"
+    pauses.set_limit(conn, OPS, "queue", "bulk", None, "back to the configuration")
+    assert pauses.read_holds(conn).queue_slots("bulk") is None
+    rows = conn.execute("SELECT before, after FROM audit_log WHERE action = 'limit.set' AND target_type = 'queue' "
+                        "ORDER BY at, id").fetchall()
+    assert [(x["before"]["value"], x["after"]["value"]) for x in rows] == [(None, 7), (7, 3), (3, None)]
+
+
+def test_a_tenants_concurrency_limit_caps_its_running_jobs_in_the_claim(conn, make_tenant, t0):
+    a, b = make_tenant(conn), make_tenant(conn)
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": f"{t['slug']}{i}"}, t["id"])
+                                 for i in range(6) for t in (a, b)])
+    r = pauses.set_tenant_limits(conn, OPS, a["slug"], "noisy tenant", max_running=2, rate=5.0, burst=10)
+    assert r["before"] == {"rate": None, "burst": None, "max_running": None}
+    assert r["after"] == {"rate": 5.0, "burst": 10, "max_running": 2}
+    got = claim_all(conn, "default", t0 + timedelta(seconds=1))
+    by_tenant = {}
+    for row in got:
+        by_tenant[row["tenant_id"]] = by_tenant.get(row["tenant_id"], 0) + 1
+    assert by_tenant == {a["id"]: 2, b["id"]: 6}
+    # Room again once one of its jobs ends; back to no limit with None.
+    conn.execute("UPDATE jobs SET status = 'succeeded', locked_by = NULL, locked_until = NULL "
+                 "WHERE id = (SELECT id FROM jobs WHERE tenant_id = %s AND status = 'running' LIMIT 1)", (a["id"],))
+    assert len(claim_all(conn, "default", t0 + timedelta(seconds=1))) == 1
+    r = pauses.set_tenant_limits(conn, OPS, a["slug"], "calm again", max_running=None)
+    assert r["before"]["max_running"] == 2 and r["after"] == {"rate": 5.0, "burst": 10, "max_running": None}
+    assert len(claim_all(conn, "default", t0 + timedelta(seconds=1))) == 3
+    rows = conn.execute("SELECT tenant_id, before, after FROM audit_log WHERE action = 'tenant.limits' "
+                        "ORDER BY at, id").fetchall()
+    assert [x["before"]["max_running"] for x in rows] == [None, 2] and rows[0]["tenant_id"] == a["id"]
+
+
+def test_tenant_limits_refuse_bad_values(conn, make_tenant):
+    a = make_tenant(conn)
+    for kwargs in ({"rate": 0}, {"rate": -1.0}, {"rate": float("inf")}, {"burst": 0}, {"max_running": 0},
+                   {"max_running": 100001}, {"burst": 2.5}, {"max_running": True}):
+        with pytest.raises(OpsError) as e:
+            pauses.set_tenant_limits(conn, OPS, a["slug"], "x", **kwargs)
+        assert e.value.code == "invalid_limit", kwargs
+    with pytest.raises(OpsError) as e:
+        pauses.set_tenant_limits(conn, OPS, "no-such-tenant", "x", max_running=1)
+    assert e.value.code == "not_found"
+    with pytest.raises(OpsError) as e:
+        pauses.set_tenant_limits(conn, OPS, a["slug"], "  ", max_running=1)
+    assert e.value.code == "reason_required"
+
+
+def test_a_tenants_live_rate_binds_its_next_enqueue(conn, make_tenant, t0):
+    from opsboard import backpressure
+    a = make_tenant(conn)
+    admit = lambda: backpressure.admission(conn, a["id"], "default", now=t0).status  # noqa: E731
+    assert [admit() for _ in range(3)] == [200, 200, 200]
+    pauses.set_tenant_limits(conn, OPS, a["slug"], "flood", rate=0.001, burst=1)
+    # The bucket the default filled is clamped to the new burst at once.
+    assert [admit() for _ in range(2)] == [200, 429]

@@ -23,6 +23,15 @@ def _post(client, url, **data):
     return client.post(url, data=data)
 
 
+def _error_code(r) -> str:
+    """The error code of a refused form (an HTML error page) or of a JSON answer."""
+    if r.is_json:
+        return r.get_json()["error"]
+    import re
+    found = re.search(r'<code dir="ltr">([a-z_]+)</code>', r.get_data(as_text=True))
+    return found.group(1) if found else ""
+
+
 def _held(db):
     return {(r["kind"], r["target"]) for r in db.execute("SELECT kind, target FROM pauses")}
 
@@ -187,3 +196,67 @@ def test_ops_staff_change_a_types_limit_live_with_the_old_value_shown_and_audite
 def test_a_tenants_ops_may_not_change_limits(client, login_as, db):
     login_as("ops", tenant="acme", operator=False)
     assert _post(client, "/pauses/limit", kind="type", target="test.limited", value="1", reason="x").status_code == 403
+
+
+def test_ops_staff_change_a_queues_slots_live_with_the_old_value_audited_and_bad_input_refused(client, login_as, db):
+    login_as("ops")
+    page = client.get("/queues/").get_data(as_text=True)
+    assert 'data-slots="bulk"' in page
+    page = client.get("/pauses/limit?kind=queue&target=bulk&next=/queues/").get_data(as_text=True)
+    assert 'data-current-limit=""' in page and 'max="1000"' in page
+    r = _post(client, "/pauses/limit", kind="queue", target="bulk", value="6", reason="reports pile up", next="/queues/")
+    assert r.status_code == 303
+    assert 'data-current-limit="6"' in client.get("/pauses/limit?kind=queue&target=bulk").get_data(as_text=True)
+    r = _post(client, "/pauses/limit", kind="queue", target="bulk", value="2", reason="too much")
+    assert r.status_code == 303
+    rows = db.execute("SELECT before, after FROM audit_log WHERE action = 'limit.set' ORDER BY at, id").fetchall()
+    assert [(x["before"]["value"], x["after"]["value"]) for x in rows] == [(None, 6), (6, 2)]
+    for bad in ("0", "1001", "x", "2.5", "-3", "٣", "99999999999999999999"):
+        r = _post(client, "/pauses/limit", kind="queue", target="bulk", value=bad, reason="r")
+        assert r.status_code == 400 and _error_code(r) == "invalid_limit", bad
+    r = _post(client, "/pauses/limit", kind="queue", target="nope", value="2", reason="r")
+    assert r.status_code == 404
+    assert db.execute("SELECT value FROM limit_overrides WHERE kind = 'queue'").fetchone()["value"] == 2
+
+
+@pytest.mark.parametrize("role", ["support_agent", "template_author"])
+def test_slots_and_tenant_limits_are_never_for_agents_or_authors(client, login_as, db, role):
+    login_as(role)
+    acme = auth.ensure_tenant(db, "acme")
+    assert _post(client, "/pauses/limit", kind="queue", target="bulk", value="2", reason="x").status_code == 403
+    assert _post(client, f"/tenants/{acme['id']}/limits", max_running="2", reason="x").status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM limit_overrides").fetchone()["n"] == 0
+    assert db.execute("SELECT max_running FROM tenants WHERE slug = 'acme'").fetchone()["max_running"] is None
+
+
+def test_tenant_limits_from_the_tenant_page_own_tenant_only_audited_with_the_old_value(client, login_as, db):
+    other = auth.ensure_tenant(db, "other")
+    login_as("ops", tenant="acme", operator=False)
+    acme = db.execute("SELECT id FROM tenants WHERE slug = 'acme'").fetchone()["id"]
+    assert _post(client, "/pauses/limit", kind="queue", target="bulk", value="2", reason="x").status_code == 403
+    page = client.get(f"/tenants/{acme}").get_data(as_text=True)
+    assert 'id="tenant-limits-form"' in page and 'data-limits="::"' in page
+    r = _post(client, f"/tenants/{other['id']}/limits", max_running="1", reason="x")
+    assert r.status_code == 403
+    assert db.execute("SELECT max_running FROM tenants WHERE slug = 'other'").fetchone()["max_running"] is None
+    r = _post(client, f"/tenants/{acme}/limits", rate="50", burst="100", max_running="4", reason="our import")
+    assert r.status_code == 303
+    assert 'data-limits="50.0:100:4"' in client.get(f"/tenants/{acme}").get_data(as_text=True)
+    r = _post(client, f"/tenants/{acme}/limits", rate="", burst="100", max_running="2", reason="slower")
+    assert r.status_code == 303
+    rows = db.execute("SELECT tenant_id, before, after FROM audit_log WHERE action = 'tenant.limits' "
+                      "ORDER BY at, id").fetchall()
+    assert [(x["before"]["max_running"], x["after"]["max_running"]) for x in rows] == [(None, 4), (4, 2)]
+    assert rows[1]["before"]["rate"] == 50.0 and rows[1]["after"]["rate"] is None and rows[0]["tenant_id"] == acme
+    for field, bad in (("rate", "0"), ("rate", "nan"), ("rate", "inf"), ("burst", "x"), ("max_running", "0"),
+                       ("max_running", "100001")):
+        r = _post(client, f"/tenants/{acme}/limits", reason="r", **{field: bad})
+        assert r.status_code == 400 and _error_code(r) == "invalid_limit", (field, bad)
+    assert _post(client, f"/tenants/{acme}/limits", max_running="3", reason=" ").status_code == 400
+    r = client.post(f"/tenants/{acme}/limits", headers={"Accept": "application/json"},
+                    data={"max_running": "-1", "reason": "r", "csrf_token": client.csrf, "request_key": str(uuid.uuid4())})
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_limit"
+    assert _post(client, "/tenants/not-a-uuid/limits", max_running="3", reason="r").status_code == 404
+    r = client.post(f"/tenants/{acme}/limits", data={"max_running": "9", "reason": "x", "request_key": str(uuid.uuid4())})
+    assert r.status_code == 400  # no CSRF token
+    assert db.execute("SELECT max_running FROM tenants WHERE slug = 'acme'").fetchone()["max_running"] == 2

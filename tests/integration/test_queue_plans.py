@@ -94,7 +94,7 @@ def test_a_claim_probes_its_candidates_by_primary_key_whatever_the_statistics(co
     assert conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 200
 
 
-def test_the_claim_stays_index_driven_with_pauses_present(conn, make_tenant, t0):
+def test_the_claim_stays_index_driven_with_pauses_and_a_tenant_limit_present(conn, make_tenant, t0):
     from opsboard import audit, pauses
     tenants = [make_tenant(conn) for _ in range(5)]
     jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]["id"]) for i in range(N)])
@@ -105,6 +105,7 @@ def test_the_claim_stays_index_driven_with_pauses_present(conn, make_tenant, t0)
     pauses.pause(conn, ops, "type", "test.slow", "failing", now=t0)
     pauses.pause(conn, ops, "provider", "test_sms_gateway", "outage", now=t0)
     pauses.pause(conn, ops, "queue", "bulk", "held", now=t0)
+    pauses.set_tenant_limits(conn, ops, tenants[1]["slug"], "noisy", max_running=5)
     conn.execute("ANALYZE jobs")
     conn.execute("ANALYZE pauses")
     params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1),
@@ -118,3 +119,4 @@ def test_the_claim_stays_index_driven_with_pauses_present(conn, make_tenant, t0)
     got = conn.execute("SELECT tenant_id, type FROM jobs WHERE status = 'running'").fetchall()
     assert len(got) == 200 and {r["type"] for r in got} == {"test.record"}
     assert tenants[0]["id"] not in {r["tenant_id"] for r in got}
+    assert sum(r["tenant_id"] == tenants[1]["id"] for r in got) == 5
