@@ -120,9 +120,10 @@
     var t = event.target;
     if (t instanceof HTMLTextAreaElement && t.hasAttribute("data-draft")) { put(t.getAttribute("data-draft"), t.value); }
   });
-  // Before the answer replaces the form: a 2xx means the text was sent.
+  // Before the answer replaces the form: a 2xx means the text was sent.  (The event fires on the swap's
+  // target, which a response may have moved elsewhere: the form is the request's element.)
   document.addEventListener("htmx:beforeSwap", function (event) {
-    var form = event.target;
+    var form = (event.detail.requestConfig && event.detail.requestConfig.elt) || event.detail.elt;
     if (!(form instanceof HTMLFormElement) || !event.detail.xhr || event.detail.xhr.status >= 400) { return; }
     form.querySelectorAll("textarea[data-draft]").forEach(function (t) { put(t.getAttribute("data-draft"), ""); });
   });
