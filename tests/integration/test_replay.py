@@ -239,3 +239,18 @@ def test_a_replay_that_finds_its_key_held_is_recorded_and_says_so(conn, tenant, 
     again = jobqueue.replay(conn, dead["id"], OPS, "another reason", "rk-held")
     assert again["id"] == live["id"] and again["repeated"] is True and again["first_reason"] == "retry"
     assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.replay'").fetchone()["n"] == 1
+
+
+def test_migration_0033_backfills_replays_recorded_only_in_the_audit_log(conn, tenant, t0):
+    from opsboard.config import ROOT
+
+    dead = make_dead(conn, tenant["id"], t0, idempotency_key="order-8")
+    other = make_dead(conn, tenant["id"], t0, idempotency_key="order-8")
+    jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-old")             # made a job: replay_of names it
+    live = jobqueue.replay(conn, other["id"], OPS, "retry", "rk-old-2")   # found the key held: a link
+    # As before 0033: the link of the second replay was not written.
+    conn.execute("DELETE FROM job_replay_links")
+    sql = (ROOT / "migrations" / "0033_job_replay_links.sql").read_text()
+    conn.execute(sql[sql.index("INSERT INTO job_replay_links"):])
+    links = conn.execute("SELECT dead_job_id, job_id FROM job_replay_links").fetchall()
+    assert [(r["dead_job_id"], r["job_id"]) for r in links] == [(other["id"], live["id"])]
