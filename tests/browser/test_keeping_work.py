@@ -50,12 +50,13 @@ def test_ticket_actions_keep_drafts_and_focus_and_a_reload_keeps_drafts(app, ser
     assert note.input_value() == "Probably the new firewall rule."
     page.locator("#ticket-status:focus").wait_for()   # (no wait_for_function: the CSP forbids its eval)
     shots(page, "triaged-drafts-kept")
-    # Typing in the reply while another action runs: the text and the caret stay in the reply.
-    reply.click()
-    page.keyboard.press("End")
+    # A resolution typed but not sent survives the next action too.
+    page.fill("#ticket-resolve-summary", "Firewall rule rolled back.")
+    # Start work: the reply, the note and the resolution are all still there.
     page.click("#ticket-btn-start")
     page.locator('#ticket[data-status="in_progress"]').wait_for()
     assert reply.input_value() == "Dear customer, we are looking into the VPN."
+    assert page.locator("#ticket-resolve-summary").input_value() == "Firewall rule rolled back."
     # An action whose button is still there after it keeps focus on that button.
     page.select_option('form[data-action="assign"] select[name=assignee_id]', label="agent@example.test")
     page.focus("#ticket-btn-assign")
