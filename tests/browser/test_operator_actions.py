@@ -4,7 +4,6 @@ shows the new state after a replay or a resolve, and a repeated form says it ret
 ticket attachments take a 1.4 MB PDF and refuse a web page, in the form, before uploading where possible."""
 from __future__ import annotations
 
-import re
 import uuid
 
 import pytest
