@@ -248,16 +248,28 @@ def replay_matching(conn: psycopg.Connection, scope: TenantScope, filter: jobque
     # concurrent identical request waits on the first replay's audit key.
     def perform(ctx: audit.ActionContext) -> jobqueue.BulkReplay:
         result = jobqueue.replay_many(conn, filter, actor, reason, request_key, scope=scope, limit=limit)
+        # The distinct replay jobs (dead jobs that shared an idempotency key
+        # share one), and every dead job replayed: the counts the page shows.
         ctx.write(tenant_id=_summary_tenant(filter, scope, result),
                   before={"matched": result.matched, "filter": description},
-                  after={"job_ids": [str(r["id"]) for r in result.replayed if r]})
+                  after={"job_ids": [str(r["id"]) for r in result.jobs],
+                         "dead_job_ids": [str(r["dead_job_id"]) for r in result.replayed]})
         return result
 
     def repeat(previous: dict) -> jobqueue.BulkReplay:
-        # A repeated submit: the jobs it replayed are no longer open.
-        ids = (previous["after"] or {}).get("job_ids", [])
-        return jobqueue.BulkReplay(replayed=[jobqueue.get_job(conn, i, scope) or {"id": uuid.UUID(i)} for i in ids],
-                                matched=(previous["before"] or {}).get("matched", len(ids)))
+        # A repeated submit: each dead job's own replay, found by its own key
+        # (the first request's result, nothing new).
+        after = previous["after"] or {}
+        dead_ids = after.get("dead_job_ids")
+        if dead_ids is None:   # recorded before dead_job_ids: the replay jobs only
+            return jobqueue.BulkReplay(
+                replayed=[{**(jobqueue.get_job(conn, i, scope) or {"id": uuid.UUID(i)}), "repeated": True}
+                          for i in after.get("job_ids", [])],
+                matched=(previous["before"] or {}).get("matched", 0))
+        return jobqueue.BulkReplay(
+            replayed=[jobqueue.replay(conn, d, actor, previous["reason"], f"{request_key}:{d}", scope=scope)
+                      for d in dead_ids],
+            matched=(previous["before"] or {}).get("matched", len(dead_ids)))
 
     return audit.operator_action(
         conn, actor, "job.replay_many", target_type="job_filter",

@@ -25,7 +25,12 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
     job the first request created (a key used for another job raises
     ``request_key_reused``).  Only dead jobs can be replayed; the dead job is
     not touched.  When the dead job's idempotency key is held by a live job
-    again, that job is the replay and the audit row names it.
+    again (another dead job's replay, or the producer's new job), that job is
+    the replay: the audit row names it, a ``job_replay_links`` row records it
+    (so the dead job reads as replayed, not open), and the returned row says
+    ``created = False``.  Every returned row has ``created`` (a new job was
+    made) and ``repeated`` (this request key was used before: the first
+    request's result, whatever the reason given now).
     """
     audit.checked_reason(reason)
     jid = _job_uuid(job_id)
@@ -47,18 +52,26 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
         # request waits on the audit row's unique request key, then finds it
         # and its own job is undone.
         inserted = _insert_one(conn, row)
-        if inserted is None:
+        created = inserted is not None
+        if not created:
             # The idempotency key is held by a live job (an earlier replay,
             # or the producer enqueued it again): that job is the replay.
             inserted = db.one(conn, "job_get_live_by_key", row)
+            db.execute(conn, "job_replay_link_insert", {"dead_job_id": dead["id"], "job_id": inserted["id"]})
         ctx.write(tenant_id=dead["tenant_id"],
                   before={"status": "dead", "last_error_code": dead["last_error_code"]},
                   after={"job_id": str(inserted["id"])})
-        return inserted
+        return {**inserted, "created": created, "repeated": False, "dead_job_id": dead["id"]}
+
+    def repeat(previous: dict) -> dict:
+        after = previous["after"] or {}
+        job = get_job(conn, after["job_id"], scope) or {"id": after["job_id"], "replay_of": jid}
+        return {**job, "created": job.get("replay_of") == jid, "repeated": True, "dead_job_id": jid,
+                "first_reason": previous["reason"], "first_at": previous["at"]}
 
     return audit.operator_action(
         conn, actor, "job.replay", target_type="job", target_id=jid, reason=reason, request_key=request_key,
-        perform=perform, repeat=lambda previous: get_job(conn, previous["after"]["job_id"], scope) or {})
+        perform=perform, repeat=repeat)
 
 
 @dataclass
@@ -75,9 +88,24 @@ class DeadFilter:
 
 @dataclass
 class BulkReplay:
+    #: One row per dead job replayed (see :func:`replay`): several dead jobs that
+    #: shared an idempotency key have the same replay job.
     replayed: list[dict] = field(default_factory=list)
     #: All dead jobs matching the filter; at most ``limit`` of them were replayed.
     matched: int = 0
+
+    @property
+    def jobs(self) -> list[dict]:
+        """The distinct replay jobs, in order: what the dead jobs were replayed as."""
+        seen: dict = {}
+        for r in self.replayed:
+            seen.setdefault(str(r["id"]), r)
+        return list(seen.values())
+
+    @property
+    def created(self) -> int:
+        """How many new jobs the replay made."""
+        return sum(1 for r in self.jobs if r.get("created", True))
 
 
 def replay_many(conn: psycopg.Connection, filter: DeadFilter, actor: audit.Actor, reason: str,

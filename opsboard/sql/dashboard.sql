@@ -47,10 +47,13 @@ LEFT JOIN job_resolutions r ON r.job_id = j.id
 WHERE j.id = %(id)s AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]));
 
 -- name: dashboard_job_replays
--- The jobs that replay a job (a dead job can be replayed more than once over time).
+-- The jobs that replay a job (a dead job can be replayed more than once over
+-- time): those it created (replay_of) and the live jobs that held its
+-- idempotency key when it was replayed (job_replay_links).
 SELECT id, status, created_at, finished_at, last_error_code
 FROM jobs
-WHERE replay_of = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+WHERE (replay_of = %(id)s OR id IN (SELECT job_id FROM job_replay_links WHERE dead_job_id = %(id)s))
+  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
 ORDER BY id;
 
 -- name: dashboard_dead_groups
@@ -61,10 +64,11 @@ ORDER BY id;
 -- per row rather than once per aggregate.
 WITH dead AS (
     SELECT j.type, j.last_error_code, j.finished_at, j.queue, j.tenant_id,
-           (r.job_id IS NULL AND p.replay_of IS NULL) AS open
+           (r.job_id IS NULL AND p.replay_of IS NULL AND l.dead_job_id IS NULL) AS open
     FROM jobs j
     LEFT JOIN job_resolutions r ON r.job_id = j.id
     LEFT JOIN (SELECT DISTINCT replay_of FROM jobs WHERE replay_of IS NOT NULL) p ON p.replay_of = j.id
+    LEFT JOIN (SELECT DISTINCT dead_job_id FROM job_replay_links) l ON l.dead_job_id = j.id
     WHERE j.status = 'dead'
       AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
@@ -164,4 +168,5 @@ WHERE status = 'dead'
   AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
   AND NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
-  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id);
+  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)
+  AND NOT EXISTS (SELECT 1 FROM job_replay_links l WHERE l.dead_job_id = jobs.id);

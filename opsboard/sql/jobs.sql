@@ -34,6 +34,13 @@ SELECT * FROM jobs
 WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND idempotency_key = %(idempotency_key)s
   AND status <> 'dead';
 
+-- name: job_replay_link_insert
+-- A dead job's replay is a live job that does not name it in replay_of (it
+-- held the dead job's idempotency key already): recorded so that the dead job
+-- reads as replayed (0033).
+INSERT INTO job_replay_links (dead_job_id, job_id) VALUES (%(dead_job_id)s, %(job_id)s)
+ON CONFLICT DO NOTHING;
+
 -- name: job_get_by_keys
 -- The job holding each of these idempotency keys, dead ones included (live
 -- first, then the newest): a repeated fan-out returns them instead of making a
@@ -451,7 +458,8 @@ WHERE status = 'dead'
   -- "all matching" twice does not replay the same dead job twice.
   AND (NOT %(open_only)s OR (
         NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
-        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)))
+        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)
+        AND NOT EXISTS (SELECT 1 FROM job_replay_links l WHERE l.dead_job_id = jobs.id)))
 ORDER BY id
 LIMIT %(limit)s;
 

@@ -14,6 +14,7 @@ the old one finds its due time stale and does nothing.  No polling.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 import unicodedata
@@ -170,8 +171,23 @@ class Upload:
     data: bytes
 
 
+#: The file name endings each accepted type may have: what the upload forms offer (``accept=``) and
+#: check before uploading.  The server goes by the bytes (:func:`sniff`); the name only refuses.
+EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "image/png": (".png",), "image/jpeg": (".jpg", ".jpeg"), "image/gif": (".gif",), "image/webp": (".webp",),
+    "application/pdf": (".pdf",), "text/plain": (".txt", ".log", ".csv"),
+}
+#: Names a browser or desktop opens as a page or a script once downloaded, whatever the bytes are.
+ACTIVE_EXTENSIONS = frozenset({".html", ".htm", ".xhtml", ".shtml", ".mht", ".mhtml", ".svg", ".svgz", ".xml",
+                               ".xsl", ".xslt", ".js", ".mjs", ".hta", ".url", ".webloc"})
+#: How markup starts (after blanks and a BOM): text that is a web page or an image with scripts.
+_MARKUP = re.compile(rb"^(?:\xef\xbb\xbf)?\s*<(?:!doctype\s+html|html|head|body|script|svg|iframe|\?xml|!--)",
+                     re.IGNORECASE)
+
+
 def sniff(data: bytes) -> str | None:
-    """The content type read from the bytes (``filetype``); UTF-8 text without NUL is ``text/plain``."""
+    """The content type read from the bytes (``filetype``); UTF-8 text without NUL is ``text/plain``,
+    unless it is markup: ``text/html`` (a page, an SVG or XML document), never accepted as plain text."""
     import filetype
 
     kind = filetype.guess(data)
@@ -180,10 +196,15 @@ def sniff(data: bytes) -> str | None:
     if b"\x00" not in data:
         try:
             data.decode("utf-8")
-            return "text/plain"
         except UnicodeDecodeError:
             return None
+        return "text/html" if _MARKUP.match(data[:1024]) else "text/plain"
     return None
+
+
+def accepted_extensions(allowed_types) -> list[str]:
+    """The file name endings of the accepted types, for the forms' ``accept=``."""
+    return [e for t in allowed_types for e in EXTENSIONS.get(t, ())]
 
 
 def safe_filename(name: str) -> str:
@@ -198,6 +219,10 @@ def check_upload(upload: Upload, *, max_bytes: int, allowed_types) -> str:
         raise OpsError("%(file)s is larger than %(n)s bytes", "attachment_too_large", status=413,
                        params={"file": safe_filename(upload.filename), "n": max_bytes})
     kind = sniff(upload.data)
+    ext = os.path.splitext(safe_filename(upload.filename))[1].lower()
+    if ext in ACTIVE_EXTENSIONS:
+        # "page.html" would be opened as a web page once saved, whatever type it was stored as.
+        kind = "text/html"
     if kind is None or kind not in allowed_types:
         raise OpsError("%(file)s: type %(type)s is not allowed (allowed: %(names)s)", "attachment_type_not_allowed",
                        status=415, params={"file": safe_filename(upload.filename), "type": kind or "unknown",

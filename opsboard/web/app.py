@@ -104,6 +104,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         return redirect(login_url(login.login_view, next_url=request.url))
 
     app.before_request(security.assign_request_id)
+    app.before_request(security.apply_body_limit)   # before any hook reads the body
     app.before_request(security.reject_nul)
     app.before_request(security.check_csrf)
     app.after_request(security.security_headers)

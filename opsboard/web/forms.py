@@ -40,8 +40,13 @@ def request_key_field() -> Markup:
     return Markup(f'<input type="hidden" name="request_key" value="{uuid.uuid4()}">')
 
 
+def request_key_value() -> str:
+    """A fresh request key alone, for a form whose key input is replaced after each use."""
+    return str(uuid.uuid4())
+
+
 def form_globals() -> dict:
-    return {"request_key_field": request_key_field}
+    return {"request_key_field": request_key_field, "request_key_value": request_key_value}
 
 
 def reason() -> str:

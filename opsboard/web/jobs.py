@@ -107,8 +107,7 @@ def replay(job_id):
     with get_db().connection() as conn:
         _job_for_action(conn, job_id, "jobs.replay")
         new = jobqueue.replay(conn, job_id, forms.actor(), reason, key, scope=current_scope("jobs.replay"))
-    return forms.render_result("jobs/_action_result.html", action="replay", job_id=job_id, new_jobs=[new],
-                               reason=reason)
+    return _job_page_after(job_id, action="replay", new_jobs=[new], reason=reason)
 
 
 @bp.route("/<uuid:job_id>/resolve", methods=["POST"])
@@ -120,8 +119,7 @@ def resolve(job_id):
         _job_for_action(conn, job_id, "jobs.resolve")
         row = dashboard.resolve(conn, job_id, resolution, forms.actor(), reason, key,
                                 scope=current_scope("jobs.resolve"))
-    return forms.render_result("jobs/_action_result.html", action="resolve", job_id=job_id, resolution=row,
-                               reason=reason)
+    return _job_page_after(job_id, action="resolve", resolution=row, reason=reason)
 
 
 @bp.route("/<uuid:job_id>/cancel", methods=["POST"])
@@ -134,6 +132,22 @@ def cancel(job_id):
                            scope=current_scope("jobs.cancel"))
     return forms.render_result("jobs/_action_result.html", action="cancel", job_id=job_id, job=row,
                                reason=reason)
+
+
+def _job_page_after(job_id, **result):
+    """After a replay or resolve, the job's page as it now is (its replays, its resolution, the forms
+    that still apply, each with a fresh request key) with the action's result on top.  For htmx it
+    replaces the page's ``#job-page`` (errors, 4xx, still go to the form's own target)."""
+    with get_db().connection() as conn:
+        d = dashboard.job_detail(conn, current_scope("jobs.view"), job_id)
+    if d is None:
+        return forms.render_result("jobs/_action_result.html", job_id=job_id, **result)
+    if not request.headers.get("HX-Request"):
+        return render_template("jobs/detail.html", d=d, job=d.job, job_id=job_id, **result)
+    response = make_response(render_template("jobs/_detail.html", d=d, job=d.job, job_id=job_id, **result))
+    response.headers["HX-Retarget"] = "#job-page"
+    response.headers["HX-Reswap"] = "outerHTML"
+    return response
 
 
 def _dead_filter(source) -> jobqueue.DeadFilter:
@@ -200,5 +214,9 @@ def replay_many():
     with get_db().connection() as conn:
         result = dashboard.replay_matching(conn, current_scope("jobs.replay"), f, forms.actor(), reason, key,
                                            limit=BULK_LIMIT)
-    return forms.render_result("jobs/_action_result.html", action="replay_many", new_jobs=result.replayed,
-                               matched=result.matched, reason=reason, f=f)
+    response = make_response(forms.render_result(
+        "jobs/_action_result.html", action="replay_many", replayed=result.replayed, new_jobs=result.jobs,
+        created=result.created, matched=result.matched, reason=reason, f=f))
+    # The dead-letter groups (and any list of dead jobs) reload: their open counts changed.
+    response.headers["HX-Trigger"] = "dead-letters-changed"
+    return response

@@ -146,6 +146,12 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
             if (ch, loc) == (channel, locale):
                 src = {"subject": form.get("subject", ""), "body": form.get("body", ""), "variables": declared,
                        "origin": None, "sample": sample}
+            elif loc != locale:
+                # The fallback column shows what would be sent in that locale: its published version,
+                # never a draft (a broken draft is not what a recipient would get).
+                t = live.get((ch, loc))
+                src = t and {"subject": t["subject"], "body": t["body"], "variables": t["variables"],
+                             "origin": t, "sample": {**(t["sample"] or {}), **sample}}
             else:
                 t = drafts.get((ch, loc)) or live.get((ch, loc))
                 # Its own sample, overridden by the author's: the same payload fills every cell.
@@ -217,9 +223,16 @@ def save(key):
 @bp.route("/<key>/publish/<uuid:template_id>", methods=["POST"])
 @requires("templates.edit")
 def publish(key, template_id):
+    """Publish a draft.  From htmx (the editor, the versions page) a refusal (a broken draft: 422) goes
+    into the form's result slot, where the author is; success goes to the versions page."""
     with get_db().connection() as conn:
         row = templates.publish(conn, template_id, forms.actor(), forms.reason(), forms.request_key())
-    return redirect(url_for("templates.detail", key=row["key"], published=row["version"]), 303)
+    target = url_for("templates.detail", key=row["key"], published=row["version"])
+    if request.headers.get("HX-Request"):
+        response = current_app.response_class("", status=200)
+        response.headers["HX-Redirect"] = target
+        return response
+    return redirect(target, 303)
 
 
 @bp.route("/<key>/rollback/<uuid:template_id>", methods=["POST"])

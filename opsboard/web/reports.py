@@ -2,7 +2,7 @@
 ready CSV (tenant-checked), see a failed run's dead job, and the schedules."""
 from __future__ import annotations
 
-from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from flask import Blueprint, Response, abort, make_response, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
 from .. import dashboard, reports, schedules, storage
@@ -37,12 +37,28 @@ def runs():
     return render_template("reports/_runs.html", **_runs_context())
 
 
+#: Refusals that belong to one field of the request form: the field whose error slot shows them.
+_FIELD_OF = {"invalid_time_zone": "time_zone", "tenant_required": "tenant_id", "unknown_report_kind": "kind"}
+
+
+def _field_error(exc: ApiError, field: str | None):
+    """For htmx, a refusal goes next to its field (``#report-error-<field>``), or above the button; the runs
+    list and its polling are left alone, and the form keeps working (issue 23)."""
+    if not request.headers.get("HX-Request"):
+        raise exc
+    response = make_response(render_template("_error.html", status=exc.status, code=exc.code, message=exc.message),
+                             exc.status)
+    response.headers["HX-Retarget"] = f"#report-error-{field}" if field else "#report-form-result"
+    response.headers["HX-Reswap"] = "innerHTML"
+    return response
+
+
 @bp.route("/", methods=["POST"])
 @requires("reports.request")
 def request_report():
     tenant_id = forms.arg_uuid("tenant_id", request.form)
     if tenant_id is None:
-        raise ApiError(400, "tenant_required", _("Choose the tenant the report is about."))
+        return _field_error(ApiError(400, "tenant_required", _("Choose the tenant the report is about.")), "tenant_id")
     require_for_tenant("reports.request", tenant_id)
     kind_name = forms.arg_text("kind", request.form, 100) or ""
     try:
@@ -53,9 +69,18 @@ def request_report():
             run = reports.request_report(conn, tenant_id, kind.name, params, forms.actor(),
                                          request_key=forms.request_key())
     except reports.ReportError as exc:
-        raise ApiError(_CORE_STATUS.get(exc.code, 400), exc.code, human_message(exc)) from None
+        field = _FIELD_OF.get(exc.code) or (exc.params.get("field") if exc.code == "invalid_date" else None)
+        if exc.code == "invalid_date" and field is None:
+            field = "date_to"
+        return _field_error(ApiError(_CORE_STATUS.get(exc.code, 400), exc.code, human_message(exc)), field)
     if request.headers.get("HX-Request"):
-        return render_template("reports/_runs.html", **_runs_context())
+        # The runs list (with the new run) replaces itself; the form gets a fresh request key (the one
+        # sent is spent: sending it again would return this run) and loses the errors it showed.
+        response = make_response(render_template("reports/_runs.html", **_runs_context())
+                                 + render_template("reports/_form_reset.html"))
+        response.headers["HX-Retarget"] = "#report-runs"
+        response.headers["HX-Reswap"] = "outerHTML"
+        return response
     return redirect(url_for("reports.detail", run_id=run["id"]), 303)
 
 

@@ -56,6 +56,26 @@ def same_secret(expected: str, sent: str) -> bool:
     return hmac.compare_digest(expected.encode("utf-8", "surrogatepass"), sent.encode("utf-8", "surrogatepass"))
 
 
+def takes_attachments(view):
+    """Mark a view whose body may carry ticket attachments: it is read under a larger cap than the app's
+    1 MiB ``MAX_CONTENT_LENGTH`` (see :func:`apply_body_limit`)."""
+    view.body_limit = lambda config: config.ticket_attachment_max_bytes * 4 + 64 * 1024
+    return view
+
+
+def apply_body_limit() -> None:
+    """The body cap of this request's view, set before anything reads the body.
+
+    Registered first among the ``before_request`` hooks: :func:`reject_nul` and the CSRF check read the
+    form, and once read, a body over the app-wide cap has been refused with 413 whatever a blueprint's own
+    hook would set later (a 1.4 MB PDF on a ticket reply, although tickets allow 2 MiB a file)."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    limit = getattr(view, "body_limit", None)
+    if limit is not None:
+        from .context import get_config
+        request.max_content_length = limit(get_config())
+
+
 def reject_nul() -> None:
     """400 for a NUL character in any query or form argument, or anywhere in a JSON body.
 

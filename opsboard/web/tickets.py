@@ -12,7 +12,7 @@ from ..tickets import service, workflow
 from . import forms
 from .context import get_config, get_db, request_id
 from .errors import ApiError
-from .security import audit_denied, current_scope, requires
+from .security import audit_denied, current_scope, requires, takes_attachments
 
 bp = Blueprint("tickets", __name__, url_prefix="/tickets")
 bp.context_processor(forms.form_globals)
@@ -30,12 +30,6 @@ SLA_LABELS = {  # English · Persian, on every badge
 @bp.app_template_global()
 def sla_badge_info(state: str):
     return SLA_LABELS.get(state, (state, "", "pill"))
-
-
-@bp.before_request
-def _upload_limit():
-    # The app caps bodies at 1 MiB; a reply with attachments may carry up to the configured size.
-    request.max_content_length = get_config().ticket_attachment_max_bytes * 4 + 64 * 1024
 
 
 def _filters() -> dict:
@@ -91,7 +85,16 @@ def _load(conn, ticket_id) -> dict:
     return ticket
 
 
-def _context(conn, ticket: dict) -> dict:
+def _upload_rules() -> dict:
+    """What the upload fields accept: the file name endings of the allowed types, their names and the size."""
+    config = get_config()
+    exts = service.accepted_extensions(config.ticket_attachment_types)
+    return {"accept_ext": exts, "max_bytes": config.ticket_attachment_max_bytes,
+            "max_mib": "%g" % (config.ticket_attachment_max_bytes / (1024 * 1024)),
+            "accept_names": ", ".join(e.lstrip(".").upper() for e in exts)}
+
+
+def _context(conn, ticket: dict, sent: str | None = None) -> dict:
     messages, attachments = service.timeline(conn, current_scope("tickets.view"), ticket["id"], current_user.id)
     by_message: dict = {}
     for a in attachments:
@@ -104,7 +107,9 @@ def _context(conn, ticket: dict) -> dict:
             "transitions": [workflow.TRANSITIONS[a] for a in (workflow.allowed_transitions(ticket["status"], role)
                                                               if can_work else [])],
             "agents": service.agents(conn, ticket["tenant_id"]) if can_work else [],
-            "priorities": workflow.PRIORITIES}
+            "priorities": workflow.PRIORITIES, "upload": _upload_rules(),
+            # The action just done: its form comes back empty; the others keep what the user typed.
+            "sent": sent}
 
 
 @bp.route("/<uuid:ticket_id>")
@@ -116,6 +121,7 @@ def detail(ticket_id):
 
 
 @bp.route("/<uuid:ticket_id>/act/<action>", methods=["POST"])
+@takes_attachments   # a reply with attachments may carry up to the configured size (the app caps at 1 MiB)
 @requires("tickets.work")
 def act(ticket_id, action):
     if action not in workflow.ALL:
@@ -144,7 +150,7 @@ def act(ticket_id, action):
         if not request.headers.get("HX-Request"):
             return redirect(url_for("tickets.detail", ticket_id=ticket_id))
         ticket = _load(conn, ticket_id)
-        resp = make_response(render_template("tickets/_ticket.html", **_context(conn, ticket)))
+        resp = make_response(render_template("tickets/_ticket.html", **_context(conn, ticket, sent=action)))
     resp.headers["HX-Retarget"] = "#ticket"
     resp.headers["HX-Reswap"] = "outerHTML"
     return resp

@@ -163,10 +163,10 @@ def test_ops_replays_a_dead_job_and_finds_it_in_the_audit_log(app, server, brows
     problems.clear()
     shots(page, "reason-required")
 
-    # Replay with a reason: the result appears inline, the page stays.
+    # Replay with a reason: the page shows the job as it now is, with the result on top (issue 23).
     reason.fill("the endpoint is back")
     page.click("form[hx-post$='/replay'] button[type=submit]")
-    result = page.locator("#replay-result .result.ok")
+    result = page.locator("#job-action-result .result.ok")
     result.wait_for()
     assert "Replayed as job" in result.inner_text()
     assert page.url.endswith(f"/jobs/{job_id}")

@@ -27,14 +27,15 @@ def test_template_author_lands_on_templates_and_previews_fa_beside_en(client, lo
         client, channel="inbox", locale="fa", subject="خوش آمدید", body=body, variables="name, order",
         sample=json.dumps({"name": "مریم", "order": 42})))
     assert r.status_code == 303
-    # The en editor's live preview: en cell (being edited) beside the fa fallback (the fa draft).
+    # The en editor's live preview: en cell (being edited) beside the fa fallback: what would be sent in fa,
+    # its published version, never a draft (issue 23); this fa version is a draft only.
     r = client.post("/templates/welcome.note/_preview", data=_form(
         client, channel="inbox", locale="en", subject="Welcome", body="Hello {{ name }} {{ missing_one }}",
         variables="name, missing_one", sample=json.dumps({"name": "Maryam"})), headers={"HX-Request": "true"})
     html = r.get_data(as_text=True)
     assert r.status_code == 200
     assert 'data-locale="en" lang="en" dir="ltr"' in html and 'data-locale="fa" lang="fa" dir="rtl"' in html
-    assert "سفارش ۴۲" in html                                   # the fa draft rendered with Persian digits
+    assert "سفارش ۴۲" not in html and "no fa version" in html    # the fa draft is not what is sent
     assert 'class="missing" data-var="missing_one"' in html      # flagged inline
     # SMS part counts for Persian.
     r = client.post("/templates/welcome.note/_preview", data=_form(

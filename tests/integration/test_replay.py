@@ -189,3 +189,68 @@ def test_concurrent_identical_replays_make_one_job(db_url):
         th.join(10)
         assert result["job"]["id"] == first["id"]
         assert len(replays_of(a, dead["id"])) == 1
+
+
+def _dead_sharing_keys(conn, tenant_id, t0) -> list[dict]:
+    """Dead jobs, two of each key ``shared-1`` and ``shared-2`` (each died before the next took the key),
+    and three without a key: 7 dead jobs that replay as 5 jobs."""
+    dead = []
+    for key in ("shared-1", "shared-2"):
+        for _ in range(2):
+            dead.append(make_dead(conn, tenant_id, t0, idempotency_key=key))
+    dead += [make_dead(conn, tenant_id, t0) for _ in range(3)]
+    return dead
+
+
+def test_bulk_replay_of_dead_jobs_sharing_a_key_counts_each_dead_job_once(conn, tenant, t0):
+    from opsboard import dashboard
+
+    dead = _dead_sharing_keys(conn, tenant["id"], t0)
+    result = jobqueue.replay_many(conn, DeadFilter(type="test.record", open_only=True), OPS, "provider fixed", "bulk")
+    assert result.matched == 7 and len(result.replayed) == 7
+    # Five distinct replay jobs, all new; two dead jobs share one with the first of their key.
+    assert len(result.jobs) == 5 and result.created == 5
+    made = conn.execute("SELECT id FROM jobs WHERE replay_of = ANY(%s)", ([d["id"] for d in dead],)).fetchall()
+    assert {r["id"] for r in made} == {r["id"] for r in result.jobs}
+    # Every dead job reads as replayed (its job page), by the job its audit row names.
+    rows = conn.execute("SELECT target_id, after FROM audit_log WHERE action = 'job.replay'").fetchall()
+    assert sorted(r["target_id"] for r in rows) == sorted(str(d["id"]) for d in dead)
+    named = {r["target_id"]: r["after"]["job_id"] for r in rows}
+    for d in dead:
+        replays = dashboard.job_detail(conn, auth.TenantScope(all=True, ids=()), d["id"]).replays
+        assert [str(r["id"]) for r in replays] == [named[str(d["id"])]], d["idempotency_key"]
+    # None is open any more: the groups say so, and another bulk replay finds nothing.
+    groups = dashboard.dead_letter_groups(conn, auth.TenantScope(all=True, ids=()), tenant_id=tenant["id"],
+                                          include_handled=True)
+    assert [(g["total"], g["open"]) for g in groups] == [(7, 0)]
+    again = jobqueue.replay_many(conn, DeadFilter(type="test.record", open_only=True), OPS, "again", "bulk-2")
+    assert again.matched == 0 and again.replayed == []
+    assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.replay'").fetchone()["n"] == 7
+
+
+def test_a_replay_that_finds_its_key_held_is_recorded_and_says_so(conn, tenant, t0):
+    dead = make_dead(conn, tenant["id"], t0, idempotency_key="order-7")
+    live = jobqueue.enqueue(conn, "test.record", {"key": "again"}, tenant=tenant["id"], idempotency_key="order-7")
+    got = jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-held")
+    assert got["id"] == live["id"] and got["created"] is False and got["repeated"] is False
+    link = conn.execute("SELECT job_id FROM job_replay_links WHERE dead_job_id = %s", (dead["id"],)).fetchall()
+    assert [r["job_id"] for r in link] == [live["id"]]
+    # The same form again, with another reason: the first result, marked as such, and nothing recorded.
+    again = jobqueue.replay(conn, dead["id"], OPS, "another reason", "rk-held")
+    assert again["id"] == live["id"] and again["repeated"] is True and again["first_reason"] == "retry"
+    assert conn.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.replay'").fetchone()["n"] == 1
+
+
+def test_migration_0033_backfills_replays_recorded_only_in_the_audit_log(conn, tenant, t0):
+    from opsboard.config import ROOT
+
+    dead = make_dead(conn, tenant["id"], t0, idempotency_key="order-8")
+    other = make_dead(conn, tenant["id"], t0, idempotency_key="order-8")
+    jobqueue.replay(conn, dead["id"], OPS, "retry", "rk-old")             # made a job: replay_of names it
+    live = jobqueue.replay(conn, other["id"], OPS, "retry", "rk-old-2")   # found the key held: a link
+    # As before 0033: the link of the second replay was not written.
+    conn.execute("DELETE FROM job_replay_links")
+    sql = (ROOT / "migrations" / "0033_job_replay_links.sql").read_text()
+    conn.execute(sql[sql.index("INSERT INTO job_replay_links"):])
+    links = conn.execute("SELECT dead_job_id, job_id FROM job_replay_links").fetchall()
+    assert [(r["dead_job_id"], r["job_id"]) for r in links] == [(other["id"], live["id"])]

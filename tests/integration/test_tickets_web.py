@@ -102,17 +102,23 @@ def test_ops_role_cannot_open_tickets(client, login_as, desk):
 
 def test_attachments_sniffed_stored_and_downloaded_safely(client, login_as, desk):
     t = _new(client, desk)
-    # the name says .html, the bytes say text: stored as text/plain, downloaded as an attachment
+    # Markup is not plain text (issue 23): a page, by its bytes or by its name, is refused, nothing stored.
+    for data, name in ((b"<html><script>alert(1)</script>", "evil.html"), (b"\n <!DOCTYPE html><p>x", "page.txt"),
+                       (b"just words", "notes.htm"), (b"<svg onload=alert(1)></svg>", "logo.svg")):
+        r = _api(client, desk, "POST", f"/api/v1/tickets/{t['id']}/replies",
+                 data={"body": "see files", "files": [(io.BytesIO(data), name)]}, content_type="multipart/form-data")
+        assert (r.status_code, r.get_json()["error"]) == (415, "attachment_type_not_allowed"), name
+    # the name says .txt, the bytes say PNG: stored as image/png, downloaded as an attachment
     r = _api(client, desk, "POST", f"/api/v1/tickets/{t['id']}/replies",
-             data={"body": "see files", "files": [(io.BytesIO(b"<html><script>alert(1)</script>"), "evil.html"),
+             data={"body": "see files", "files": [(io.BytesIO(b"plain words"), "words.txt"),
                                                   (io.BytesIO(PNG), "shot.txt")]},
              content_type="multipart/form-data")
     assert r.status_code == 201, r.get_json()
     atts = {a["filename"]: a for a in r.get_json()["attachments"]}
-    assert atts["evil.html"]["content_type"] == "text/plain" and atts["shot.txt"]["content_type"] == "image/png"
+    assert atts["words.txt"]["content_type"] == "text/plain" and atts["shot.txt"]["content_type"] == "image/png"
     assert len(atts["shot.txt"]["sha256"]) == 64
-    d = _api(client, desk, "GET", f"/api/v1/tickets/{t['id']}/attachments/{atts['evil.html']['id']}")
-    assert d.status_code == 200 and d.data.startswith(b"<html>")
+    d = _api(client, desk, "GET", f"/api/v1/tickets/{t['id']}/attachments/{atts['words.txt']['id']}")
+    assert d.status_code == 200 and d.data == b"plain words"
     assert d.headers["Content-Disposition"].startswith("attachment")
     assert d.headers["X-Content-Type-Options"] == "nosniff"
     # Only images and PDF are sent as their type: anything else is application/octet-stream (issue 26).

@@ -24,6 +24,7 @@ from ...errors import OpsError
 from ...notifications import inbox
 from ...tickets import service
 from ..context import get_config, get_db, request_id
+from ..security import takes_attachments
 from . import bp
 from .common import Problem, idempotent
 
@@ -129,6 +130,7 @@ def _text_field(body: dict, name: str, required: bool = True):
 
 
 @bp.route("/tickets", methods=["POST"])
+@takes_attachments
 def ticket_create():
     who = _customer()
     body, uploads = _body()
@@ -191,6 +193,7 @@ def _act(ticket_id, action: str, fields: dict, uploads=()):
 
 
 @bp.route("/tickets/<ticket_id>/replies", methods=["POST"])
+@takes_attachments
 def ticket_reply(ticket_id):
     body, uploads = _body()
     resp = _act(ticket_id, "reply", {"body": body.get("body")}, uploads)
