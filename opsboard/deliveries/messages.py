@@ -106,13 +106,19 @@ def send_sms(conn: psycopg.Connection, tenant, to: str, template: str, params: d
 
 
 def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
-               version: int | None = None, idempotency_key: str | None = None) -> dict:
-    """Record an email and enqueue its job in the caller's transaction."""
+               version: int | None = None, idempotency_key: str | None = None,
+               expires_in: float | None = None, now: datetime | None = None) -> dict:
+    """Record an email and enqueue its job in the caller's transaction.
+
+    With ``expires_in`` (seconds) the job expires unsent past it (a critical notice is
+    pointless late): the expiry service makes it dead and its delivery ``expired``.
+    """
     if not isinstance(to, str) or not EMAIL.match(to) or len(to) > 254:
         raise InvalidRecipient("the email address is not valid")
     msg = _message(conn, tenant, "email", to, template, params, version)
+    expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if expires_in is not None else None
     job = jobqueue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
-                        idempotency_key=idempotency_key or f"email:{msg['id']}")
+                        idempotency_key=idempotency_key or f"email:{msg['id']}", expires_at=expires)
     return {"message": msg, "job": job}
 
 

@@ -1,4 +1,8 @@
-"""The expiry service: pending or retryable jobs past ``expires_at`` go ``dead`` as ``expired``."""
+"""The expiry service: pending or retryable jobs past ``expires_at`` go ``dead`` as ``expired``.
+
+In the same transaction, a notification delivery whose email or SMS job expired unsent
+becomes ``expired`` (``delivery_expire_for_jobs``): its time to live passed before it was sent.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +34,10 @@ class Expiry:
         total = 0
         while True:
             with conn.transaction():
-                n = len(db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch}))
+                ids = [r["id"] for r in db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch})]
+                if ids:
+                    db.all_rows(conn, "delivery_expire_for_jobs", {"job_ids": ids, "now": now})
+                n = len(ids)
             total += n
             if n < self.config.batch:
                 return total

@@ -66,6 +66,8 @@ def item_json(row: dict, full: bool = True) -> dict:
     if full:
         out["body"] = row["body"]
         out["data"] = row["data"]
+    if "deliveries" in row:   # one notification's detail: each channel's delivery state
+        out["deliveries"] = row["deliveries"]
     return out
 
 

@@ -362,7 +362,15 @@ _INBOX_SCHEMAS = {
                      "required": [*_NOTIFICATION_PROPS, "body", "data"],
                      "properties": {**_NOTIFICATION_PROPS, "body": _NSTR,
                                     "data": {"type": ["object", "null"],
-                                             "description": "the template's link and ids (no personal data)"}}},
+                                             "description": "the template's link and ids (no personal data)"},
+                                    "deliveries": {
+                                        "type": "object", "description":
+                                        "Only in GET /inbox/{notification_id}: the delivery state of each "
+                                        "channel it went to (see docs/deliveries.md, Delivery states)",
+                                        "propertyNames": {"enum": ["inbox", "email", "sms", "push"]},
+                                        "additionalProperties": {"enum": [
+                                            "queued", "sent", "delivered", "failed", "bounced", "expired",
+                                            "suppressed"]}}}},
     "InboxPage": {"type": "object", "additionalProperties": False, "required": ["items", "next_cursor", "unread"],
                   "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Notification"}},
                                  "next_cursor": {"type": ["integer", "null"], "minimum": 0},
