@@ -21,6 +21,8 @@
   ``POST /_sandbox/faults``                     inject a fault on a route (see below)
   ``DELETE /_sandbox/faults``                   clear every fault
   ``POST /_sandbox/push/subscriptions``         create a push subscription (keys returned)
+  ``POST /_sandbox/email/outcomes``             ``{"address", "action": "failed"|"delivered"}``:
+                                                mail to it is reported back by a DSN
   ``GET  /_sandbox/``                           an HTML page of the records and faults
   ============================================  ==========================================
 
@@ -314,6 +316,13 @@ class _Handler(BaseHTTPRequestHandler):
             except (ValueError, TypeError) as exc:
                 return self._send(400, {"error": "invalid_fault", "message": str(exc)})
             return self._send(201, fault.as_json())
+        if path == "/_sandbox/email/outcomes":
+            address, action = data.get("address"), data.get("action", "failed")
+            if not isinstance(address, str) or "@" not in address or action not in ("failed", "delivered"):
+                return self._send(400, {"error": "invalid_outcome",
+                                        "message": "address (an email address) and action (failed | delivered)"})
+            self.server.sandbox.email_outcome(address, action)  # type: ignore
+            return self._send(201, {"address": address, "action": action})
         if path == "/_sandbox/push/subscriptions":
             host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
             return self._send(201, self.server.sandbox.new_push_subscription(f"http://{host}"))  # type: ignore
@@ -650,9 +659,11 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}}</s
 
 
 def serve(host: str = "127.0.0.1", http_port: int = 8025, smtp_port: int = 8026, sms_key: str = "",
-          ready=None) -> None:
+          ready=None, email_report_url: str = "", email_report_secret: str = "") -> None:
     """Run the sandbox in the foreground until interrupted (``opsboard sandbox``)."""
-    sb = Sandbox(host, http_port, smtp_port, sms_key=sms_key).start()
+    sb = Sandbox(host, http_port, smtp_port, sms_key=sms_key)
+    sb.email_report_url, sb.email_report_secret = email_report_url, email_report_secret
+    sb.start()
     print(f"sandbox: HTTP {sb.url} (page {sb.url}/_sandbox/), SMTP {host}:{sb.smtp_port}", flush=True)
     if ready:
         ready(sb)

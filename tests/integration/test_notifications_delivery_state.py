@@ -371,3 +371,22 @@ def test_the_states_show_in_the_inbox_api_and_on_the_ops_deliveries_page(db_url,
     page = client.get("/deliveries/").get_data(as_text=True)
     assert f'data-channel="email" data-status="bounced"' in page and "dsn_5.1.1" in page
     assert f'data-channel="sms" data-status="failed"' in page
+
+
+def test_the_sandbox_takes_email_outcomes_over_http(sandbox):
+    """Another process (the demo, a journey) sets an outcome through the control API."""
+    import json
+    import urllib.request
+    req = urllib.request.Request(f"{sandbox.url}/_sandbox/email/outcomes", method="POST",
+                                 data=json.dumps({"address": "Gone@Example.test", "action": "failed"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.status == 201
+    assert sandbox.state.email_outcomes["gone@example.test"] == ("failed", "5.1.1")
+    bad = urllib.request.Request(f"{sandbox.url}/_sandbox/email/outcomes", method="POST",
+                                 data=json.dumps({"address": "x", "action": "lost"}).encode())
+    try:
+        urllib.request.urlopen(bad, timeout=5)
+        raise AssertionError("expected a 400")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400
