@@ -258,6 +258,21 @@ WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.type IN ('email.send', 'sms.send', '
   AND d.channel IN ('email', 'sms') AND d.status = 'queued'
 RETURNING d.id;
 
+-- name: delivery_settle_dead_jobs
+-- The safety net behind the handlers: an email or SMS delivery still queued whose provider job
+-- went dead without its handler saying so (the reaper after a crash on the last attempt, a
+-- handler timeout on the last attempt) is failed (expired when the job expired), never left
+-- waiting.  Dead jobs of the last %(window)s seconds (jobs_dead_finished_idx), from queued only.
+UPDATE deliveries d SET status = CASE WHEN j.last_error_code = 'expired' THEN 'expired' ELSE 'failed' END,
+       error_code = coalesce(j.last_error_code, 'dead'), updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+WHERE j.status = 'dead'
+  AND j.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND j.type IN ('email.send', 'sms.send', 'sms.otp')
+  AND d.provider_ref = j.payload->>'message_id' AND d.tenant_id = j.tenant_id
+  AND d.channel IN ('email', 'sms') AND d.status = 'queued'
+RETURNING d.id;
+
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
 SELECT d.*, u.email AS recipient_email, j.status AS job_status

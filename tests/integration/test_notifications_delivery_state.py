@@ -163,6 +163,25 @@ def test_email_out_of_retries_is_failed(db_url, sandbox, runner, provider_settin
     assert _state(_delivery(db_url, ev, "email")) == ("failed", "smtp_451")
 
 
+def test_email_whose_worker_died_on_the_last_attempt_is_failed(db_url, sandbox, runner, provider_settings):
+    """No handler said anything: the reaper makes the job dead (lease_expired) and the expiry service's
+    safety net (delivery_settle_dead_jobs) fails the delivery instead of leaving it queued."""
+    from opsboard import jobqueue
+    from worker.services.reaper import Reaper
+    _, ev, _ = _fan_out(db_url, sandbox)
+    job = _hand_over(db_url, runner, ev, "email")
+    _last_attempt(db_url, job)
+    with connect(db_url) as c:
+        claimed = jobqueue.claim_batch(c, job["queue"], "doomed-worker", 200, 30)
+        assert job["id"] in [r["id"] for r in claimed]
+        c.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job["id"],))
+        Reaper().run_once(c)
+        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "dead"
+        assert _state(_delivery(db_url, ev, "email")) == ("queued", None)
+        Expiry().run_once(c)
+    assert _state(_delivery(db_url, ev, "email")) == ("failed", "lease_expired")
+
+
 def test_email_bounced_by_a_dsn_is_bounced_and_a_late_sent_does_not_undo_it(db_url, sandbox, runner,
                                                                             provider_settings, web):
     _, ev, email = _fan_out(db_url, sandbox)
