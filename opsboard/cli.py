@@ -182,6 +182,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--http-port", type=int, default=8025)
     s.add_argument("--smtp-port", type=int, default=8026)
     s.add_argument("--sms-key", default="", help="bearer key the SMS gateway requires (default: none)")
+    s.add_argument("--email-report-url", default="",
+                   help="where DSNs go, e.g. http://127.0.0.1:8000/api/providers/email/dsn "
+                        "(signed with OPSBOARD_EMAIL_REPORT_SECRET)")
     sub.add_parser("vapid", help="generate a VAPID key pair for Web Push (prints environment lines)")
     return p
 
@@ -457,7 +460,8 @@ def cmd_bench(config: Config, args) -> int:
 
 def cmd_sandbox(config: Config, args) -> int:
     from .tools.sandbox import serve
-    serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key)
+    serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key, email_report_url=args.email_report_url,
+          email_report_secret=config.providers.email_report_secret)
     return 0
 
 

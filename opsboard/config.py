@@ -85,6 +85,8 @@ class ProviderSettings:
     smtp_timeout: float = 10.0
     #: CA certificates (PEM) trusted for STARTTLS/SSL instead of the system ones (a private relay).
     smtp_ca_file: str = ""
+    #: Shared secret that signs forwarded email delivery reports (DSNs); empty: none accepted.
+    email_report_secret: str = field(default="", repr=False)
     sms_url: str = "http://127.0.0.1:8025/sms"
     sms_key: str = field(default="", repr=False)
     sms_timeout: float = 10.0
@@ -157,6 +159,7 @@ class ProviderSettings:
             smtp_from=smtp_from,
             smtp_timeout=_float(env, "OPSBOARD_SMTP_TIMEOUT", 10.0, 0.1, 300),
             smtp_ca_file=ca_file,
+            email_report_secret=env.get("OPSBOARD_EMAIL_REPORT_SECRET", ""),
             sms_url=sms_url,
             sms_key=env.get("OPSBOARD_SMS_KEY", ""),
             sms_timeout=_float(env, "OPSBOARD_SMS_TIMEOUT", 10.0, 0.1, 300),

@@ -112,13 +112,20 @@ def _urgent(critical: bool) -> dict:
 
 
 def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
-               version: int | None = None, idempotency_key: str | None = None, critical: bool = False) -> dict:
-    """Record an email and enqueue its job in the caller's transaction (``critical``: on the critical queue)."""
+               version: int | None = None, idempotency_key: str | None = None, critical: bool = False,
+               expires_in: float | None = None, now: datetime | None = None) -> dict:
+    """Record an email and enqueue its job in the caller's transaction (``critical``: on the critical queue).
+
+    With ``expires_in`` (seconds) the job expires unsent past it (a critical notice is
+    pointless late): the expiry service makes it dead and its delivery ``expired``.
+    """
     if not isinstance(to, str) or not EMAIL.match(to) or len(to) > 254:
         raise InvalidRecipient("the email address is not valid")
     msg = _message(conn, tenant, "email", to, template, params, version)
+    expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if expires_in is not None else None
     job = jobqueue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
-                        idempotency_key=idempotency_key or f"email:{msg['id']}", **_urgent(critical))
+                        idempotency_key=idempotency_key or f"email:{msg['id']}", expires_at=expires,
+                        **_urgent(critical))
     return {"message": msg, "job": job}
 
 

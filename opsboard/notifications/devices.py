@@ -30,12 +30,25 @@ def register(conn: psycopg.Connection, tenant_id, user_id, subscription: dict, *
     return row
 
 
-def register_for_user(conn: psycopg.Connection, user_id, subscription: dict, *, allow=()) -> dict:
-    """Register in the user's first active tenant (``no_membership`` when there is none)."""
+def home_tenant(conn: psycopg.Connection, user_id):
+    """The user's first active tenant, where their devices live (``no_membership`` when there is none)."""
     tenants = db.all_rows(conn, "user_tenants", {"user_id": user_id})
     if not tenants:
         raise OpsError("you are not an active member of any tenant", "no_membership", status=403)
-    return register(conn, tenants[0]["tenant_id"], user_id, subscription, allow=allow)
+    return tenants[0]["tenant_id"]
+
+
+def register_for_user(conn: psycopg.Connection, user_id, subscription: dict, *, allow=()) -> dict:
+    """Register in the user's first active tenant (``no_membership`` when there is none)."""
+    return register(conn, home_tenant(conn, user_id), user_id, subscription, allow=allow)
+
+
+def is_active(conn: psycopg.Connection, user_id, subscription_id) -> bool:
+    """Whether the user's device is still registered (not unregistered, not refused by the push service)."""
+    try:
+        return any(str(s["id"]) == str(subscription_id) for s in active(conn, home_tenant(conn, user_id), user_id))
+    except OpsError:
+        return False
 
 
 def unregister(conn: psycopg.Connection, user_id, subscription_id) -> dict:

@@ -170,16 +170,41 @@ SELECT * FROM outbound_messages WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: outbound_message_sent
 -- The provider accepted the message: keep its reference; a one-time code is
--- erased from the parameters once it was handed over.
-UPDATE outbound_messages
-SET status = 'sent', provider_ref = %(ref)s, sent_at = coalesce(%(now)s::timestamptz, now()),
-    params = CASE WHEN %(erase)s THEN '{}'::jsonb ELSE params END
-WHERE id = %(id)s AND tenant_id = %(tenant_id)s
-RETURNING id;
+-- erased from the parameters once it was handed over.  A notification delivery that
+-- handed this message moves queued -> sent in the same statement (never back from a
+-- later state: a bounce report may have come first).
+WITH m AS (
+    UPDATE outbound_messages
+    SET status = 'sent', provider_ref = %(ref)s, sent_at = coalesce(%(now)s::timestamptz, now()),
+        params = CASE WHEN %(erase)s THEN '{}'::jsonb ELSE params END
+    WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+    RETURNING id, tenant_id, channel
+), d AS (
+    UPDATE deliveries d SET status = 'sent', updated_at = coalesce(%(now)s::timestamptz, now())
+    FROM m
+    WHERE d.provider_ref = m.id::text AND d.tenant_id = m.tenant_id AND d.channel = m.channel
+      AND d.status = 'queued'
+    RETURNING d.id
+)
+SELECT id FROM m;
 
 -- name: outbound_message_failed
--- The provider refused the message for good.
-UPDATE outbound_messages SET status = 'failed' WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
+-- The provider refused the message for good (a permanent answer, or its retries are
+-- exhausted): the message and the notification delivery that handed it are failed, in one
+-- statement.  The delivery moves from queued or sent, never from a final state.
+WITH m AS (
+    UPDATE outbound_messages SET status = 'failed'
+    WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status <> 'failed'
+    RETURNING id, tenant_id, channel
+), d AS (
+    UPDATE deliveries d SET status = 'failed', error_code = %(error_code)s,
+           updated_at = coalesce(%(now)s::timestamptz, now())
+    FROM m
+    WHERE d.provider_ref = m.id::text AND d.tenant_id = m.tenant_id AND d.channel = m.channel
+      AND d.status IN ('queued', 'sent')
+    RETURNING d.id
+)
+SELECT id FROM m;
 
 -- name: push_subscription_upsert
 -- Store a browser's subscription; the same endpoint again replaces its keys and revives it.  Only its

@@ -202,32 +202,88 @@ LEFT JOIN notification_profiles p ON p.user_id = d.recipient_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
 -- name: delivery_mark
--- Move a queued delivery on (sent / failed / suppressed), with what was used; a sent one moves on
--- by delivery_confirm / delivery_push_confirm.
+-- Move a queued delivery that was never handed over to failed or suppressed (the deliver job's
+-- own refusals), with what was used.
 UPDATE deliveries SET status = %(status)s, suppression_reason = %(reason)s, provider_ref = %(ref)s,
        error_code = %(error_code)s, template_version = coalesce(%(template_version)s, template_version),
        locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(id)s AND status = 'queued'
+WHERE id = %(id)s AND status = 'queued' AND provider_ref IS NULL AND %(status)s IN ('failed', 'suppressed')
+RETURNING *;
+
+-- name: delivery_hand_over
+-- The deliver job handed a queued delivery to its provider job(s): remember the outbound message
+-- id (or "N device(s)" for push), the template version and locale.  It stays queued until the
+-- provider answers (sent / failed / expired); a second hand-over finds provider_ref set and
+-- changes nothing.
+UPDATE deliveries SET provider_ref = %(ref)s, template_version = coalesce(%(template_version)s, template_version),
+       locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND status = 'queued' AND provider_ref IS NULL
 RETURNING *;
 
 -- name: delivery_confirm
--- The provider's word after acceptance: a sent delivery becomes delivered (a receipt) or failed.
+-- The provider's word about a delivery (the SMS gateway's report): monotonic -- queued moves to
+-- any later state, sent only to a final one (delivered / failed / bounced / expired), a final
+-- state never changes, so a late or repeated answer is a no-op.
 UPDATE deliveries SET status = %(status)s, error_code = %(error_code)s,
        updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'sent'
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+  AND %(status)s IN ('sent', 'delivered', 'failed', 'bounced', 'expired')
+  AND (status = 'queued' OR (status = 'sent' AND %(status)s <> 'sent'))
 RETURNING *;
 
+-- name: delivery_report_by_message
+-- A report that names only the outbound message (an email DSN carries the Message-ID we made of
+-- it): the delivery handed that message, in the message's own tenant, moves on monotonically
+-- (as delivery_confirm).  The caller authenticated the reporter; the message id (UUIDv7) is the
+-- only key, and the tenant is the message's, never the caller's word.
+UPDATE deliveries d SET status = %(status)s, error_code = %(error_code)s,
+       updated_at = coalesce(%(now)s::timestamptz, now())
+FROM outbound_messages m
+WHERE m.id = %(message_id)s AND m.channel = %(channel)s
+  AND d.provider_ref = m.id::text AND d.tenant_id = m.tenant_id AND d.channel = m.channel
+  AND %(status)s IN ('delivered', 'failed', 'bounced', 'expired')
+  AND d.status IN ('queued', 'sent')
+RETURNING d.id, d.tenant_id, d.status;
+
 -- name: delivery_push_confirm
--- A Web Push of an inbox row was accepted (delivered) or refused for good (failed) by the push
--- service.  One device's success wins over another's failure, whatever their order.  Found through
+-- A Web Push of an inbox row was accepted (sent: the push service gives no receipt), refused for
+-- good (failed) or found gone (expired: 404/410) by the push service.  First answer wins, except
+-- that one device's acceptance wins over another's refusal, whatever their order.  Found through
 -- the inbox row's (recipient, event), the deliveries' unique key.
 UPDATE deliveries d SET status = %(status)s, error_code = %(error_code)s,
        updated_at = coalesce(%(now)s::timestamptz, now())
 FROM notifications n
 WHERE n.id = %(notification_id)s AND n.tenant_id = %(tenant_id)s
   AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.channel = 'push'
-  AND (d.status = 'sent' OR (d.status = 'failed' AND %(status)s = 'delivered'))
+  AND %(status)s IN ('sent', 'failed', 'expired')
+  AND (d.status = 'queued' OR (d.status IN ('failed', 'expired') AND %(status)s = 'sent'))
 RETURNING d.id, d.status;
+
+-- name: delivery_expire_for_jobs
+-- The expiry service made these jobs dead as expired: an email or SMS delivery whose provider
+-- job never ran before its time to live is expired (it was never sent).  Only from queued.
+UPDATE deliveries d SET status = 'expired', error_code = 'expired',
+       updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.type IN ('email.send', 'sms.send', 'sms.otp')
+  AND d.provider_ref = j.payload->>'message_id' AND d.tenant_id = j.tenant_id
+  AND d.channel IN ('email', 'sms') AND d.status = 'queued'
+RETURNING d.id;
+
+-- name: delivery_settle_dead_jobs
+-- The safety net behind the handlers: an email or SMS delivery still queued whose provider job
+-- went dead without its handler saying so (the reaper after a crash on the last attempt, a
+-- handler timeout on the last attempt) is failed (expired when the job expired), never left
+-- waiting.  Dead jobs of the last %(window)s seconds (jobs_dead_finished_idx), from queued only.
+UPDATE deliveries d SET status = CASE WHEN j.last_error_code = 'expired' THEN 'expired' ELSE 'failed' END,
+       error_code = coalesce(j.last_error_code, 'dead'), updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+WHERE j.status = 'dead'
+  AND j.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND j.type IN ('email.send', 'sms.send', 'sms.otp')
+  AND d.provider_ref = j.payload->>'message_id' AND d.tenant_id = j.tenant_id
+  AND d.channel IN ('email', 'sms') AND d.status = 'queued'
+RETURNING d.id;
 
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
@@ -281,10 +337,13 @@ SELECT count(*) AS unread FROM notifications
 WHERE recipient_id = %(user_id)s AND read_at IS NULL AND archived_at IS NULL;
 
 -- name: inbox_get
--- One row of a user's inbox, with its full text.
-SELECT id, seq, tenant_id, event_id, event_type, category, template_key, template_version, title, body, data,
-       locale, created_at, seen_at, read_at, archived_at
-FROM notifications WHERE id = %(id)s AND recipient_id = %(user_id)s;
+-- One row of a user's inbox, with its full text and the delivery state of each channel it went to
+-- (channel -> status: what the user may know of their own notification; never another user's).
+SELECT n.id, n.seq, n.tenant_id, n.event_id, n.event_type, n.category, n.template_key, n.template_version,
+       n.title, n.body, n.data, n.locale, n.created_at, n.seen_at, n.read_at, n.archived_at,
+       (SELECT coalesce(jsonb_object_agg(d.channel, d.status), '{}'::jsonb) FROM deliveries d
+        WHERE d.recipient_id = n.recipient_id AND d.event_id = n.event_id) AS deliveries
+FROM notifications n WHERE n.id = %(id)s AND n.recipient_id = %(user_id)s;
 
 -- name: inbox_mark
 -- Mark a row seen / read / archived (read implies seen); the first time is kept.

@@ -1,7 +1,13 @@
 """The provider sandbox: one local process that plays every provider opsboard talks to.
 
 * **SMTP** (aiosmtpd) on its own port: accepts any sender, recipient and
-  credentials; answers ``250 queued as <id>``.
+  credentials; answers ``250 queued as <id>``.  For a recipient given an outcome
+  (:meth:`Sandbox.email_outcome`: ``failed`` -- the far side bounced it -- or
+  ``delivered``) it plays the remote mail host and the bounce address's inbound
+  service: it writes the DSN (RFC 3464) a mail host returns to the envelope sender
+  and POSTs it, signed (``Opsboard-Signature``), to ``email_report_url`` -- before it
+  answers 250, so the report reaches the product before the sender records
+  ``sent`` (the harder order: a late ``sent`` must not undo it).
 * **HTTP** on one port:
 
   ============================================  ==========================================
@@ -15,6 +21,8 @@
   ``POST /_sandbox/faults``                     inject a fault on a route (see below)
   ``DELETE /_sandbox/faults``                   clear every fault
   ``POST /_sandbox/push/subscriptions``         create a push subscription (keys returned)
+  ``POST /_sandbox/email/outcomes``             ``{"address", "action": "failed"|"delivered"}``:
+                                                mail to it is reported back by a DSN
   ``GET  /_sandbox/``                           an HTML page of the records and faults
   ============================================  ==========================================
 
@@ -119,6 +127,8 @@ class State:
     subscriptions: dict = field(default_factory=dict)
     #: number -> the final status the SMS status query reports for it (default "delivered").
     sms_status: dict = field(default_factory=dict)
+    #: email address -> (DSN Action, Status) the sandbox reports for mail to it (none: no report).
+    email_outcomes: dict = field(default_factory=dict)
     seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     fault_seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     max_records: int = 100_000
@@ -306,6 +316,13 @@ class _Handler(BaseHTTPRequestHandler):
             except (ValueError, TypeError) as exc:
                 return self._send(400, {"error": "invalid_fault", "message": str(exc)})
             return self._send(201, fault.as_json())
+        if path == "/_sandbox/email/outcomes":
+            address, action = data.get("address"), data.get("action", "failed")
+            if not isinstance(address, str) or "@" not in address or action not in ("failed", "delivered"):
+                return self._send(400, {"error": "invalid_outcome",
+                                        "message": "address (an email address) and action (failed | delivered)"})
+            self.server.sandbox.email_outcome(address, action)  # type: ignore
+            return self._send(201, {"address": address, "action": action})
         if path == "/_sandbox/push/subscriptions":
             host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
             return self._send(201, self.server.sandbox.new_push_subscription(f"http://{host}"))  # type: ignore
@@ -407,6 +424,12 @@ class _SmtpHandler:
                           raw=(envelope.original_content or envelope.content).decode("utf-8", "replace"),
                           user=getattr(session, "auth_data", None) and getattr(session.auth_data, "login", b"").decode(
                               "utf-8", "replace"))
+        for rcpt in envelope.rcpt_tos:
+            outcome = self.state.email_outcomes.get(rcpt.lower())
+            if outcome is not None:
+                # The report goes out before the 250 (see the module docstring).
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self._report, server, msg, rcpt, *outcome)
         if fault is not None and fault.hold_ms:
             await asyncio.sleep(fault.hold_ms / 1000)
         if fault is not None and fault.kind in ("drop", "reset"):
@@ -414,6 +437,33 @@ class _SmtpHandler:
             server.transport.close()
             return "421 closing"
         return f"250 2.0.0 Ok: queued as {queue_id}"
+
+
+    def _report(self, server, msg, rcpt: str, action: str, status: str) -> None:
+        """POST the DSN of ``msg`` for ``rcpt`` to the product's report URL (recorded as kind ``dsn``)."""
+        import urllib.request
+
+        from opsboard.deliveries import dsn
+
+        sandbox = getattr(self, "sandbox", None)
+        headers = "\r\n".join(f"{k}: {v}" for k, v in msg.items())
+        raw = dsn.build(headers, rcpt, action, status,
+                        "550 5.1.1 mailbox unavailable" if action == "failed" else "250 2.0.0 delivered")
+        url = sandbox.email_report_url if sandbox else ""
+        answered = None
+        if url:
+            req = urllib.request.Request(url, data=raw, method="POST", headers={
+                "Content-Type": "message/rfc822",
+                dsn.SIGNATURE_HEADER: dsn.sign(sandbox.email_report_secret, raw)})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    answered = resp.status
+            except urllib.error.HTTPError as exc:
+                answered = exc.code
+            except OSError:
+                answered = None
+        self.state.record("dsn", "smtp", rcpt_to=rcpt, action=action, status=status,
+                          message_id=str(msg.get("Message-ID", "")), answered=answered, raw=raw.decode())
 
 
 def _any_credentials(server, session, envelope, mechanism, auth_data):
@@ -484,6 +534,9 @@ class Sandbox:
         #: With smtp_ssl, SMTP speaks implicit TLS (SMTPS) from the first byte, same kind of certificate.
         self.smtp_ssl = smtp_ssl
         self.smtp_ca_file: str | None = None
+        #: Where DSNs go (the product's ``/api/providers/email/dsn``) and the secret that signs them.
+        self.email_report_url = ""
+        self.email_report_secret = ""
         self._http: _Server | None = None
         self._smtp = None
         self._thread: threading.Thread | None = None
@@ -511,7 +564,9 @@ class Sandbox:
                 self.smtp_ca_file, extra["tls_context"] = _self_signed(self.host)
             elif self.smtp_ssl:
                 self.smtp_ca_file, extra["ssl_context"] = _self_signed(self.host)
-            self._smtp = Controller(_SmtpHandler(self.state), hostname=self.host, port=port,
+            handler = _SmtpHandler(self.state)
+            handler.sandbox = self
+            self._smtp = Controller(handler, hostname=self.host, port=port,
                                     authenticator=_any_credentials, auth_require_tls=False,
                                     auth_required=False, **extra)
             self._smtp.start()
@@ -546,6 +601,10 @@ class Sandbox:
     def sms_final_status(self, number: str, status: str) -> None:
         """What the status query reports for SMS to ``number`` from now on (``failed``, ``queued``...)."""
         self.state.sms_status[number] = status
+
+    def email_outcome(self, address: str, action: str = "failed", status: str | None = None) -> None:
+        """Mail to ``address`` is reported back by a DSN: ``failed`` (a bounce, 5.1.1) or ``delivered`` (2.0.0)."""
+        self.state.email_outcomes[address.lower()] = (action, status or ("5.1.1" if action == "failed" else "2.0.0"))
 
     def new_push_subscription(self, base_url: str | None = None) -> dict:
         """A Web Push subscription this sandbox can decrypt: ``{endpoint, keys: {p256dh, auth}}``."""
@@ -600,9 +659,11 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}}</s
 
 
 def serve(host: str = "127.0.0.1", http_port: int = 8025, smtp_port: int = 8026, sms_key: str = "",
-          ready=None) -> None:
+          ready=None, email_report_url: str = "", email_report_secret: str = "") -> None:
     """Run the sandbox in the foreground until interrupted (``opsboard sandbox``)."""
-    sb = Sandbox(host, http_port, smtp_port, sms_key=sms_key).start()
+    sb = Sandbox(host, http_port, smtp_port, sms_key=sms_key)
+    sb.email_report_url, sb.email_report_secret = email_report_url, email_report_secret
+    sb.start()
     print(f"sandbox: HTTP {sb.url} (page {sb.url}/_sandbox/), SMTP {host}:{sb.smtp_port}", flush=True)
     if ready:
         ready(sb)

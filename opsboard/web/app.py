@@ -123,10 +123,10 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
                    queues, reports, tenants, tickets, webhooks, workers)
-    from . import inbox_page, notification_templates, notifications_view, pauses
+    from . import inbox_page, notification_templates, notifications_view, pauses, provider_reports
     for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
                    apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox_page,
-                   notifications_view, pauses):
+                   notifications_view, pauses, provider_reports):
         app.register_blueprint(module.bp)
     return app
 

@@ -21,9 +21,13 @@ def _context() -> dict:
 def index():
     from .. import pauses
     from .pauses import holds_context
+    from ..notifications import tracking
     with get_db().connection() as conn:
         holds = holds_context(conn)   # incident controls: providers held by hand (issue 28)
-    return render_template("deliveries/index.html", **_context(), **holds, providers=pauses.known_providers())
+        # The latest notification deliveries and the state each reached (issue 26; all of them: /notifications/).
+        latest = tracking.recent(conn, current_scope("jobs.view"), limit=20)
+    return render_template("deliveries/index.html", **_context(), **holds, providers=pauses.known_providers(),
+                           latest=latest)
 
 
 @bp.route("/_breakers")

@@ -105,7 +105,7 @@ STATUS_LABELS = {
     "new": _l("new"), "triaged": _l("triaged"), "in_progress": _l("in progress"),
     "waiting_on_customer": _l("waiting on customer"),
     # notification deliveries, templates
-    "sent": _l("sent"), "delivered": _l("delivered"), "suppressed": _l("suppressed"),
+    "sent": _l("sent"), "delivered": _l("delivered"), "suppressed": _l("suppressed"), "bounced": _l("bounced"),
     "draft": _l("draft"), "published": _l("published"),
 }
 

@@ -35,11 +35,26 @@ CREATES = [
     ("/api/v1/otp", "key", {"phone": "+393471234567"}, {"phone": "+393471234568"}),
     ("/api/v1/webhooks", "key", {"url": "https://93.184.216.34/a"}, {"url": "https://93.184.216.34/b"}),
     ("/api/v1/tickets", "user", {"subject": "Help", "body": "It broke"}, {"subject": "Other", "body": "Else"}),
+    # Issue 26: ticket replies (were the ticket service's own per-request key, which replayed another
+    # body silently) and push devices (had no key at all) go through the same helper.
+    ("/api/v1/tickets/{ticket}/replies", "user", {"body": "More detail"}, {"body": "Something else"}),
+    ("/api/v1/devices", "user", {"endpoint": "https://push.example.test/a", "keys": {"p256dh": "k", "auth": "a"}},
+     {"endpoint": "https://push.example.test/b", "keys": {"p256dh": "k", "auth": "a"}}),
 ]
+
+
+def _path(client, callers, path: str) -> str:
+    if "{ticket}" in path:
+        t = client.post("/api/v1/tickets", json={"subject": "Printer", "body": "It jams"},
+                        headers=bearer(callers["user"]))
+        assert t.status_code == 201, t.json
+        path = path.replace("{ticket}", t.json["id"])
+    return path
 
 
 @pytest.mark.parametrize("path, who, first, other", CREATES, ids=[c[0] for c in CREATES])
 def test_idempotency_key_replays_the_same_body_and_refuses_another(client, callers, path, who, first, other):
+    path = _path(client, callers, path)
     headers = bearer(callers[who], **{"Idempotency-Key": f"k-{uuid.uuid4()}"})
     a = client.post(path, json=first, headers=headers)
     assert a.status_code in (201, 202), a.json
@@ -48,6 +63,45 @@ def test_idempotency_key_replays_the_same_body_and_refuses_another(client, calle
     assert b.json == {k: v for k, v in a.json.items() if k != "secret"}   # a webhook secret is shown once
     c = client.post(path, json=other, headers=headers)
     assert c.status_code == 409 and c.json["error"] == "idempotency_conflict", c.json
+
+
+def test_a_replayed_reply_adds_no_second_message(client, callers):
+    path = _path(client, callers, "/api/v1/tickets/{ticket}/replies")
+    headers = bearer(callers["user"], **{"Idempotency-Key": f"k-{uuid.uuid4()}"})
+    a = client.post(path, json={"body": "Once"}, headers=headers)
+    b = client.post(path, json={"body": "Once"}, headers=headers)
+    assert (a.status_code, b.status_code) == (201, 201) and "Idempotent-Replayed" not in a.headers
+    assert [m["body"] for m in b.json["messages"]].count("Once") == 1
+    t = client.get(path.rsplit("/", 1)[0], headers=bearer(callers["user"]))
+    assert [m["body"] for m in t.json["messages"]].count("Once") == 1
+
+
+@pytest.mark.parametrize("create, delete", [
+    (("/api/v1/webhooks", "key", {"url": "https://93.184.216.34/gone"}), "/api/v1/webhooks/{id}"),
+    (("/api/v1/devices", "user", {"endpoint": "https://push.example.test/gone", "keys": {"p256dh": "k", "auth": "a"}}),
+     "/api/v1/devices/{id}"),
+], ids=["webhooks", "devices"])
+def test_a_replay_after_the_created_resource_was_deleted_is_a_documented_409(client, callers, create, delete):
+    """Issue 26: the replay answered 201 with a gone resource (whose link answered an undocumented 404)."""
+    path, who, body = create
+    headers = bearer(callers[who], **{"Idempotency-Key": f"k-{uuid.uuid4()}"})
+    a = client.post(path, json=body, headers=headers)
+    assert a.status_code == 201
+    assert client.post(path, json=body, headers=headers).headers.get("Idempotent-Replayed") == "true"
+    assert client.delete(delete.format(id=a.json["id"]), headers=bearer(callers[who])).status_code == 200
+    r = client.post(path, json=body, headers=headers)
+    assert r.status_code == 409 and r.json["error"] == "idempotency_key_resource_gone", r.json
+    assert r.json["field"] == "Idempotency-Key"
+    # Another body under the spent key is still a conflict; a new key creates again.
+    other = dict(body, **({"url": "https://93.184.216.34/other"} if "url" in body else
+                          {"endpoint": "https://push.example.test/other"}))
+    assert client.post(path, json=other, headers=headers).json["error"] == "idempotency_conflict"
+    again = client.post(path, json=body, headers=bearer(callers[who], **{"Idempotency-Key": f"k-{uuid.uuid4()}"}))
+    assert again.status_code == 201
+    # The document promises this answer.
+    doc = client.get("/api/v1/openapi.json").json
+    assert "idempotency_key_resource_gone" in doc["paths"][path.removeprefix("/api/v1")]["post"]["responses"]["409"][
+        "description"]
 
 
 JSON_POSTS = [("/api/v1/events", "key"), ("/api/v1/jobs", "key"), ("/api/v1/otp", "key"),

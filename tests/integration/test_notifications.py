@@ -204,7 +204,7 @@ def test_deliver_renders_the_live_template_and_records_the_version(conn, tenant)
     d = _deliveries(conn, ev["id"])[(uid, "email")]
     handlers.deliver(JobStub(conn, {"delivery_id": str(d["id"])}, tenant["id"]))
     after = _deliveries(conn, ev["id"])[(uid, "email")]
-    assert after["status"] == "sent" and after["template_version"] == 2 and after["locale"] == "fa"
+    assert after["status"] == "queued" and after["template_version"] == 2 and after["locale"] == "fa"  # sent: by email.send
     msg = conn.execute("SELECT * FROM outbound_messages WHERE id = %s::uuid", (after["provider_ref"],)).fetchone()
     assert msg["params"]["subject"] == "سلام ۲" and msg["params"]["text"] == "پیام دوم"
     assert '<html lang="fa" dir="rtl">' in msg["params"]["html"]

@@ -208,10 +208,24 @@ def sms_send(job):
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
     if isinstance(outcome, retry.Success):
         return _sms_sent(job, msg, outcome.ref)
-    if isinstance(outcome, retry.Permanent):
-        with job.connection() as conn:
-            db.one(conn, "outbound_message_failed", {"id": message_id, "tenant_id": job.tenant_id})
+    _failed_if_final(job, message_id, outcome)
     return outcome
+
+
+def _last_attempt(job, outcome) -> bool:
+    """Whether ``outcome`` ends the job: permanent, or a retry with no attempt left."""
+    return isinstance(outcome, retry.Permanent) or (
+        isinstance(outcome, (retry.Retryable, retry.Unknown)) and job.attempt >= job.max_attempts)
+
+
+def _failed_if_final(job, message_id, outcome) -> None:
+    """A message refused for good or out of retries is ``failed`` -- it and its notification
+    delivery, in one statement (``outbound_message_failed``) -- never left ``queued``/``sent``."""
+    if _last_attempt(job, outcome):
+        with job.connection() as conn:
+            db.one(conn, "outbound_message_failed", {"id": message_id, "tenant_id": job.tenant_id,
+                                                     "error_code": getattr(outcome, "code", None) or "failed",
+                                                     "now": None})
 
 
 def _sms_sent(job, msg, ref):
@@ -256,9 +270,8 @@ def email_send(job):
         with job.connection() as conn:
             db.one(conn, "outbound_message_sent", {"id": message_id, "tenant_id": job.tenant_id,
                                                    "ref": outcome.ref, "erase": False, "now": None})
-    elif isinstance(outcome, retry.Permanent):
-        with job.connection() as conn:
-            db.one(conn, "outbound_message_failed", {"id": message_id, "tenant_id": job.tenant_id})
+    else:
+        _failed_if_final(job, message_id, outcome)
     return outcome
 
 
@@ -283,7 +296,7 @@ def push_send(job):
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))
     with job.connection() as conn:
-        if isinstance(outcome, (retry.Success, retry.Permanent)):
+        if isinstance(outcome, retry.Success) or _last_attempt(job, outcome):
             _push_confirm(conn, job, outcome)
         if isinstance(outcome, retry.Success):
             db.execute(conn, "push_subscription_success", {"id": sub_id, "tenant_id": job.tenant_id, "now": None})
@@ -293,14 +306,22 @@ def push_send(job):
     return outcome
 
 
+#: Push service answers that mean the subscription is gone: the device is deactivated and the
+#: delivery ``expired`` (there is no longer anywhere to deliver it).
+PUSH_GONE = ("push_404", "push_410")
+
+
 def _push_confirm(conn, job, outcome) -> None:
-    """The push service's answer moves the notification's push delivery on: accepted -> delivered, refused -> failed."""
+    """The push service's answer moves the notification's push delivery on: accepted -> sent (Web Push
+    has no receipt), subscription gone (404/410) -> expired, refused for good or out of retries -> failed."""
     try:
         notification_id = uuid.UUID(str(job.payload["notification_id"]))
     except ValueError:
         return  # a push that is not of an inbox row (no delivery to move)
-    ok = isinstance(outcome, retry.Success)
+    if isinstance(outcome, retry.Success):
+        status, code = "sent", None
+    else:
+        status, code = ("expired" if outcome.code in PUSH_GONE else "failed"), outcome.code
     db.all_rows(conn, "delivery_push_confirm", {"notification_id": notification_id, "tenant_id": job.tenant_id,
-                                                "status": "delivered" if ok else "failed",
-                                                "error_code": None if ok else outcome.code, "now": None})
+                                                "status": status, "error_code": code, "now": None})
 

@@ -9,14 +9,20 @@ transaction -- ``email.send`` / ``sms.send`` (``sms.otp`` for critical
 categories) through an ``outbound_messages`` row with the built-in
 ``notice`` template carrying the rendered text, or one ``push.send`` per
 active device (generic title when the delivery is marked generic).  The
-delivery becomes ``sent`` with the template version and locale used; a
-delivery that is no longer queued is left alone (idempotent).
+delivery stays ``queued``, handed over (``delivery_hand_over``: the outbound
+message id or the device count, the template version and locale used); a
+delivery already handed over or no longer queued is left alone (idempotent).
+A critical category's SMS and email expire with :data:`policy.CRITICAL_TTL`.
 
-After ``sent``: ``notifications.sms_status {delivery_id}`` (queued by the
-deliver job, first run 30 s later) asks the SMS gateway by client id and moves
-the delivery to ``delivered`` or ``failed`` (retried while the SMS is on its
-way); a Web Push answer moves the push delivery (``push.send``, via
-``delivery_push_confirm``).  Email stays ``sent``: SMTP gives no receipt.
+The provider jobs move it on (see docs/deliveries.md, "Delivery states"):
+accepted -> ``sent``; refused for good or out of retries -> ``failed``; its
+time to live passed before it ran -> ``expired`` (the expiry service); a Web
+Push subscription gone (404/410) -> ``expired``.  After ``sent``:
+``notifications.sms_status {delivery_id}`` (queued by the deliver job, first
+run 30 s later) asks the SMS gateway by client id for its delivery report
+(``delivered``, ``bounced``, ``expired`` or ``failed``; retried while the SMS
+is on its way); an email's DSN (``POST /api/providers/email/dsn``) makes it
+``delivered`` or ``bounced``.
 """
 from __future__ import annotations
 
@@ -33,8 +39,11 @@ from worker.providers import sms as sms_provider
 GENERIC_TITLE = "New notification"
 #: First look at an SMS's fate this long after the deliver job (then the job type's backoff).
 SMS_STATUS_AFTER = timedelta(seconds=30)
-#: The gateway's words for an SMS lost after acceptance.
-SMS_FAILED = frozenset({"failed", "undeliverable", "expired", "rejected"})
+#: The gateway's delivery report -> the delivery's final state.  "undeliverable": the network
+#: took it and the handset's side returned it (a bounce); "expired": its validity period ran out
+#: before the handset took it; "failed"/"rejected": refused.
+SMS_REPORT_STATES = {"delivered": "delivered", "undeliverable": "bounced", "expired": "expired",
+                     "failed": "failed", "rejected": "failed"}
 
 
 def _uuid(value, field: str) -> uuid.UUID:
@@ -52,8 +61,8 @@ def fanout(job):
     return None
 
 
-def _mark(conn, delivery, status, *, reason=None, ref=None, error_code=None, version=None, locale=None):
-    return db.one(conn, "delivery_mark", {"id": delivery["id"], "status": status, "reason": reason, "ref": ref,
+def _mark(conn, delivery, status, *, reason=None, error_code=None, version=None, locale=None):
+    return db.one(conn, "delivery_mark", {"id": delivery["id"], "status": status, "reason": reason, "ref": None,
                                           "error_code": error_code, "template_version": version,
                                           "locale": locale, "now": None})
 
@@ -64,7 +73,7 @@ def deliver(job):
         d = db.one(conn, "delivery_load", {"id": delivery_id, "tenant_id": job.tenant_id})
         if d is None:
             return retry.Permanent("delivery_gone")
-        if d["status"] != "queued":
+        if d["status"] != "queued" or d["provider_ref"] is not None:
             return retry.Success(ref=d["provider_ref"])
         event = fanoutmod.load_event(conn, d["event_id"], TenantScope(all=False, ids=(d["tenant_id"],)))
         pol = policy.policy_for(d["event_type"])
@@ -88,7 +97,8 @@ def deliver(job):
                 out = messages.send_email(conn, d["tenant_id"], d["email"], "notice",
                                            {"subject": title, "text": render.email_text(body),
                                             "html": render.email_document(title, body, locale)},
-                                           idempotency_key=key, critical=critical)
+                                           idempotency_key=key, critical=critical,
+                                           expires_in=policy.CRITICAL_TTL.total_seconds() if critical else None)
                 ref = str(out["message"]["id"])
             elif d["channel"] == "sms":
                 out = messages.send_sms(conn, d["tenant_id"], d["phone"] or "", "notice",
@@ -116,7 +126,8 @@ def deliver(job):
             _mark(conn, d, "failed", error_code=exc.code if hasattr(exc, "code") else "invalid_recipient",
                   version=version, locale=locale)
             return retry.Permanent("invalid_recipient")
-        _mark(conn, d, "sent", ref=ref, version=version, locale=locale)
+        db.one(conn, "delivery_hand_over", {"id": d["id"], "ref": ref, "template_version": version,
+                                            "locale": locale, "now": None})
     return None
 
 
@@ -126,35 +137,35 @@ def _confirm(conn, d, status, error_code=None):
 
 
 def sms_status(job):
-    """A sent SMS delivery -> delivered / failed from the gateway's status query by client id.
+    """A sent SMS delivery -> delivered / bounced / expired / failed from the gateway's delivery
+    report, asked by client id (:data:`SMS_REPORT_STATES`).
 
     Retryable while the provider job has not sent it yet or the gateway has it
-    on its way; a delivery no longer ``sent`` is left alone (idempotent).
+    on its way; a delivery in a final state is left alone (idempotent).
     """
     delivery_id = _uuid(job.payload["delivery_id"], "delivery_id")
     with job.connection() as conn:
         d = db.one(conn, "delivery_load", {"id": delivery_id, "tenant_id": job.tenant_id})
         if d is None:
             return retry.Permanent("delivery_gone")
-        if d["channel"] != "sms" or d["status"] != "sent":
+        if d["channel"] != "sms" or d["status"] not in ("queued", "sent") or d["provider_ref"] is None:
             return None
         msg = db.one(conn, "outbound_message_get", {"id": _uuid(d["provider_ref"], "provider_ref"),
                                                     "tenant_id": d["tenant_id"]})
         if msg is None:
             return retry.Permanent("message_gone")
-        if msg["status"] == "failed":            # the gateway refused it: sms.send ended permanent
-            _confirm(conn, d, "failed", "sms_refused")
+        if msg["status"] == "failed":            # sms.send ended it (outbound_message_failed moved the delivery)
             return None
-    if msg["status"] != "sent":
+    if msg["status"] != "sent" or d["status"] != "sent":
         return retry.Retryable("sms_not_sent_yet")
     try:
         found = sms_provider.lookup(job.settings, str(msg["id"]))
     except sms_provider.StatusUnavailable as exc:
         return retry.Retryable(str(exc))
     status = (found or {}).get("status")
-    if status == "delivered" or status in SMS_FAILED:
+    final = SMS_REPORT_STATES.get(status)
+    if final is not None:
         with job.connection() as conn:
-            _confirm(conn, d, "delivered" if status == "delivered" else "failed",
-                     None if status == "delivered" else f"sms_{status}")
+            _confirm(conn, d, final, None if final == "delivered" else f"sms_{status}")
         return None
     return retry.Retryable("sms_pending" if found else "sms_not_found")

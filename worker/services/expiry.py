@@ -1,4 +1,11 @@
-"""The expiry service: pending or retryable jobs past ``expires_at`` go ``dead`` as ``expired``."""
+"""The expiry service: pending or retryable jobs past ``expires_at`` go ``dead`` as ``expired``.
+
+In the same transaction, a notification delivery whose email or SMS job expired unsent
+becomes ``expired`` (``delivery_expire_for_jobs``): its time to live passed before it was sent.
+Then, as a safety net, a delivery still ``queued`` whose provider job went dead without its
+handler saying so (the reaper after a crash on the last attempt, a timeout on the last attempt)
+becomes ``failed`` (``delivery_settle_dead_jobs``, over the jobs dead for ``settle_window``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +19,8 @@ from opsboard.config import Config
 class ExpiryConfig:
     interval: float = 5.0
     batch: int = 1000
+    #: Seconds back the delivery safety net looks for dead provider jobs (it runs every interval).
+    settle_window: float = 3600.0
 
     @classmethod
     def from_config(cls, config: Config) -> "ExpiryConfig":
@@ -30,7 +39,13 @@ class Expiry:
         total = 0
         while True:
             with conn.transaction():
-                n = len(db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch}))
+                ids = [r["id"] for r in db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch})]
+                if ids:
+                    db.all_rows(conn, "delivery_expire_for_jobs", {"job_ids": ids, "now": now})
+                n = len(ids)
             total += n
             if n < self.config.batch:
-                return total
+                break
+        with conn.transaction():
+            db.all_rows(conn, "delivery_settle_dead_jobs", {"now": now, "window": self.config.settle_window})
+        return total

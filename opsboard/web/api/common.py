@@ -163,7 +163,8 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
 
 
 def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, dict]], *, namespace: str = "",
-               before: Callable[[psycopg.Connection], None] | None = None, not_replayed: tuple[str, ...] = ()):
+               before: Callable[[psycopg.Connection], None] | None = None, not_replayed: tuple[str, ...] = (),
+               still_there: Callable[[psycopg.Connection, dict], bool] | None = None):
     """The one Idempotency-Key helper of every create endpoint: run ``work`` in one transaction and, with
     a key, remember its answer.  The same key with the same body (and method and path) answers the
     stored answer with ``Idempotent-Replayed: true``; with another body, 409 ``idempotency_conflict``.
@@ -171,6 +172,11 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
     ``body`` is what identifies the request (the JSON body, or form fields and upload digests);
     ``namespace`` separates keys of different callers of one tenant (a user token's user id);
     fields named in ``not_replayed`` (a secret shown once) are not stored, so a replay lacks them.
+
+    ``still_there(conn, stored answer)`` says whether the resource the first request created
+    still exists; when it was deleted since, a replay answers 409 ``idempotency_key_resource_gone``
+    instead of a 201 for something that is not there (and a link that would answer 404): the key
+    is spent, a new one creates again.  Endpoints whose resources cannot be deleted pass nothing.
     """
     idem = idempotency_key()
     digest = None
@@ -185,7 +191,7 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
         if idem is not None:
             stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
             if stored is not None:
-                return _replay(stored, digest)
+                return _replay(stored, digest, conn, still_there)
         # Pipeline mode: BEGIN travels with the admission statement, saving a round trip.
         with (conn.pipeline() if before is not None else contextlib.nullcontext()), conn.transaction():
             if before is not None:
@@ -195,7 +201,7 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
                 if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": stored_key,
                                                           "request_hash": digest}) is None:
                     stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
-                    return _replay(stored, digest)
+                    return _replay(stored, digest, conn, still_there)
             status, answer = work(conn)
             if idem is not None:
                 db.execute(conn, "api_idempotency_store", {"tenant_id": tenant_id, "key": stored_key,
@@ -207,10 +213,14 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
     return resp
 
 
-def _replay(stored: dict, digest: bytes):
+def _replay(stored: dict, digest: bytes, conn=None, still_there=None):
     if bytes(stored["request_hash"]) != digest:
         raise Problem(409, "idempotency_conflict",
                       "This Idempotency-Key was used with another request; use a new key.", "Idempotency-Key")
+    if still_there is not None and 200 <= stored["status"] < 300 and not still_there(conn, stored["response"]):
+        raise Problem(409, "idempotency_key_resource_gone",
+                      "The resource this Idempotency-Key created was deleted since; use a new key to create "
+                      "another.", "Idempotency-Key")
     resp = jsonify(stored["response"])
     resp.status_code = stored["status"]
     resp.headers["Idempotent-Replayed"] = "true"

@@ -16,7 +16,7 @@ from ...notifications import devices, inbox
 from .. import sse
 from ..context import get_config, get_db
 from . import bp
-from .common import Problem, field, json_object
+from .common import Problem, field, idempotent, json_object
 
 
 def authenticate_user() -> dict:
@@ -66,6 +66,8 @@ def item_json(row: dict, full: bool = True) -> dict:
     if full:
         out["body"] = row["body"]
         out["data"] = row["data"]
+    if "deliveries" in row:   # one notification's detail: each channel's delivery state
+        out["deliveries"] = row["deliveries"]
     return out
 
 
@@ -144,9 +146,17 @@ def device_register():
     except Problem as exc:
         raise Problem(400, "invalid_subscription", exc.message, exc.field) from None
     with get_db().connection() as conn:
+        tenant_id = _core(lambda: devices.home_tenant(conn, user["user_id"]))
+
+    def work(conn):
         row = _core(lambda: devices.register_for_user(conn, user["user_id"], body,
                                                       allow=get_config().providers.webhook_allow))
-    return jsonify({"id": str(row["id"]), "state": row["state"]}), 201
+        return 201, {"id": str(row["id"]), "state": row["state"]}
+
+    # Idempotency-Key through the shared helper (issue 26); a replay after the device was
+    # unregistered is 409 idempotency_key_resource_gone.
+    return idempotent(tenant_id, body, work, namespace=f"user:{user['user_id']}:",
+                      still_there=lambda conn, answer: devices.is_active(conn, user["user_id"], answer["id"]))
 
 
 @bp.route("/devices/<subscription_id>", methods=["DELETE"])

@@ -69,6 +69,17 @@ _WEBHOOK_LINKS = {op: {"operationId": op, "parameters": {"id": "$response.body#/
     "rotateWebhookSecret")}
 
 
+def _replayable(description: str, schema: str) -> dict:
+    """A create's success answer: with ``Idempotent-Replayed: true`` when it is the stored first answer."""
+    return {"description": description, "headers": {
+        "Idempotent-Replayed": {"description": "true when this is the stored answer to an earlier request "
+                                               "with the same Idempotency-Key", "schema": {"const": "true"}}},
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+_IDEMPOTENCY_409 = "The Idempotency-Key was used with another request (`idempotency_conflict`)"
+
+
 def _webhook_paths() -> dict:
     return {
         "/webhooks": {
@@ -77,12 +88,14 @@ def _webhook_paths() -> dict:
                                   "401": _WEBHOOK_ERRORS["401"]}},
             "post": {"operationId": "createWebhookEndpoint",
                      "summary": "Register an endpoint; the answer carries its signing secret, shown this once",
-                     "parameters": [_IDEMPOTENT_ACTION],
+                     "parameters": [_IDEMPOTENCY],
                      "requestBody": {"required": True, "content": {"application/json": {
                          "schema": {"$ref": "#/components/schemas/WebhookEndpointRequest"}}}},
-                     "responses": {"201": {**_json("Registered", "WebhookEndpoint"), "links": _WEBHOOK_LINKS},
+                     "responses": {"201": {**_replayable("Registered (a replay: the first answer, without the "
+                                                         "secret)", "WebhookEndpoint"), "links": _WEBHOOK_LINKS},
                                    **_WEBHOOK_ERRORS, "413": _error("Body larger than 1 MiB"),
-                                   "409": _error("The Idempotency-Key was used for another tenant"),
+                                   "409": _error(_IDEMPOTENCY_409 + ", or the endpoint it created was deleted "
+                                                 "since (`idempotency_key_resource_gone`: use a new key)"),
                                    "422": _error("The URL's host is a private, loopback or link-local address "
                                                  "(also through DNS), or does not resolve")}}},
         "/webhooks/{id}": {
@@ -159,8 +172,10 @@ _POST_ERRORS = {
 }
 
 _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
-                "description": "Makes the POST safe to repeat: the same key and body return the first answer; "
-                               "the same key with another body answers 409. Kept 24 hours.",
+                "description": "Makes the POST safe to repeat: the same key and body return the first answer "
+                               "(`Idempotent-Replayed: true`); the same key with another body answers 409 "
+                               "`idempotency_conflict`; a replay after the created resource was deleted answers "
+                               "409 `idempotency_key_resource_gone`. Kept 24 hours.",
                 "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
 
 
@@ -341,7 +356,8 @@ def _ticket_paths() -> dict:
         "/tickets/{ticket_id}/replies": {"post": {
             "operationId": "replyTicket", "summary": "Reply (resumes a ticket waiting on the customer)",
             "parameters": [_TICKET_ID, _IDEMPOTENCY], "requestBody": _ticket_body("TicketReplyRequest"),
-            "responses": {"201": _ticket("Replied"), **_TICKET_ERRORS}}},
+            "responses": {"201": {**_ticket("Replied"), "headers": _replayable("", "Ticket")["headers"]},
+                          **_TICKET_ERRORS}}},
         "/tickets/{ticket_id}/reopen": {"post": {
             "operationId": "reopenTicket", "summary": "Reopen a resolved ticket within the window",
             "parameters": [_TICKET_ID, _IDEMPOTENCY],
@@ -377,7 +393,15 @@ _INBOX_SCHEMAS = {
                      "required": [*_NOTIFICATION_PROPS, "body", "data"],
                      "properties": {**_NOTIFICATION_PROPS, "body": _NSTR,
                                     "data": {"type": ["object", "null"],
-                                             "description": "the template's link and ids (no personal data)"}}},
+                                             "description": "the template's link and ids (no personal data)"},
+                                    "deliveries": {
+                                        "type": "object", "description":
+                                        "Only in GET /inbox/{notification_id}: the delivery state of each "
+                                        "channel it went to (see docs/deliveries.md, Delivery states)",
+                                        "propertyNames": {"enum": ["inbox", "email", "sms", "push"]},
+                                        "additionalProperties": {"enum": [
+                                            "queued", "sent", "delivered", "failed", "bounced", "expired",
+                                            "suppressed"]}}}},
     "InboxPage": {"type": "object", "additionalProperties": False, "required": ["items", "next_cursor", "unread"],
                   "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Notification"}},
                                  "next_cursor": {"type": ["integer", "null"], "minimum": 0},
@@ -440,15 +464,19 @@ def _inbox_paths() -> dict:
                           "404": _error("No such notification, or an unknown state")}}},
         "/devices": {"post": {
             "operationId": "registerDevice", "summary": "Register a Web Push subscription for the user",
+            "parameters": [_IDEMPOTENCY],
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/DeviceRequest"}}}},
-            "responses": {"201": {**_json("The subscription", "Device"), "links": {
+            "responses": {"201": {**_replayable("The subscription", "Device"), "links": {
                               "unregisterDevice": {"operationId": "unregisterDevice",
                                                    "parameters": {"subscription_id": "$response.body#/id"}}}},
                           "400": _error("Not a JSON object, or not a Web Push subscription (endpoint, keys.p256dh, "
                                         "keys.auth), or its endpoint is refused (a private, loopback or link-local "
                                         "address): `invalid_subscription`"),
-                          "409": _error("The push endpoint is registered to another user (`device_taken`)"),
+                          "409": _error("The push endpoint is registered to another user (`device_taken`), "
+                                        "or the Idempotency-Key was used with another request (`idempotency_conflict`), or the "
+                                        "device it registered was "
+                                        "unregistered since (`idempotency_key_resource_gone`: use a new key)"),
                           "413": _error("Body larger than 1 MiB")}}},
         "/devices/{subscription_id}": {"delete": {
             "operationId": "unregisterDevice", "summary": "Unregister one of the user's subscriptions",

@@ -195,11 +195,24 @@ def _act(ticket_id, action: str, fields: dict, uploads=()):
 @bp.route("/tickets/<ticket_id>/replies", methods=["POST"])
 @takes_attachments
 def ticket_reply(ticket_id):
+    """A reply creates a message: Idempotency-Key through the shared helper, like ``POST /tickets``
+    (same body -> the first answer, replayed; another body -> 409)."""
+    who = _customer()
     body, uploads = _body()
-    resp = _act(ticket_id, "reply", {"body": body.get("body")}, uploads)
-    if resp.status_code == 200:
-        resp.status_code = 201
-    return resp
+    store, limits = _limits()
+
+    def work(conn):
+        service.act(conn, ticket_id, "reply", _caller(who), scope=_scope(who), fields={"body": body.get("body")},
+                    request_key=_request_key(who), uploads=uploads, store=store, limits=limits)
+        return 201, _detail(conn, who, ticket_id)
+
+    identity = {"fields": body, "uploads": [[u.filename, hashlib.sha256(u.data).hexdigest()] for u in uploads]}
+    try:
+        return idempotent(who["tenant_id"], identity, work, namespace=f"user:{who['user_id']}:")
+    except OpsError as exc:
+        if exc.code == "not_found":
+            raise Problem(404, "not_found", "No such ticket.") from None
+        return _refused(exc)
 
 
 @bp.route("/tickets/<ticket_id>/reopen", methods=["POST"])

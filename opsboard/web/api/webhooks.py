@@ -108,8 +108,12 @@ def create_webhook():
             description=description, reason=reason, request_key=request_key))
         return 201, endpoint_json(row)
 
-    # The same key with another body is a 409, not the first endpoint (issue 25).
-    return idempotent(key["tenant_id"], body, work, not_replayed=("secret",))
+    def still_there(conn, answer: dict) -> bool:
+        return webhooks.show_endpoint(conn, _scope(key), answer["id"]) is not None
+
+    # The same key with another body is a 409, not the first endpoint (issue 25); a replay after the
+    # endpoint was deleted is a 409 idempotency_key_resource_gone, not a 201 for a gone endpoint (issue 26).
+    return idempotent(key["tenant_id"], body, work, not_replayed=("secret",), still_there=still_there)
 
 
 def _one(key, endpoint_id):
