@@ -268,11 +268,11 @@ def set_limit(conn: psycopg.Connection, actor: audit.Actor, kind: str, target: s
         old = db.one(conn, "pause_limit_get_for_update", {"kind": kind, "target": target})
         before = {"value": old["value"] if old else catalogue_limit(kind, target), "live": old is not None}
         if value is None:
-            row = db.one(conn, "pause_limit_delete", {"kind": kind, "target": target}) or {}
+            db.one(conn, "pause_limit_delete", {"kind": kind, "target": target})
             after = {"value": catalogue_limit(kind, target), "live": False}
         else:
-            row = db.one(conn, "pause_limit_upsert", {"kind": kind, "target": target, "value": value,
-                                                      "changed_by": actor.label})
+            db.one(conn, "pause_limit_upsert", {"kind": kind, "target": target, "value": value,
+                                                "changed_by": actor.label})
             after = {"value": value, "live": True}
         ctx.write(before=before, after=after)
         return {"kind": kind, "target": target, "before": before, "after": after}

@@ -83,7 +83,6 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = float(config.lease_seconds)
         self.run_services = run_services
-        total_slots = sum(q.slots for q in self.queues.values())
         # Two pools.  The worker's own work (claims, outcomes, heartbeats,
         # services) has connections handlers can never take; handlers draw
         # from theirs, each job at most HANDLER_CONNECTIONS_PER_SLOT at a time.
@@ -144,7 +143,7 @@ class Worker:
         # The pool's own per-attempt warnings would say the same thing many
         # times a second during an outage: the worker logs one line instead.
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-        if not self._wait_for_database():
+        if not self._wait_for_database() or not self._wait_for_schema():
             return self
         self.pool.open(wait=True, timeout=30)
         self.handler_pool.open(wait=False)
@@ -211,6 +210,40 @@ class Worker:
                 failures += 1
                 if self._pause(min(5.0, 0.2 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)):
                     return False
+
+    def _wait_for_schema(self) -> bool:
+        """Block until every migration this release ships is applied; ``False`` if stopped meanwhile.
+
+        A worker of a newer release started before ``opsboard migrate`` (a rolling upgrade that
+        migrates as it rolls) would otherwise fail on a table or column its code needs; it waits
+        instead, holding nothing, and starts when the migrations land.  A database that is ahead
+        (migrations this release does not know) is fine: migrations only expand until a later
+        release contracts.  With :attr:`wait_for_database` off it raises at once (one clear line).
+        """
+        from opsboard import migrate
+
+        logged = False
+        while True:
+            try:
+                with connect(self.url, pooler=self.pooler) as conn:
+                    pending = migrate.status(conn).pending
+            except (db.DatabaseUnavailable, psycopg.Error):
+                pending = None  # gone again: ask again shortly
+            if pending == []:
+                if logged:
+                    log.warning("the migrations are applied; starting")
+                return True
+            if pending:
+                names = ", ".join(m.path.name for m in pending[:3]) + (" ..." if len(pending) > 3 else "")
+                message = (f"the database lacks {len(pending)} migration(s) this release needs ({names}): "
+                           "run `opsboard migrate`")
+                if not self.wait_for_database:
+                    raise db.DatabaseUnavailable(message)
+                if not logged:
+                    log.warning("%s; waiting for them (SIGTERM to give up)", message)
+                    logged = True
+            if self._pause(1.0):
+                return False
 
     def _pause(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; ``True`` as soon as the worker is stopping (or a signal asked it to).

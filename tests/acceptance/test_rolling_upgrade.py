@@ -205,11 +205,15 @@ def test_new_worker_joins_while_the_new_migrations_are_applied(old_tree, fresh_d
             old = old_worker(processes, old_tree, fresh_db, "old-1")
             wait_for(lambda: done_by(c, "old-1") >= 20, timeout=60, message="the old worker to run jobs")
             # A new worker starts before the expand migrations (a deploy that runs them as it rolls):
-            # until they land it may find a table or column missing; it retries, loses nothing.
+            # it says what it lacks and waits, holding nothing, until they land under the running fleet.
             new = new_worker(processes, fresh_db, "new-1")
-            wait_for(lambda: registered(c, "new-1"), message="the new worker to register")
+            if pending:
+                wait_for(lambda: "migration(s) this release needs" in new.log_path.read_text(errors="replace"),
+                         message="the new worker to say it waits for the migrations")
+                assert not registered(c, "new-1")
             applied = migrate(fresh_db, log=lambda *_: None)  # under the running fleet
             assert [m.version for m in applied] == pending
+            wait_for(lambda: registered(c, "new-1"), message="the new worker to register")
             wait_for(lambda: done_by(c, "new-1") >= 20, timeout=60, message="the new worker to run jobs")
         finally:
             stop_file.touch()
