@@ -25,7 +25,8 @@ bp = Blueprint("alerts", __name__, url_prefix="/alerts")
 _SUMMARIES = {
     "dead_rising": (_l("%(n)s jobs went dead in the last %(window)s (threshold %(threshold)s)"),
                     ("dead", "window_seconds", "threshold")),
-    "error_code": (_l("%(n)s jobs failing with %(code)s in the last %(window)s"), ("jobs", "window_seconds", "error_code")),
+    "error_code": (_l("%(n)s jobs failing with %(code)s in the last %(window)s"),
+                   ("jobs", "window_seconds", "error_code")),
     "queue_age": (_l("the oldest ready job in %(queue)s has waited %(age)s (target %(target)s)"),
                   ("queue", "oldest_age_seconds", "target_seconds")),
     "no_worker": (_l("no live worker serves %(queue)s, which has ready jobs"), ("queue",)),

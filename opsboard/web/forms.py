@@ -123,7 +123,8 @@ def arg_day(name: str, source=None) -> str | None:
     try:
         return persian.parse_day(raw[:40]).isoformat()
     except ValueError:
-        raise ApiError(400, "invalid_date", _("%(name)s must be a day like 1405/09/08 or 2026-11-29", name=name)) from None
+        raise ApiError(400, "invalid_date",
+                       _("%(name)s must be a day like 1405/09/08 or 2026-11-29", name=name)) from None
 
 
 def render_result(partial: str, status: int = 200, **context):

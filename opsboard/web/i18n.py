@@ -239,7 +239,8 @@ def init_app(app) -> None:
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
-    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_ts_in=fmt_ts_in, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits,
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_ts_in=fmt_ts_in, fmt_day=fmt_day, utc_title=persian.format_utc,
+                                 num=num, digits=digits,
                                  ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,

@@ -56,8 +56,8 @@ def request_report():
     kind_name = forms.arg_text("kind", request.form, 100) or ""
     try:
         kind = reports.get_kind(kind_name)
-        params = {p.name: forms.arg_day(p.name, request.form) if p.type == "date" else forms.arg_text(p.name, request.form, 100)
-                  for p in kind.params}
+        params = {p.name: forms.arg_day(p.name, request.form) if p.type == "date"
+                  else forms.arg_text(p.name, request.form, 100) for p in kind.params}
         params = {k: v for k, v in params.items() if v is not None}
         with get_db().connection() as conn:
             run = reports.request_report(conn, tenant_id, kind.name, params, forms.actor(),
