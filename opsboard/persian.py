@@ -16,10 +16,11 @@ checks both over :data:`NORMALIZATION_TABLE`) and the notification filters.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel.dates import format_timedelta as _babel_timedelta
-from persiantools.jdatetime import JalaliDateTime
+from persiantools.jdatetime import JalaliDate, JalaliDateTime
 
 LOCALES = ("en", "fa")
 RTL_LOCALES = frozenset({"fa", "ar", "he", "ur"})
@@ -56,6 +57,12 @@ NORMALIZATION_TABLE = [
     ("order 1234", "order 1234"),           # Latin untouched
     ("خانۀ ما", "خانه ما"),                 # heh with yeh above
 ]
+
+
+def marked(message: str) -> str:
+    """``message`` unchanged: marks a string of the core (a report kind's title, a schedule's description)
+    for the catalogue.  Imported as ``_l`` so the extraction finds it; pages translate it when they show it."""
+    return message
 
 
 def normalize_search(text: str | None) -> str | None:
@@ -145,6 +152,18 @@ def format_day(value, *, locale: str | None = "en", calendar: str | None = "greg
     else:
         text = value.isoformat()
     return digits_for(text, locale)
+
+
+_JALALI_DAY = re.compile(r"([0-9]{4})/([0-9]{1,2})/([0-9]{1,2})")
+
+
+def parse_day(text: str) -> _dt.date:
+    """A day typed in a form: ISO ``2026-11-29`` (a date picker) or Jalali ``1405/09/08`` (the Jalali text
+    input; Persian or Arabic-Indic digits too).  ValueError when it is neither or no such day."""
+    raw = latin_digits(text.strip())
+    if m := _JALALI_DAY.fullmatch(raw):
+        return JalaliDate(int(m[1]), int(m[2]), int(m[3])).to_gregorian()
+    return _dt.date.fromisoformat(raw)
 
 
 def format_utc(value: _dt.datetime) -> str:

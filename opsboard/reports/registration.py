@@ -6,6 +6,7 @@ import uuid
 
 from .. import catalogue as _catalogue
 from ..jobtypes import Field, define
+from ..persian import marked as _l
 from ..schedules import define_schedule
 from .kinds import define_kind, Param, ReportKind
 from .activity import _activity_plan, _activity_rows, _activity_validate, _nightly_activity_payload
@@ -15,15 +16,15 @@ def register(cat: _catalogue.Catalogue) -> None:
     """Report kinds, the report job types and the nightly schedule."""
     define_kind(cat, ReportKind(
         name="job_activity",
-        title="Tenant job activity",
+        title=_l("Tenant job activity"),
         columns=("day", "job_type", "status", "jobs"),
-        params=(Param("date_from", "From (day)", "date"), Param("date_to", "To (day, inclusive)", "date"),
-                Param("time_zone", "Time zone", "time_zone", required=False, default="UTC")),
+        params=(Param("date_from", _l("From (day)"), "date"), Param("date_to", _l("To (day, inclusive)"), "date"),
+                Param("time_zone", _l("Time zone"), "time_zone", required=False, default="UTC")),
         validate=_activity_validate,
         plan=_activity_plan,
         rows=_activity_rows,
         filename=lambda p: f"job-activity-{p['date_from']}-{p['date_to']}.csv",
-        description="Jobs per day, type and status created in the range (days in the chosen time zone).",
+        description=_l("Jobs per day, type and status created in the range (days in the chosen time zone)."),
     ))
 
     define(cat, "reports.request", handler="worker.handlers.reports:request", queue="bulk", long_running=True,
@@ -42,4 +43,4 @@ def register(cat: _catalogue.Catalogue) -> None:
            max_attempts=5, timeout=120, description="A schedule slot's report for one tenant: makes the run once.")
     define_schedule(cat, "reports.nightly_activity", "30 1 * * *", time_zone="Asia/Tehran", job_type="reports.scheduled",
                     payload=_nightly_activity_payload, per_tenant=True,
-                    description="Yesterday's job activity report for every tenant, at 01:30 Tehran time.")
+                    description=_l("Yesterday's job activity report for every tenant, at 01:30 Tehran time."))

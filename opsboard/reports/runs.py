@@ -53,7 +53,8 @@ def request_report(conn: psycopg.Connection, tenant_id, kind: str, params: dict,
         jobqueue.enqueue(conn, "reports.request", {"run_id": str(run["id"])}, tenant=tenant_id,
                       idempotency_key=f"run:{run['id']}")
         rec = audit.record(conn, actor, "report.request", target_type="report", target_id=run["id"],
-                           tenant_id=tenant_id, reason=f"{k.name} {clean}",
+                           tenant_id=tenant_id,
+                           reason=" ".join([k.name, *(f"{name}={value}" for name, value in clean.items())]),
                            after={"run_id": str(run["id"]), "kind": k.name, "params": clean},
                            request_key=request_key)
         if rec is None:

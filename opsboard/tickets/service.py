@@ -29,7 +29,7 @@ from .. import audit, db, jobqueue, outbox
 from ..auth import Principal, TenantScope
 from ..errors import OpsError
 from ..jobtypes import Field, define
-from ..persian import normalize_search
+from ..persian import latin_digits, normalize_search
 from ..schema import Role, new_id
 from . import sla, workflow
 
@@ -522,7 +522,9 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
     pattern = None
     if search:
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    number = int(search) if search and search.isascii() and search.isdigit() and len(search) < 19 else None
+    # A ticket number as people type it: "#3", "3", "#۳" (Persian or Arabic-Indic digits too).
+    as_number = latin_digits(search).lstrip("#").strip() if search else ""
+    number = int(as_number) if as_number.isascii() and as_number.isdigit() and len(as_number) < 19 else None
     # prepare=False: a prepared statement may switch to a generic plan, which cannot drop the filters
     # left empty: at 1,000,000 tickets such a plan took 1.7 s (SLA or search filter) to 228 s (no
     # filter) against 2-25 ms planned with the values (plan_cache_mode=force_generic_plan, bench data).
@@ -616,12 +618,13 @@ def _sla_report_rows(conn, tenant_id, params: dict, lower: dict, upper: dict | N
 
 def define_sla_report(cat) -> None:
     """The ticket SLA compliance report kind (see :func:`opsboard.tickets.register`)."""
+    from ..persian import marked as _l
     from ..reports import ReportKind, define_kind
 
     define_kind(cat, ReportKind(
-        name="ticket_sla", title="Ticket SLA compliance",
+        name="ticket_sla", title=_l("Ticket SLA compliance"),
         columns=("category", "priority", "tickets", "first_response_breached", "resolution_breached",
                  "compliance_percent"),
         params=(), validate=_sla_report_validate, plan=_sla_report_plan, rows=_sla_report_rows,
         filename=lambda p: "ticket-sla-compliance.csv",
-        description="Tickets per category and priority, how many breached a due time, and the share that did not."))
+        description=_l("Tickets per category and priority, how many breached a due time, and the share that did not.")))

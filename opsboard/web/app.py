@@ -112,6 +112,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     from . import i18n
     i18n.init_app(app)
 
+    @app.route("/favicon.ico")
+    def favicon():
+        """Browsers ask for it on every page: a small icon (static/favicon.ico), cached for a day."""
+        return app.send_static_file("favicon.ico"), 200, {"Cache-Control": "public, max-age=86400"}
+
     from ..redact import redact_identifier
     app.add_template_filter(redact_identifier, "redact_id")
 

@@ -6,15 +6,67 @@ from datetime import datetime, timedelta, timezone
 
 from flask import Blueprint, render_template, request
 from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
+from markupsafe import Markup
 
 from .. import audit
 from . import forms
 from .context import read_connection
 from .errors import ApiError
-from .i18n import staff_label
+from .i18n import action_label, fmt_day, staff_label
+from .reports import report_title
 from .security import current_scope, requires
 
 bp = Blueprint("audit", __name__, url_prefix="/audit")
+
+#: What an audit record is about, as a word of the reader's language (the raw type on hover).
+TARGET_LABELS = {
+    "alert": _l("alert"), "api_key": _l("API key"), "job": _l("job"), "job_filter": _l("job filter"),
+    "outbox_event": _l("event"), "report": _l("report"), "template": _l("template"), "tenant": _l("tenant"),
+    "ticket": _l("ticket"), "user": _l("user"), "webhook_endpoint": _l("webhook endpoint"),
+    "queue": _l("queue"), "job_type": _l("job type"), "provider": _l("provider"),
+}
+
+#: Reasons the system writes itself (in English, in the core), shown in the reader's language.
+SYSTEM_REASONS = {
+    "the condition cleared": _l("the condition cleared"),
+    "automatic resume (resume_at passed)": _l("automatic resume (resume_at passed)"),
+    "first_response due time passed": _l("first response due time passed"),
+    "resolution due time passed": _l("resolution due time passed"),
+}
+
+
+@bp.app_template_global()
+def audit_target_label(target_type) -> str:
+    label = TARGET_LABELS.get(str(target_type))
+    return str(label) if label is not None else str(target_type).replace("_", " ")
+
+
+@bp.app_template_global()
+def audit_reason(record) -> Markup | str:
+    """A record's reason: a person's words as written (their own direction), a reason of the system in the
+    reader's language (a ticket action's label, a fixed sentence; a report request's parameters as codes)."""
+    from ..tickets import workflow
+
+    reason = record.get("reason") or ""
+    if reason in SYSTEM_REASONS:
+        return str(SYSTEM_REASONS[reason])
+    action = record.get("action") or ""
+    if action.startswith("ticket."):
+        declared = workflow.ALL.get(action.split(".", 1)[1])
+        if declared is not None and reason == declared.label:
+            return action_label(declared)
+    if action == "report.request" and reason:
+        # The kind in words and its period in the reader's calendar (the record's "after" holds the parameters).
+        after = record.get("after") or {}
+        params = dict(after.get("params") or {})
+        text = Markup.escape(report_title(after.get("kind") or reason.partition(" ")[0]))
+        if params.get("date_from") and params.get("date_to"):
+            text += Markup(" · ") + _("%(start)s to %(end)s", start=fmt_day(params.pop("date_from")),
+                                      end=fmt_day(params.pop("date_to")))
+        rest = " ".join(str(value) for value in params.values() if value)
+        return text + (Markup(' <bdi dir="ltr">%s</bdi>') % rest if rest else "")
+    return Markup('<bdi dir="auto">%s</bdi>') % reason
 
 PAGE_SIZE = 50
 

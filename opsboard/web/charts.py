@@ -52,6 +52,12 @@ def _fmt(v: float | None, unit: str) -> str:
     return _("%(n)s /min", n=n) if unit == "/min" else f"{n} {unit}"
 
 
+def _text_width(text: str) -> float:
+    """A generous width in px of ``text`` at the charts' 11 px font (digits and Latin about 6.6 px,
+    Persian letters about 7 px, spaces 3.5 px): enough to keep an axis label inside the chart."""
+    return sum(3.5 if ch == " " else (7.0 if ord(ch) > 0x5ff else 6.6) for ch in text)
+
+
 def _clock(at: datetime) -> str:
     """A bucket's time of day in the reader's time zone and digits (the axis labels)."""
     locale, _calendar, zone = prefs()
@@ -79,8 +85,7 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
     needs no inline style.  ``None`` values leave a gap; values above ``cap``
     are drawn at it.
     """
-    left, right, top, bottom = 52, 10, 10, 26
-    plot_w, plot_h = width - left - right, height - top - bottom
+    right, top, bottom = 10, 10, 26
     n = max(1, len(buckets))
 
     def clean(v):
@@ -93,6 +98,11 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
     cleaned = [(name, [clean(v) for v in values], css) for name, values, css in series]
     peak = max((v for _, values, _ in cleaned for v in values if v is not None), default=0.0)
     y_max = _nice_ceiling(peak)
+    # The y axis is as wide as its longest label (they end at the axis, text-anchor=end): a fixed margin
+    # clipped "1.5 s" or "۲۵۰ /دقیقه" at the chart's edge.
+    y_labels = [_fmt(y_max * frac, unit) for frac in (0, 0.5, 1)]
+    left = max(36, 12 + math.ceil(max(_text_width(label) for label in y_labels)))
+    plot_w, plot_h = width - left - right, height - top - bottom
     step_x = plot_w / max(1, n - 1)
 
     def x(i):
@@ -105,11 +115,10 @@ def line_chart(buckets: list[datetime], series: list[tuple[str, list[float | Non
              f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>']
     # Y axis: 0, half and the top, with grid lines.
     parts.append('<g class="axis" data-axis="y">')
-    for frac in (0, 0.5, 1):
-        v = y_max * frac
-        yy = y(v)
+    for frac, label in zip((0, 0.5, 1), y_labels):
+        yy = y(y_max * frac)
         parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}"/>')
-        parts.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{escape(_fmt(v, unit))}</text>')
+        parts.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end" data-label="y">{escape(label)}</text>')
     parts.append(f'<line class="axis-line" x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}"/></g>')
     # X axis: about five time labels (the reader's zone).
     parts.append(f'<g class="axis" data-axis="x"><line class="axis-line" x1="{left}" x2="{width - right}" '

@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, time, timezone
 
 from flask import render_template, request
 from flask_login import current_user
 from flask_babel import gettext as _
 from markupsafe import Markup
 
+from .. import persian
 from ..audit import Actor
 from .context import request_id
 from .errors import ApiError
@@ -109,13 +110,26 @@ def arg_time(name: str, source=None) -> datetime | None:
     if not raw:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        # A day from the Jalali text input (1405/09/08) is that day, from midnight.
+        value = datetime.fromisoformat(raw) if "/" not in raw else datetime.combine(persian.parse_day(raw), time())
     except ValueError:
         raise ApiError(400, "invalid_date", _("%(name)s must be a date like 2026-11-29 or 2026-11-29T14:30", name=name)) from None
     value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if not MIN_TIME <= value < MAX_TIME:
         raise ApiError(400, "invalid_date", _("%(name)s must be between 1970 and 9998", name=name))
     return value
+
+
+def arg_day(name: str, source=None) -> str | None:
+    """A day (ISO from a date picker, or Jalali ``1405/09/08`` from the Jalali text input) as ISO text."""
+    raw = ((source or request.args).get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return persian.parse_day(raw[:40]).isoformat()
+    except ValueError:
+        raise ApiError(400, "invalid_date",
+                       _("%(name)s must be a day like 1405/09/08 or 2026-11-29", name=name)) from None
 
 
 def render_result(partial: str, status: int = 200, **context):

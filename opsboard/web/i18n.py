@@ -61,6 +61,14 @@ def fmt_ts(value, seconds: bool = True) -> str:
     return persian.format_timestamp(value, locale=locale, calendar=calendar, timezone=time_zone, seconds=seconds)
 
 
+def fmt_ts_in(value, time_zone: str) -> Markup:
+    """A timestamp in another zone (a schedule's own), in the user's calendar and digits, as a left-to-right
+    island (a date and a time side by side keep their order in a right-to-left sentence)."""
+    locale, calendar, _zone = prefs()
+    text = persian.format_timestamp(value, locale=locale, calendar=calendar, timezone=time_zone, seconds=False)
+    return Markup('<bdi dir="ltr">%s</bdi>') % text
+
+
 def fmt_day(value) -> str:
     locale, calendar, _zone = prefs()
     return persian.format_day(value, locale=locale, calendar=calendar)
@@ -231,7 +239,8 @@ def init_app(app) -> None:
     Babel(app, locale_selector=select_locale)
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
-    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_day=fmt_day, utc_title=persian.format_utc, num=num, digits=digits,
+    app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_ts_in=fmt_ts_in, fmt_day=fmt_day, utc_title=persian.format_utc,
+                                 num=num, digits=digits,
                                  ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
@@ -283,7 +292,15 @@ def save_display():
                     "bad_time_zone": _("Unknown time zone.")}
         flash(messages.get(exc.code, _("The settings were not saved.")))
         return redirect(url_for("auth.account")), 303
+    # "From the browser" forgets the header switch's choice too; the confirmation is in the language just
+    # chosen (this request was read in the old one).
     if locale:
         session["locale"] = locale
+    else:
+        session.pop("locale", None)
+    current_user.locale, current_user.calendar, current_user.time_zone = locale, calendar, time_zone
+    g.pop("_display_prefs", None)
+    from flask_babel import refresh
+    refresh()
     flash(_("Display settings saved."))
     return redirect(url_for("auth.account")), 303

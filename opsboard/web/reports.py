@@ -23,6 +23,15 @@ def _runs_context() -> dict:
     return {"runs": runs, "active": any(r["status"] in ("queued", "running") for r in runs)}
 
 
+@bp.app_template_global()
+def report_title(name: str) -> str:
+    """A report kind's title in the reader's language (the kind's name when it is no longer declared)."""
+    try:
+        return _(reports.get_kind(name).title)
+    except reports.ReportError:
+        return name
+
+
 @bp.route("/")
 @requires("reports.view")
 def index():
@@ -63,7 +72,8 @@ def request_report():
     kind_name = forms.arg_text("kind", request.form, 100) or ""
     try:
         kind = reports.get_kind(kind_name)
-        params = {p.name: forms.arg_text(p.name, request.form, 100) for p in kind.params}
+        params = {p.name: forms.arg_day(p.name, request.form) if p.type == "date"
+                  else forms.arg_text(p.name, request.form, 100) for p in kind.params}
         params = {k: v for k, v in params.items() if v is not None}
         with get_db().connection() as conn:
             run = reports.request_report(conn, tenant_id, kind.name, params, forms.actor(),

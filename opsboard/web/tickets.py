@@ -23,7 +23,7 @@ SLA_LABELS = {  # English · Persian, on every badge
     "at_risk": ("At risk", "در خطر", "status-retryable"),
     "breached": ("Breached", "نقض شده", "status-dead"),
     "paused": ("Paused", "متوقف", "status-running"),
-    "met": ("Met", "بسته شده", "pill"),
+    "met": ("Met", "برآورده شد", "pill"),
 }
 
 

@@ -59,7 +59,7 @@ def test_fa_page_is_rtl_with_persian_digits_jalali_dates_and_ltr_ids(client, log
     assert 'title="2026-03-20 20:30:05.000 UTC"' in html                      # exact UTC on hover
     assert ">۱۴۰۵/۰۱/۰۱ ۰۰:۰۰:۰۵</time>" in html                                # Jalali, Tehran, Persian digits
     listing = client.get("/jobs/").get_data(as_text=True)
-    assert f'title="{ids[0]}"' in listing and "<code>…" in listing and "۱۴۰۵/۰۱/۰۱" in listing
+    assert f'title="{ids[0]}"' in listing and '<code dir="ltr">…' in listing and "۱۴۰۵/۰۱/۰۱" in listing
     # English, Gregorian, UTC for the same page after switching back.
     _switch(client, "en")
     html = client.get(f"/jobs/{ids[0]}").get_data(as_text=True)
