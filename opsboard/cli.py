@@ -31,6 +31,15 @@ def _iso_time(text: str):
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def _bind(text: str) -> str:
+    from .web.streams import parse_bind
+    try:
+        parse_bind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -60,13 +69,25 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1")
     w.add_argument("--port", type=int, default=8000)
 
+    st = sub.add_parser(
+        "streams", help="run the stream server: inbox SSE streams where waiting costs no thread",
+        description="Serve /inbox/stream (dashboard session) and /api/v1/inbox/stream (user token) from one "
+                    "asyncio process with one LISTEN connection. Point the web at it with OPSBOARD_STREAMS_URL "
+                    "(the routes answer 307 there) or route the two paths to it in the reverse proxy.",
+        epilog="environment: DATABASE_URL, OPSBOARD_SECRET_KEY (the web's: it reads the session cookie), "
+               "OPSBOARD_STREAMS_MAX (open streams per process, default 10000; then 503 + Retry-After), "
+               "OPSBOARD_STREAMS_ORIGINS (dashboard origins allowed CORS with credentials, comma separated).")
+    st.add_argument("--bind", default="127.0.0.1:8001", type=_bind, metavar="HOST:PORT",
+                    help="address to listen on (default 127.0.0.1:8001; port 0: any free port)")
+
     from worker.cli import add_arguments as worker_arguments
     worker_arguments(sub.add_parser("worker", help="run a worker process (same as python -m worker)"))
 
     d = sub.add_parser(
         "demo", help="embedded database, demo data, web + worker + demo traffic",
         description="Start a live dashboard on this machine: an embedded PostgreSQL (or DATABASE_URL), demo tenants "
-                    "and users (passwords generated once and printed), gunicorn, one worker and demo traffic. "
+                    "and users (passwords generated once and printed), gunicorn, the stream server, one worker "
+                    "and demo traffic. "
                     "Ctrl-C stops everything gracefully (running jobs get their grace period).",
         epilog="environment: DATABASE_URL (use this database instead of the embedded one), OPSBOARD_INSTANCE_DIR "
                "(default ./instance: credentials, logs/), OPSBOARD_DATA_DIR (embedded data, default "
@@ -74,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                "OPSBOARD_SHUTDOWN_GRACE_SECONDS.")
     d.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
+    d.add_argument("--streams-port", type=int, help="port of the stream server (default: --port + 1)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
     ut = sub.add_parser("user-token", help="create an end user's bearer token for /api/v1/inbox and "
@@ -228,7 +250,14 @@ def cmd_worker(config: Config, args) -> int:
 
 def cmd_demo(config: Config, args) -> int:
     from .tools.demo import run_demo
-    return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
+    return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic,
+                    streams_port=args.streams_port)
+
+
+def cmd_streams(config: Config, args) -> int:
+    from .web.streams import run
+    config.require_secret()
+    return run(config, _url(config), args.bind)
 
 
 def cmd_apikey(config: Config, args) -> int:
@@ -354,7 +383,7 @@ def cmd_vapid(config: Config, args) -> int:
 
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
+             "demo": cmd_demo, "streams": cmd_streams, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey, "user-token": cmd_user_token, "pause": cmd_pause, "resume": cmd_pause,
              "pauses": cmd_pauses}
 

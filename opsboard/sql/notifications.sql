@@ -259,6 +259,21 @@ WHERE recipient_id = %(user_id)s AND seq > %(since)s
 ORDER BY seq
 LIMIT %(limit)s;
 
+-- name: inbox_since_many
+-- Many readers at once (the stream server reads together the streams one wake-up woke): for each
+-- (recipient, cursor) pair, its rows after the cursor, oldest first, at most %(limit)s, tagged with the
+-- pair's position ``i`` (1-based).  One index scan per pair (recipient_id, seq), one round trip for all.
+SELECT p.i, n.id, n.seq, n.event_type, n.category, n.title, n.body, n.locale, n.created_at, n.read_at
+FROM unnest(%(user_ids)s::uuid[], %(cursors)s::bigint[]) WITH ORDINALITY AS p(user_id, since, i)
+CROSS JOIN LATERAL (
+    SELECT id, seq, event_type, category, title, body, locale, created_at, read_at
+    FROM notifications
+    WHERE recipient_id = p.user_id AND seq > p.since
+    ORDER BY seq
+    LIMIT %(limit)s
+) AS n
+ORDER BY p.i, n.seq;
+
 -- name: inbox_latest_seq
 -- The newest cursor of a user's inbox (0 when empty).
 SELECT coalesce(max(seq), 0) AS seq FROM notifications WHERE recipient_id = %(user_id)s;

@@ -19,6 +19,12 @@ from .context import WRITE_LSN, get_config, get_db, get_reads, request_id  # noq
 
 log = logging.getLogger(__name__)
 
+#: The dashboard's session cookie; the stream server (opsboard.web.streams) reads the same cookie.
+SESSION_COOKIE = "opsboard_session"
+SESSION_LIFETIME = timedelta(hours=12)
+#: flask-login's session protection; the stream server applies the same check.
+SESSION_PROTECTION = "strong"
+
 
 def create_app(test_config: dict | None = None) -> Flask:
     """Build the app.
@@ -42,8 +48,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=config.mode == "production",
-        SESSION_COOKIE_NAME="opsboard_session",
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
         REMEMBER_COOKIE_HTTPONLY=True,
         REMEMBER_COOKIE_SECURE=config.mode == "production",
         MAX_CONTENT_LENGTH=1 * 1024 * 1024,
@@ -73,7 +79,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     login = LoginManager(app)
     login.login_view = "auth.login"
-    login.session_protection = "strong"
+    login.session_protection = SESSION_PROTECTION
     from flask_babel import lazy_gettext
 
     login.login_message = lazy_gettext("Please sign in to continue.")
