@@ -132,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
+    b.add_argument("--streams", type=int, help="open streams of the streams scenario (default 2000)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
     b.add_argument("--database", metavar="URL",
@@ -340,7 +341,7 @@ def cmd_bench(config: Config, args) -> int:
         return run_peers(config, jobs=args.jobs, json_path=args.json_path)
     from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
-                     list_only=args.list, database=args.database)
+                     list_only=args.list, database=args.database, streams=args.streams)
 
 
 def cmd_sandbox(config: Config, args) -> int:

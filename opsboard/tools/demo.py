@@ -3,10 +3,13 @@
 Starts (or reuses) an embedded PostgreSQL when ``DATABASE_URL`` is unset,
 migrates, creates the demo application's own tables (``demo_schema.sql``),
 seeds demo tenants and users (passwords generated once, kept in the
-instance folder and printed), starts gunicorn and a worker as subprocesses,
+instance folder and printed), starts gunicorn, the stream server (``opsboard
+streams`` on port + 1: the inbox's live streams, reached by a 307 from the
+web) and a worker as subprocesses,
 and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
-dead letters.  Ctrl-C stops everything.
+dead letters.  Ctrl-C stops everything: the stream server first (its
+streams end at once), then the web and the worker, each within its grace.
 
 The demo's job types, events, policies and templates are the plug-in
 :mod:`opsboard.tools.demo_catalogue`, which the demo's web and worker

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 import psycopg
 from flask import Flask, current_app
@@ -15,15 +14,10 @@ from ..features import build_catalogue
 from ..auth import load_session_principal
 from . import errors, security
 from ..replica import UNKNOWN_LSN, ReadRouter
+from .context import SESSION_COOKIE, SESSION_LIFETIME, SESSION_PROTECTION  # noqa: F401
 from .context import WRITE_LSN, get_config, get_db, get_reads, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
 log = logging.getLogger(__name__)
-
-#: The dashboard's session cookie; the stream server (opsboard.web.streams) reads the same cookie.
-SESSION_COOKIE = "opsboard_session"
-SESSION_LIFETIME = timedelta(hours=12)
-#: flask-login's session protection; the stream server applies the same check.
-SESSION_PROTECTION = "strong"
 
 
 def create_app(test_config: dict | None = None) -> Flask:

@@ -203,7 +203,7 @@ class StreamServer:
         from flask import Flask
         from flask.sessions import SecureCookieSessionInterface
 
-        from .app import SESSION_LIFETIME
+        from .context import SESSION_LIFETIME
 
         config.require_secret()
         self.config, self.url, self.heartbeat = config, url, heartbeat
@@ -296,7 +296,7 @@ class StreamServer:
         return await self.stream(request, tok["user_id"])
 
     async def page_stream(self, request: web.Request) -> web.StreamResponse:
-        from .app import SESSION_COOKIE
+        from .context import SESSION_COOKIE
         cookie = request.cookies.get(SESSION_COOKIE)
         user_id = await asyncio.to_thread(self._session_user, cookie, request) if cookie else None
         if user_id is None:
@@ -312,7 +312,7 @@ class StreamServer:
         from flask_login.utils import _create_identifier
         from itsdangerous import BadSignature
 
-        from .app import SESSION_PROTECTION
+        from .context import SESSION_PROTECTION
 
         try:
             data = self._sessions.loads(cookie, max_age=self._session_max_age)

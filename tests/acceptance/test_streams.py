@@ -157,3 +157,19 @@ def test_sigterm_ends_open_streams_and_exits(db_url, streams):
     for s in open_streams:
         assert s.next_event() is None  # the stream ended (not cut mid-event)
         s.close()
+
+
+def test_bad_arguments_exit_2_with_one_line(db_url):
+    import subprocess
+    import sys
+
+    from opsboard.config import ROOT
+    from tests.conftest import worker_env
+    for bind in ("nope", "127.0.0.1:99999", ":80"):
+        r = subprocess.run([sys.executable, "-m", "opsboard.cli", "streams", "--bind", bind], cwd=ROOT,
+                           env=worker_env(db_url), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--bind" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "opsboard.cli", "streams"], cwd=ROOT, capture_output=True, text=True,
+                       env=worker_env(db_url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY="",
+                                      OPSBOARD_STREAMS_URL="ftp://x"), timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "OPSBOARD_STREAMS_URL" in r.stderr
