@@ -55,13 +55,15 @@ READ_BATCH = 500
 
 
 class Stream:
-    """One open client: woken by the listener, re-reads its user's inbox."""
+    """One open client: woken by the listener (re-reads its user's inbox) or by the heartbeat
+    (writes a comment line, then re-reads: the poll behind the hint)."""
 
-    __slots__ = ("key", "woken")
+    __slots__ = ("key", "woken", "beat")
 
     def __init__(self, key: str):
         self.key = key
         self.woken = asyncio.Event()
+        self.beat = False
 
 
 class Listener:
@@ -92,6 +94,15 @@ class Listener:
 
     def per_user(self, key: str) -> int:
         return len(self.streams.get(key, ()))
+
+    def beat(self, part: int, parts: int) -> None:
+        """The heartbeat of one ``part`` of ``parts`` of the streams: one timer for the process, not one
+        per stream, and the streams spread over the period (never 10,000 heartbeats and re-reads at once)."""
+        for group in list(self.streams.values()):
+            for s in group:
+                if (id(s) >> 4) % parts == part:
+                    s.beat = True
+                    s.woken.set()
 
     def wake(self, payload: str) -> None:
         groups = self.streams.values() if payload == "*" else [self.streams.get(payload, ())]
@@ -220,6 +231,7 @@ class StreamServer:
         self.pool: AsyncConnectionPool | None = None
         self.reader: Reader | None = None
         self._listen_task: asyncio.Task | None = None
+        self._beat_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -230,6 +242,15 @@ class StreamServer:
         await self.pool.open(wait=False)
         self.reader = Reader(self.pool, concurrency=4)
         self._listen_task = asyncio.ensure_future(self.listener.run())
+        self._beat_task = asyncio.ensure_future(self._beats())
+
+    async def _beats(self) -> None:
+        parts = max(1, int(self.heartbeat))  # a part each second: each stream's beat every `heartbeat` s
+        tick = 0
+        while True:
+            await asyncio.sleep(self.heartbeat / parts)
+            self.listener.beat(tick % parts, parts)
+            tick += 1
 
     def end_streams(self) -> None:
         """Every open stream returns now (shutdown: streams end first)."""
@@ -237,10 +258,12 @@ class StreamServer:
         self.listener.wake("*")
 
     async def close(self) -> None:
-        if self._listen_task is not None:
-            self._listen_task.cancel()
+        for task in (self._listen_task, self._beat_task):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._listen_task
+                await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
         if self.pool is not None:
@@ -377,9 +400,9 @@ class StreamServer:
                     await resp.write("".join(sse.event_text(r) for r in rows).encode())
                 if len(rows) == inbox.MAX_LIMIT:
                     continue
-                try:
-                    await asyncio.wait_for(s.woken.wait(), self.heartbeat)
-                except asyncio.TimeoutError:
+                await s.woken.wait()
+                if s.beat:
+                    s.beat = False
                     await resp.write(b": heartbeat\n\n")
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             pass
