@@ -17,6 +17,7 @@ same machine: its own CPU is in the figures.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import socket
@@ -146,6 +147,7 @@ def streams(b) -> None:
     client = _Client(streams_port, tokens)
     loop = asyncio.new_event_loop()
     rounds: list[float] = []
+    server_ms: list[float] = []  # per round: the stream server's notify -> its last write
     try:
         deadline = time.monotonic() + 60
         for url in (base + "/healthz", f"http://127.0.0.1:{streams_port}/healthz"):
@@ -181,6 +183,9 @@ def streams(b) -> None:
                         sum(len(g) > r for g in client.received) < client.connected:
                     loop.run_until_complete(asyncio.sleep(0.02))
                 loop.run_until_complete(asyncio.sleep(0.5))
+                health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{streams_port}/healthz",
+                                                           timeout=30).read())
+                server_ms.append(health["last_notify_to_last_write_ms"] or float("nan"))
         stop.set()
         prober.join(35)
         for t in tasks:
@@ -200,6 +205,8 @@ def streams(b) -> None:
     b.add("streams", "commit -> every stream, p50", _percentile(latencies, 0.5) * 1000, "ms")
     b.add("streams", "commit -> every stream, p99", _percentile(latencies, 0.99) * 1000, "ms", "goal < 250")
     b.add("streams", "commit -> last stream (max)", max(latencies, default=float("nan")) * 1000, "ms")
+    b.add("streams", "server: NOTIFY -> last stream written", _percentile(server_ms, 0.5), "ms",
+          f"median of {len(server_ms)} rounds (the client's reading is not in it)")
     b.add("streams", "stream server RSS", rss_after / 1024, "MiB", "goal < 1,024 at 10,000 streams")
     b.add("streams", "stream server RSS per open stream", (rss_after - rss_before) / max(client.connected, 1),
           "KiB")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
 import psycopg
 from aiohttp import web
@@ -54,16 +55,39 @@ PAGE_PATH = "/inbox/stream"
 READ_BATCH = 500
 
 
+#: Bytes a stream's socket may hold unsent before its client counts as gone (it resumes by Last-Event-ID).
+MAX_UNSENT = 1 << 20
+HEARTBEAT_LINE = b": heartbeat\n\n"
+
+
 class Stream:
-    """One open client: woken by the listener (re-reads its user's inbox) or by the heartbeat
-    (writes a comment line, then re-reads: the poll behind the hint)."""
+    """One open client.  No task runs for it while it waits: a wake-up queues it for the next batched
+    read (:class:`Reader`), which writes its new rows straight to its socket as HTTP chunks; the
+    heartbeat writes a comment line the same way and queues a read (the poll behind the hint).
+    ``done`` resolves when the stream ends (client gone, shutdown, a database error)."""
 
-    __slots__ = ("key", "woken", "beat")
+    __slots__ = ("key", "user_id", "cursor", "transport", "done", "queued", "reading", "dirty")
 
-    def __init__(self, key: str):
-        self.key = key
-        self.woken = asyncio.Event()
-        self.beat = False
+    def __init__(self, user_id, cursor: int, transport, done: asyncio.Future):
+        self.key, self.user_id, self.cursor = str(user_id), user_id, cursor
+        self.transport, self.done = transport, done
+        self.queued = self.reading = self.dirty = False
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data`` as one HTTP/1.1 chunk (the response is chunked; aiohttp sent the headers and the
+        first chunk); False, and the stream ends, when the client is gone or reads too slowly."""
+        t = self.transport
+        if t is None or self.done.done():
+            return False  # not started yet (its first read comes when it is) or ended
+        if t.is_closing() or t.get_write_buffer_size() > MAX_UNSENT:
+            self.end()
+            return False
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    def end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 class Listener:
@@ -79,6 +103,10 @@ class Listener:
         self.count = 0
         self.connected = False
         self.notifications = 0
+        self.reader: Reader | None = None
+        #: When the last notification arrived, and when a stream last wrote events (monotonic): /healthz
+        #: shows the gap, the server's own share of a delivery (the benchmark's client adds its own).
+        self.last_notify = self.last_write = 0.0
 
     def add(self, stream: Stream) -> None:
         self.streams.setdefault(stream.key, set()).add(stream)
@@ -95,20 +123,22 @@ class Listener:
     def per_user(self, key: str) -> int:
         return len(self.streams.get(key, ()))
 
+    def all(self) -> list[Stream]:
+        return [s for group in self.streams.values() for s in group]
+
     def beat(self, part: int, parts: int) -> None:
         """The heartbeat of one ``part`` of ``parts`` of the streams: one timer for the process, not one
         per stream, and the streams spread over the period (never 10,000 heartbeats and re-reads at once)."""
-        for group in list(self.streams.values()):
-            for s in group:
-                if (id(s) >> 4) % parts == part:
-                    s.beat = True
-                    s.woken.set()
+        for s in self.all():
+            if (id(s) >> 4) % parts == part and s.send(HEARTBEAT_LINE):
+                self.reader.wake(s)
 
     def wake(self, payload: str) -> None:
-        groups = self.streams.values() if payload == "*" else [self.streams.get(payload, ())]
-        for group in list(groups):
-            for s in group:
-                s.woken.set()
+        if self.reader is None:
+            return
+        targets = self.all() if payload == "*" else list(self.streams.get(payload, ()))
+        for s in targets:
+            self.reader.wake(s)
 
     async def run(self) -> None:
         failures = 0
@@ -131,6 +161,7 @@ class Listener:
                     self.wake("*")  # resync: what was read before LISTEN took is looked at again
                     async for n in conn.notifies():
                         self.notifications += 1
+                        self.last_notify = time.monotonic()
                         self.wake(n.payload)
             except (psycopg.Error, OSError) as exc:
                 failures += 1
@@ -142,24 +173,31 @@ class Listener:
 
 
 class Reader:
-    """Batched inbox reads: each stream asks for its rows after its cursor; the asks that arrive
-    while earlier reads are under way are answered together, up to ``concurrency`` queries at once."""
+    """Batched inbox reads: the streams woken together are read in one query per ``READ_BATCH``
+    (``inbox_since_many``), up to ``concurrency`` queries at once; each stream's new rows are written
+    to it from there.  A stream woken while its read is under way is read again after it."""
 
-    def __init__(self, pool: AsyncConnectionPool, concurrency: int):
-        self.pool = pool
-        self.pending: list[tuple[str, int, asyncio.Future]] = []
+    def __init__(self, pool: AsyncConnectionPool, concurrency: int, listener: Listener):
+        self.pool, self.listener = pool, listener
+        self.pending: list[Stream] = []
         self.slots = asyncio.Semaphore(concurrency)
         self.flushing = False
         self.tasks: set[asyncio.Task] = set()
         self.queries = 0
 
-    def since(self, user_id: str, cursor: int) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append((user_id, cursor, fut))
+    def wake(self, s: Stream) -> None:
+        if s.transport is None:
+            return  # still starting: its first read, once started, covers this
+        if s.reading:
+            s.dirty = True
+            return
+        if s.queued or s.done.done():
+            return
+        s.queued = True
+        self.pending.append(s)
         if not self.flushing:
             self.flushing = True
             self._spawn(self._flush())
-        return fut
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -171,15 +209,17 @@ class Reader:
             while self.pending:
                 await self.slots.acquire()
                 batch, self.pending = self.pending[:READ_BATCH], self.pending[READ_BATCH:]
+                for s in batch:
+                    s.queued, s.reading = False, True
                 self._spawn(self._query(batch))
         finally:
             self.flushing = False
 
-    async def _query(self, batch) -> None:
+    async def _query(self, batch: list[Stream]) -> None:
         try:
-            pairs: dict[tuple[str, int], list[asyncio.Future]] = {}
-            for user_id, cursor, fut in batch:
-                pairs.setdefault((user_id, cursor), []).append(fut)
+            pairs: dict[tuple[str, int], list[Stream]] = {}
+            for s in batch:
+                pairs.setdefault((s.key, s.cursor), []).append(s)
             keys = list(pairs)
             rows: list[list[dict]] = [[] for _ in keys]
             async with self.pool.connection() as conn:
@@ -189,16 +229,24 @@ class Reader:
                 for row in await cur.fetchall():
                     rows[row["i"] - 1].append(row)
             self.queries += 1
+            wrote = False
             for k, found in zip(keys, rows):
-                for fut in pairs[k]:
-                    if not fut.done():
-                        fut.set_result(found)
-        except BaseException as exc:
-            for _u, _c, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("read cancelled"))
-            if not isinstance(exc, Exception):
-                raise
+                data = "".join(sse.event_text(r) for r in found).encode() if found else None
+                for s in pairs[k]:
+                    s.reading = False
+                    if data is not None and s.send(data):
+                        s.cursor = found[-1]["seq"]
+                        wrote = True
+                    if s.dirty or len(found) == inbox.MAX_LIMIT:
+                        s.dirty = False
+                        self.wake(s)
+            if wrote:
+                self.listener.last_write = time.monotonic()
+        except Exception as exc:  # noqa: BLE001  (the database: those streams end, their clients resume)
+            log.warning("streams: a read failed (%s); ending %d streams", type(exc).__name__, len(batch))
+            for s in batch:
+                s.reading = False
+                s.end()
         finally:
             self.slots.release()
 
@@ -240,7 +288,8 @@ class StreamServer:
         self.pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False, name="streams-read",
                                         kwargs={"autocommit": True, "row_factory": dict_row})
         await self.pool.open(wait=False)
-        self.reader = Reader(self.pool, concurrency=4)
+        self.reader = Reader(self.pool, concurrency=4, listener=self.listener)
+        self.listener.reader = self.reader
         self._listen_task = asyncio.ensure_future(self.listener.run())
         self._beat_task = asyncio.ensure_future(self._beats())
 
@@ -255,7 +304,8 @@ class StreamServer:
     def end_streams(self) -> None:
         """Every open stream returns now (shutdown: streams end first)."""
         self.stopping = True
-        self.listener.wake("*")
+        for s in self.listener.all():
+            s.end()
 
     async def close(self) -> None:
         for task in (self._listen_task, self._beat_task):
@@ -302,8 +352,11 @@ class StreamServer:
         return web.Response(status=204, headers=headers)
 
     async def healthz(self, request: web.Request) -> web.Response:
+        gap = self.listener.last_write - self.listener.last_notify
         return web.json_response({"ok": True, "streams": self.listener.count, "listening": self.listener.connected,
-                                  "max_streams": self.max_streams})
+                                  "max_streams": self.max_streams, "notifications": self.listener.notifications,
+                                  "last_notify_to_last_write_ms": round(gap * 1000, 1) if gap > 0 else None,
+                                  "reads": self.reader.queries if self.reader else 0})
 
     async def api_stream(self, request: web.Request) -> web.StreamResponse:
         scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
@@ -383,32 +436,30 @@ class StreamServer:
         if request.method == "HEAD":
             await resp.prepare(request)
             return resp
-        s = Stream(key)
+        done = asyncio.get_running_loop().create_future()
+        s = Stream(user_id, cursor if cursor is not None else 0, None, done)
         self.listener.add(s)
         try:
             await resp.prepare(request)
             if cursor is None:
                 async with self.pool.connection() as conn:
                     cur = await conn.execute(dbmod.queries["inbox_latest_seq"], {"user_id": user_id})
-                    cursor = (await cur.fetchone())["seq"]
-            await resp.write(f"retry: 3000\n: connected at cursor {cursor}\n\n".encode())
-            while not self.stopping:
-                s.woken.clear()  # before the read: a wake-up during it is kept for the next turn
-                rows = await self.reader.since(key, cursor)
-                if rows:
-                    cursor = rows[-1]["seq"]
-                    await resp.write("".join(sse.event_text(r) for r in rows).encode())
-                if len(rows) == inbox.MAX_LIMIT:
-                    continue
-                await s.woken.wait()
-                if s.beat:
-                    s.beat = False
-                    await resp.write(b": heartbeat\n\n")
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+                    s.cursor = (await cur.fetchone())["seq"]
+            # Through aiohttp: the headers and the first chunk.  From here on the stream's rows and
+            # heartbeats go straight to the transport as chunks (Stream.send); aiohttp ends the body.
+            await resp.write(f"retry: 3000\n: connected at cursor {s.cursor}\n\n".encode())
+            if resp.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                raise RuntimeError("the stream response is not chunked")
+            s.transport = request.transport
+            if not self.stopping:
+                self.reader.wake(s)
+                await done
+        except ConnectionError:
             pass
         except psycopg.Error as exc:
             log.warning("streams: a stream ended on a database error (%s)", type(exc).__name__)
         finally:
+            s.end()
             self.listener.remove(s)
         return resp
 
@@ -417,7 +468,10 @@ async def serve(config: Config, url: str, host: str, port: int, *, heartbeat: fl
     """Run the stream server until SIGTERM or SIGINT; streams end first, then the server closes."""
     server = StreamServer(config, url, heartbeat=heartbeat)
     await server.start()
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2.0, handle_signals=False)
+    # handler_cancellation: a client that leaves cancels its stream's handler at once (its slot frees now,
+    # not at its next heartbeat).
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2.0, handle_signals=False,
+                           handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=2.0)
     await site.start()

@@ -12,7 +12,7 @@ import pytest
 
 from opsboard import auth
 from opsboard.notifications import inbox, preferences
-from tests.conftest import connect
+from tests.conftest import connect, wait_for
 from tests.integration.test_inbox_api import _notify
 from tests.integration.test_notifications import _notice  # noqa: F401  (declares test_notice.sent)
 from tests.support.streams import SSE, start_streams
@@ -142,7 +142,22 @@ def test_past_the_cap_a_client_gets_503_with_retry_after(db_url, streams):
     assert third.r.status == 503 and int(third.r.getheader("Retry-After")) > 0
     assert json.loads(third.r.read())["error"] == "streams_full"
     third.close()
-    held[0].close()  # a slot frees when a client leaves
+    held[0].close()  # a slot frees when a client leaves (at once, not at its next heartbeat)
+    wait_for(lambda: _health(port)["streams"] == 1, message="the left stream's slot to free")
+    fourth = _api(port, tok)
+    assert fourth.r.status == 200
+    fourth.wait_connected()
+    fourth.close()
+    held[1].close()
+
+
+def _health(port):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/healthz")
+    body = json.loads(c.getresponse().read())
+    c.close()
+    return body
 
 
 def test_sigterm_ends_open_streams_and_exits(db_url, streams):
