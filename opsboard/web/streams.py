@@ -38,7 +38,7 @@ import time
 
 import psycopg
 from aiohttp import web
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from .. import db as dbmod
@@ -221,21 +221,24 @@ class Reader:
             for s in batch:
                 pairs.setdefault((s.key, s.cursor), []).append(s)
             keys = list(pairs)
-            rows: list[list[dict]] = [[] for _ in keys]
+            rows: list[list[tuple]] = [[] for _ in keys]
             async with self.pool.connection() as conn:
-                cur = await conn.execute(dbmod.queries["inbox_since_many"],
-                                         {"user_ids": [k[0] for k in keys], "cursors": [k[1] for k in keys],
-                                          "limit": inbox.MAX_LIMIT})
-                for row in await cur.fetchall():
-                    rows[row["i"] - 1].append(row)
+                cur = conn.cursor(row_factory=tuple_row)
+                await cur.execute(dbmod.queries["inbox_events_since_many"],
+                                  {"user_ids": "{" + ",".join(k[0] for k in keys) + "}",
+                                   "cursors": "{" + ",".join(str(k[1]) for k in keys) + "}",
+                                   "limit": inbox.MAX_LIMIT})
+                for i, seq, data in await cur.fetchall():
+                    rows[i - 1].append((seq, data))
             self.queries += 1
             wrote = False
             for k, found in zip(keys, rows):
-                data = "".join(sse.event_text(r) for r in found).encode() if found else None
+                data = "".join(f"id: {seq}\nevent: notification\ndata: {d}\n\n" for seq, d in found).encode() \
+                    if found else None
                 for s in pairs[k]:
                     s.reading = False
                     if data is not None and s.send(data):
-                        s.cursor = found[-1]["seq"]
+                        s.cursor = found[-1][0]
                         wrote = True
                     if s.dirty or len(found) == inbox.MAX_LIMIT:
                         s.dirty = False

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import uuid
+from datetime import datetime
 
 import pytest
 
 from opsboard import auth
 from opsboard.notifications import inbox, preferences
+from opsboard.web import sse
 from tests.conftest import connect, wait_for
 from tests.integration.test_inbox_api import _notify
 from tests.integration.test_notifications import _notice  # noqa: F401  (declares test_notice.sent)
@@ -64,6 +66,10 @@ def test_a_notification_reaches_its_users_streams_and_no_other_tenants(db_url, s
         ev = s.next_event()
         assert ev["event"] == "notification" and json.loads(ev["data"])["id"] == str(row_a["id"])
         assert ev["id"] == str(row_a["seq"])
+        # The same event data as the web's own stream (opsboard.web.sse.event_data), the time in UTC.
+        got, want = json.loads(ev["data"]), sse.event_data(row_a)
+        assert datetime.fromisoformat(got.pop("created_at")) == datetime.fromisoformat(want.pop("created_at"))
+        assert got == want
     with connect(db_url) as c:
         _notify(c, tb, b["id"])
         row_b = inbox.since(c, b["id"], 0)[-1]
