@@ -14,7 +14,7 @@ proxy routes the two paths here).
   a notification's recipient (``*``: all of them); a wake-up is a hint, the
   stream re-reads the inbox.  No connection is held while a stream waits.
 - Reads after a wake-up go through a small pool, batched (:class:`Reader`):
-  the streams woken together are read in one query (``inbox_since_many``),
+  the streams woken together are read in one query (``inbox_events_since_many``),
   so a broadcast to 10,000 streams is a few dozen round trips, not 10,000.
 - Authentication is the web's: the token check of the inbox API
   (:func:`opsboard.notifications.inbox.verify_token`) and, for the dashboard,
@@ -175,7 +175,7 @@ class Listener:
 
 class Reader:
     """Batched inbox reads: the streams woken together are read in one query per ``READ_BATCH``
-    (``inbox_since_many``), up to ``concurrency`` queries at once; each stream's new rows are written
+    (``inbox_events_since_many``), up to ``concurrency`` queries at once; each stream's new rows are written
     to it from there.  A stream woken while its read is under way is read again after it."""
 
     def __init__(self, pool: AsyncConnectionPool, concurrency: int, listener: Listener):
