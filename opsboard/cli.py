@@ -57,6 +57,15 @@ def _rate_value(text: str):
     return value
 
 
+def _bind(text: str) -> str:
+    from .web.streams import parse_bind
+    try:
+        parse_bind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opsboard", description="PostgreSQL-backed jobs, outbox, notifications and ops dashboard.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,13 +95,25 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1")
     w.add_argument("--port", type=int, default=8000)
 
+    st = sub.add_parser(
+        "streams", help="run the stream server: inbox SSE streams where waiting costs no thread",
+        description="Serve /inbox/stream (dashboard session) and /api/v1/inbox/stream (user token) from one "
+                    "asyncio process with one LISTEN connection. Point the web at it with OPSBOARD_STREAMS_URL "
+                    "(the routes answer 307 there) or route the two paths to it in the reverse proxy.",
+        epilog="environment: DATABASE_URL, OPSBOARD_SECRET_KEY (the web's: it reads the session cookie), "
+               "OPSBOARD_STREAMS_MAX (open streams per process, default 10000; then 503 + Retry-After), "
+               "OPSBOARD_STREAMS_ORIGINS (dashboard origins allowed CORS with credentials, comma separated).")
+    st.add_argument("--bind", default="127.0.0.1:8001", type=_bind, metavar="HOST:PORT",
+                    help="address to listen on (default 127.0.0.1:8001; port 0: any free port)")
+
     from worker.cli import add_arguments as worker_arguments
     worker_arguments(sub.add_parser("worker", help="run a worker process (same as python -m worker)"))
 
     d = sub.add_parser(
         "demo", help="embedded database, demo data, web + worker + demo traffic",
         description="Start a live dashboard on this machine: an embedded PostgreSQL (or DATABASE_URL), demo tenants "
-                    "and users (passwords generated once and printed), gunicorn, one worker and demo traffic. "
+                    "and users (passwords generated once and printed), gunicorn, the stream server, one worker "
+                    "and demo traffic. "
                     "Ctrl-C stops everything gracefully (running jobs get their grace period).",
         epilog="environment: DATABASE_URL (use this database instead of the embedded one), OPSBOARD_INSTANCE_DIR "
                "(default ./instance: credentials, logs/), OPSBOARD_DATA_DIR (embedded data, default "
@@ -100,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
                "OPSBOARD_SHUTDOWN_GRACE_SECONDS.")
     d.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=8000, help="port of the dashboard (default 8000)")
+    d.add_argument("--streams-port", type=int, help="port of the stream server (default: --port + 1)")
     d.add_argument("--no-traffic", action="store_true", help="do not generate demo jobs")
 
     ut = sub.add_parser("user-token", help="create an end user's bearer token for /api/v1/inbox and "
@@ -170,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
+    b.add_argument("--streams", type=int, help="open streams of the streams scenario (default 2000)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
     b.add_argument("--database", metavar="URL",
@@ -293,7 +316,14 @@ def cmd_worker(config: Config, args) -> int:
 
 def cmd_demo(config: Config, args) -> int:
     from .tools.demo import run_demo
-    return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic)
+    return run_demo(config, host=args.host, port=args.port, traffic=not args.no_traffic,
+                    streams_port=args.streams_port)
+
+
+def cmd_streams(config: Config, args) -> int:
+    from .web.streams import run
+    config.require_secret()
+    return run(config, _url(config), args.bind)
 
 
 def cmd_apikey(config: Config, args) -> int:
@@ -455,7 +485,7 @@ def cmd_bench(config: Config, args) -> int:
         return run_peers(config, jobs=args.jobs, json_path=args.json_path)
     from .tools.bench import run_bench
     return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
-                     list_only=args.list, database=args.database)
+                     list_only=args.list, database=args.database, streams=args.streams)
 
 
 def cmd_sandbox(config: Config, args) -> int:
@@ -499,7 +529,7 @@ def cmd_vapid(config: Config, args) -> int:
 
 
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
-             "demo": cmd_demo, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
+             "demo": cmd_demo, "streams": cmd_streams, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey, "user-token": cmd_user_token, "pause": cmd_pause, "resume": cmd_pause,
              "pauses": cmd_pauses, "jobs": cmd_jobs, "limits": cmd_limits}
 

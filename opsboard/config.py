@@ -268,6 +268,16 @@ class Config:
     #: Host names the web app answers to (``Host`` header); others get 400.
     #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
     trusted_hosts: tuple[str, ...] = ()
+    #: Public base URL of the stream server (``opsboard streams``): ``/inbox/stream`` and
+    #: ``/api/v1/inbox/stream`` answer a 307 to it.  None: the web serves streams itself, capped.
+    streams_url: str | None = None
+    #: Dashboard origins the stream server answers CORS with credentials for (``https://dash.example.com``).
+    streams_origins: tuple[str, ...] = ()
+    #: Open streams one stream server process holds; the next client gets 503 with Retry-After.
+    streams_max: int = 10_000
+    #: Streams one web (gunicorn) process serves itself when ``streams_url`` is unset: each holds a
+    #: thread, so keep it well under the threads per process (the demo's 4 threads: 2 stay for pages).
+    sse_max_streams: int = 2
     #: Deliveries to providers: SMTP, SMS, Web Push, webhooks, breakers.
     providers: ProviderSettings = field(default_factory=ProviderSettings)
 
@@ -341,6 +351,11 @@ class Config:
                if env.get("OPSBOARD_TICKET_ATTACHMENT_TYPES") else {}),
             ticket_round_robin=env.get("OPSBOARD_TICKET_ROUND_ROBIN", "") in ("1", "true", "yes"),
             trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
+            streams_url=_origin_url(env, "OPSBOARD_STREAMS_URL", base=True),
+            streams_origins=tuple(_origin_url({"O": o.strip()}, "O", name="OPSBOARD_STREAMS_ORIGINS")
+                                  for o in env.get("OPSBOARD_STREAMS_ORIGINS", "").split(",") if o.strip()),
+            streams_max=_int(env, "OPSBOARD_STREAMS_MAX", 10_000, 0, 1_000_000),
+            sse_max_streams=_int(env, "OPSBOARD_SSE_MAX_STREAMS", 2, 0, 100_000),
             providers=ProviderSettings.from_env(env),
         )
 
@@ -373,6 +388,25 @@ def _hosts(raw: str) -> tuple[str, ...]:
         if any(c in h for c in "/ @?#") or h.strip(".") == "":
             raise ConfigError(f"OPSBOARD_TRUSTED_HOSTS: {h!r} is not a host name (e.g. dash.example.com)")
     return hosts
+
+
+def _origin_url(env, key: str, *, base: bool = False, name: str | None = None) -> str | None:
+    """An ``http(s)://host[:port]`` origin (``base``: a path may follow, no query), without a trailing slash."""
+    from urllib.parse import urlsplit
+
+    raw = (env.get(key) or "").strip()
+    if not raw:
+        return None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+            or parts.fragment or parts.username or (parts.path not in ("", "/") and not base):
+        kind = "a base URL (http(s)://host[:port][/path])" if base else "an origin (http(s)://host[:port])"
+        raise ConfigError(f"{name or key}={raw!r} is not {kind}")
+    return raw.rstrip("/")
 
 
 def _int(env, name: str, default: int, lo: int, hi: int) -> int:

@@ -327,6 +327,28 @@ WHERE recipient_id = %(user_id)s AND seq > %(since)s
 ORDER BY seq
 LIMIT %(limit)s;
 
+-- name: inbox_events_since_many
+-- Many streams at once (the stream server reads together the streams one wake-up woke): for each
+-- (recipient, cursor) pair, its rows after the cursor, oldest first, at most %(limit)s, tagged with the
+-- pair's position ``i`` (1-based), each with its stream event's data already as JSON text (the keys
+-- and values of opsboard.web.sse.event_data: built here, in C, not 10,000 times in Python).  One index
+-- scan per pair (recipient_id, seq), one round trip for all; the arrays come as literals ('{...}').
+SELECT p.i, n.seq,
+       json_build_object('id', n.id, 'cursor', n.seq, 'event_type', n.event_type, 'category', n.category,
+                         'title', n.title, 'body', n.body, 'locale', n.locale,
+                         'created_at', to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                                       || '+00:00',
+                         'read', n.read_at IS NOT NULL)::text AS data
+FROM unnest(%(user_ids)s::uuid[], %(cursors)s::bigint[]) WITH ORDINALITY AS p(user_id, since, i)
+CROSS JOIN LATERAL (
+    SELECT id, seq, event_type, category, title, body, locale, created_at, read_at
+    FROM notifications
+    WHERE recipient_id = p.user_id AND seq > p.since
+    ORDER BY seq
+    LIMIT %(limit)s
+) AS n
+ORDER BY p.i, n.seq;
+
 -- name: inbox_latest_seq
 -- The newest cursor of a user's inbox (0 when empty).
 SELECT coalesce(max(seq), 0) AS seq FROM notifications WHERE recipient_id = %(user_id)s;

@@ -51,6 +51,8 @@ class Bench:
     url: str
     config: Config
     jobs: int | None
+    #: Open streams of the ``streams`` scenario (``--streams``).
+    streams: int | None = None
     results: list[Result] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
@@ -476,6 +478,13 @@ def broadcast(b: Bench) -> None:
     run(b)
 
 
+def streams(b: Bench) -> None:
+    """N inbox streams (--streams, default 2,000) on the stream server beside the demo's gunicorn: delivery
+    p50/p99 to every stream, stream server RSS, /healthz and /login p99 meanwhile (issue 27)."""
+    from .bench_streams import streams as run
+    run(b)
+
+
 def tickets(b: Bench) -> None:
     """Agents' ticket queue (every filter) and detail at 100,000 tickets x 10 messages (--jobs N tickets)."""
     from .bench_tickets import run
@@ -499,6 +508,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "fanout": fanout,
     "sse": sse,
     "broadcast": broadcast,
+    "streams": streams,
     "tickets": tickets,
 }
 
@@ -522,7 +532,8 @@ def machine_info(url: str) -> dict:
 
 
 def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | None = None,
-              json_path: str | None = None, list_only: bool = False, database: str | None = None) -> int:
+              json_path: str | None = None, list_only: bool = False, database: str | None = None,
+              streams: int | None = None) -> int:
     """Run ``scenarios`` in a scratch database dropped afterwards, or in ``database`` (a URL of an
     existing database, migrated and kept: the ``tickets`` scenario reuses a large seed there)."""
     if list_only:
@@ -533,6 +544,9 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
     if unknown:
         from ..errors import UsageError
         raise UsageError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    if streams is not None and streams < 1:
+        from ..errors import UsageError
+        raise UsageError("--streams must be at least 1")
     if jobs is not None and jobs < 1:
         from ..errors import UsageError
         raise UsageError("--jobs must be at least 1")
@@ -543,7 +557,7 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
         url = make_conninfo(server, dbname=name)
-    bench = Bench(url, config, jobs)
+    bench = Bench(url, config, jobs, streams=streams)
     try:
         migrate(url, log=lambda *_: None)
         machine = machine_info(url)

@@ -3,10 +3,13 @@
 Starts (or reuses) an embedded PostgreSQL when ``DATABASE_URL`` is unset,
 migrates, creates the demo application's own tables (``demo_schema.sql``),
 seeds demo tenants and users (passwords generated once, kept in the
-instance folder and printed), starts gunicorn and a worker as subprocesses,
+instance folder and printed), starts gunicorn, the stream server (``opsboard
+streams`` on port + 1: the inbox's live streams, reached by a 307 from the
+web) and a worker as subprocesses,
 and keeps realistic traffic flowing: one heavy tenant, several job types with
 handler times and failure rates that produce retries, rate limiting and some
-dead letters.  Ctrl-C stops everything.
+dead letters.  Ctrl-C stops everything: the stream server first (its
+streams end at once), then the web and the worker, each within its grace.
 
 The demo's job types, events, policies and templates are the plug-in
 :mod:`opsboard.tools.demo_catalogue`, which the demo's web and worker
@@ -198,13 +201,60 @@ def _port_free(host: str, port: int) -> bool:
             return False
 
 
-def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True) -> int:
+#: The demo's web: 2 gunicorn gthread processes of 4 threads.  Streams never take those threads: the
+#: stream routes answer a 307 to the stream server (``opsboard streams``), a third child.
+GUNICORN_WORKERS, GUNICORN_THREADS = 2, 4
+
+
+def start_web(env: dict, host: str, port: int, streams_port: int, logs) -> list[subprocess.Popen]:
+    """Start the stream server and gunicorn as the demo runs them (the tests start the same).
+
+    ``env`` gains ``OPSBOARD_STREAMS_URL`` (the web's 307 target) and ``OPSBOARD_STREAMS_ORIGINS`` (the
+    dashboard's origin, allowed CORS with credentials).  Children get their own session: Ctrl-C in the
+    terminal signals only the demo, which then sends each child one SIGTERM (in the terminal's process
+    group, the worker would get SIGINT and then SIGTERM, take the second as "stop now" and skip its grace).
+    Each child carries a ``label``; the stream server comes first (it is stopped first).
+    """
+    env.update({"OPSBOARD_STREAMS_URL": f"http://{host}:{streams_port}",
+                "OPSBOARD_STREAMS_ORIGINS": f"http://{host}:{port}"})
+    streams = subprocess.Popen([sys.executable, "-m", "opsboard.cli", "streams", "--bind", f"{host}:{streams_port}"],
+                               cwd=ROOT, env=env, stdout=open(logs / "streams.log", "ab"), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    streams.label = "streams"
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", str(GUNICORN_WORKERS),
+                            "--threads", str(GUNICORN_THREADS), "--access-logfile", str(logs / "access.log"),
+                            "opsboard.web.wsgi:app"], cwd=ROOT, env=env, stderr=open(logs / "web.log", "ab"),
+                           start_new_session=True)
+    web.label = "web"
+    return [streams, web]
+
+
+def stop_children(children: list[subprocess.Popen], grace: float = 30.0) -> None:
+    """SIGTERM the stream server first and wait for it (its streams end at once), then the others;
+    each gets ``grace`` seconds before SIGKILL."""
+    first = [c for c in children if getattr(c, "label", "") == "streams"]
+    for group in (first, [c for c in children if c not in first]):
+        for c in group:
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM)
+        for c in group:
+            try:
+                c.wait(grace)
+            except subprocess.TimeoutExpired:
+                c.kill()
+                c.wait(5)
+
+
+def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic: bool = True,
+             streams_port: int | None = None) -> int:
     from ..errors import UsageError
     from ..db import connect, resolve_url
     from ..migrate import migrate
 
-    if not _port_free(host, port):
-        raise UsageError(f"port {port} on {host} is in use; pass --port")
+    streams_port = streams_port or port + 1
+    for p, option in ((port, "--port"), (streams_port, "--streams-port")):
+        if not _port_free(host, p):
+            raise UsageError(f"port {p} on {host} is in use; pass {option}")
     url = resolve_url(config)
     # This process seeds and produces traffic with the demo plug-in's catalogue, as its children do
     # (the CLI activates none for ``demo``: it leaves the plug-in to this function).
@@ -231,13 +281,10 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
     # demo, which then sends each child one SIGTERM.  (In the terminal's
     # process group, the worker would get SIGINT and then SIGTERM, take the
     # second as "stop now" and skip its grace period.)
-    children = [
-        subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{host}:{port}", "-w", "2", "--threads", "4",
-                          "--access-logfile", str(logs / "access.log"), "opsboard.web.wsgi:app"], cwd=ROOT, env=env,
-                         stderr=open(logs / "web.log", "ab"), start_new_session=True),
-        subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stderr=open(logs / "worker.log", "ab"),
-                         start_new_session=True),
-    ]
+    children = start_web(env, host, port, streams_port, logs)
+    children.append(subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+                                      stderr=open(logs / "worker.log", "ab"), start_new_session=True))
+    children[-1].label = "worker"
     stop = threading.Event()
     # The handlers only take note: stop.set() in a handler could wait for ever for the lock that
     # this (the main) thread holds inside stop.wait() (see worker.runner.Worker.install_signals).
@@ -264,6 +311,7 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
         print("  users       (password in brackets)")
         for email, role, tenant in USERS:
             print(f"    {email:<24} [{creds['users'][email]}]  {role} in {tenant}")
+        print(f"  streams     http://{host}:{streams_port}  (the inbox's live updates; /inbox/stream redirects)")
         print(f"  logs        {logs}")
         print(f"  sandbox     {sandbox.url}/_sandbox/  (SMTP {host}:{sandbox.smtp_port})")
         print("  Ctrl-C stops everything.\n", flush=True)
@@ -274,18 +322,11 @@ def run_demo(config: Config, host: str = "127.0.0.1", port: int = 8000, traffic:
             time.sleep(0.5)
             for c in children:
                 if c.poll() is not None:
-                    print(f"opsboard demo: a child process exited ({c.args[2]}); see {logs}", file=sys.stderr)
+                    print(f"opsboard demo: a child process exited ({c.label}); see {logs}", file=sys.stderr)
                     stop.set()
     finally:
         stop.set()
-        for c in children:
-            if c.poll() is None:
-                c.send_signal(signal.SIGTERM)
-        for c in children:
-            try:
-                c.wait(30)
-            except subprocess.TimeoutExpired:
-                c.kill()
+        stop_children(children, grace=config.shutdown_grace_seconds + 10)
         signal.signal(signal.SIGINT, previous)
         sandbox.stop()
         print("opsboard demo stopped")

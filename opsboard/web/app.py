@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 import psycopg
 from flask import Flask, current_app
@@ -15,6 +14,7 @@ from ..features import build_catalogue
 from ..auth import load_session_principal
 from . import errors, security
 from ..replica import UNKNOWN_LSN, ReadRouter
+from .context import SESSION_COOKIE, SESSION_LIFETIME, SESSION_PROTECTION  # noqa: F401
 from .context import WRITE_LSN, get_config, get_db, get_reads, request_id  # noqa: F401  (old `from .app import get_db` still resolves)
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=config.mode == "production",
-        SESSION_COOKIE_NAME="opsboard_session",
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
         REMEMBER_COOKIE_HTTPONLY=True,
         REMEMBER_COOKIE_SECURE=config.mode == "production",
         MAX_CONTENT_LENGTH=1 * 1024 * 1024,
@@ -77,7 +77,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     login = LoginManager(app)
     login.login_view = "auth.login"
-    login.session_protection = "strong"
+    login.session_protection = SESSION_PROTECTION
     from flask_babel import lazy_gettext
 
     login.login_message = lazy_gettext("Please sign in to continue.")

@@ -5,6 +5,7 @@ and the request id.  Blueprints import this module, never the factory
 from __future__ import annotations
 
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Iterator
 
 import psycopg
@@ -13,6 +14,12 @@ from flask import current_app, g, session
 from .. import db as dbmod
 from ..config import Config
 from ..replica import ReadRouter
+
+#: The dashboard's session cookie and its lifetime; the stream server (opsboard.web.streams) reads the same cookie.
+SESSION_COOKIE = "opsboard_session"
+SESSION_LIFETIME = timedelta(hours=12)
+#: flask-login's session protection; the stream server applies the same check.
+SESSION_PROTECTION = "strong"
 
 #: Session key: the primary's WAL position after this session's last write (read your own writes).
 WRITE_LSN = "_wlsn"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from datetime import time
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, jsonify, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user, login_required
@@ -69,14 +69,39 @@ def mark(notification_id: uuid.UUID, state: str):
 
 
 @bp.route("/stream")
-@login_required
 def stream():
+    # With a stream server, answer at once (it checks the session cookie itself); else sign-in first.
+    return sse.redirect_response() or _own_stream()
+
+
+@login_required
+def _own_stream():
     try:
         return sse.stream_response(current_user.id)
+    except sse.StreamsFull:
+        raise ApiError(503, "streams_full", _("Live updates are busy; checking every few seconds instead."),
+                       headers={"Retry-After": str(sse.RETRY_AFTER)}) from None
     except sse.TooManyStreams:
         raise ApiError(429, "too_many_streams", _("Too many open streams; close a tab.")) from None
     except ValueError as exc:
         raise ApiError(400, "invalid_cursor", str(exc)) from None
+
+
+@bp.route("/_since")
+@login_required
+def since():
+    """New rows after ``since`` (oldest first), as the stream's event data: the page polls this when
+    the stream is refused (503) or keeps failing."""
+    raw = request.args.get("since", "")
+    try:
+        cursor = int(raw)
+        if not 0 <= cursor <= inbox.MAX_CURSOR:
+            raise ValueError(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_cursor", _("cursor must be an integer")) from None
+    with get_db().connection() as conn:
+        rows = inbox.since(conn, current_user.id, cursor)
+    return jsonify({"items": [sse.event_data(r) for r in rows]})
 
 
 # ---------------------------------------------------------------- preferences

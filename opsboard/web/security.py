@@ -117,13 +117,25 @@ def security_headers(response):
     response.headers.setdefault(
         "Content-Security-Policy",
         "default-src 'self'; img-src 'self' data:; style-src 'self'; "
-        "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+        f"script-src 'self'; {_connect_src()}object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+        "form-action 'self'")
     if not request.path.startswith("/static/"):
         # Pages hold tenant data: no copy in shared caches or on disk after sign-out.
         response.headers.setdefault("Cache-Control", "no-store")
     if current_app.config.get("SESSION_COOKIE_SECURE"):
         response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
     return response
+
+
+def _connect_src() -> str:
+    """The stream server's origin beside 'self' (the inbox page's EventSource follows a 307 there)."""
+    config = current_app.extensions.get("opsboard_config")
+    base = config.streams_url if config is not None else None
+    if not base:
+        return ""
+    from urllib.parse import urlsplit
+    parts = urlsplit(base)
+    return f"connect-src 'self' {parts.scheme}://{parts.netloc}; "
 
 
 #: Permissions of audited actions -> the action name their audit rows carry.

@@ -9,9 +9,13 @@ the inbox, so a lost stream is made up by the sync.  A comment line every
 detects gone clients.  At most ``SSE_MAX_PER_USER`` (5) streams per user and
 process: the next one gets 429.
 
-Deployment: each open stream occupies one gunicorn thread, so run the web with
-the ``gthread`` worker and enough threads (``gunicorn -k gthread --threads 100
---timeout 0 ...`` or a separate gunicorn for ``/api/v1/inbox/stream``), see docs/notifications.md.
+Where streams run: with ``OPSBOARD_STREAMS_URL`` set, both routes answer at once
+with a 307 to the stream server (:mod:`opsboard.web.streams`, ``opsboard
+streams``), where a waiting stream costs no thread.  Without it the web serves
+streams itself, but each holds a gunicorn thread: at most
+``OPSBOARD_SSE_MAX_STREAMS`` (default 2) per process, so pages always keep
+threads; the next stream gets 503 with ``Retry-After`` and the inbox page polls
+instead.  See docs/notifications.md.
 """
 from __future__ import annotations
 
@@ -26,11 +30,34 @@ from .context import get_config, get_db
 
 HEARTBEAT = 15.0
 MAX_PER_USER = 5
+#: Seconds a refused stream client is told to wait (503 and 429).
+RETRY_AFTER = 30
 _lock = threading.Lock()
+_open = [0]  # streams this process serves now (all users)
 
 
 class TooManyStreams(Exception):
-    pass
+    """The user's own streams are at their cap (429)."""
+
+
+class StreamsFull(Exception):
+    """This process serves as many streams as it may (503 + Retry-After: the page polls)."""
+
+
+def redirect_response() -> Response | None:
+    """A 307 to the stream server when ``OPSBOARD_STREAMS_URL`` is set (same path and query), else None.
+
+    Nothing is looked up first: the stream server authenticates, so the redirect holds no thread
+    and no connection.
+    """
+    base = get_config().streams_url
+    if not base:
+        return None
+    query = request.query_string.decode("latin-1")
+    resp = Response(status=307)
+    resp.headers["Location"] = base + request.path + (f"?{query}" if query else "")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
 
 
 def hub() -> pgnotify.Hub:
@@ -57,16 +84,21 @@ def _cursor_from_request() -> int | None:
     return value if 0 <= value <= inbox.MAX_CURSOR else -1
 
 
-def event_text(row: dict) -> str:
-    data = {"id": str(row["id"]), "cursor": row["seq"], "event_type": row["event_type"],
+def event_data(row: dict) -> dict:
+    """An inbox row as a stream event's data (the inbox page's polling gets the same)."""
+    return {"id": str(row["id"]), "cursor": row["seq"], "event_type": row["event_type"],
             "category": row["category"], "title": row["title"], "body": row["body"],
             "locale": row.get("locale"), "created_at": row["created_at"].isoformat(),
             "read": row["read_at"] is not None}
-    return f"id: {row['seq']}\nevent: notification\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def event_text(row: dict) -> str:
+    return f"id: {row['seq']}\nevent: notification\ndata: {json.dumps(event_data(row), ensure_ascii=False)}\n\n"
 
 
 def stream_response(user_id) -> Response:
-    """The SSE response for ``user_id`` (raises :class:`TooManyStreams`, ValueError on a bad cursor)."""
+    """The SSE response for ``user_id`` (raises :class:`TooManyStreams`, :class:`StreamsFull`,
+    ValueError on a bad cursor)."""
     cursor = _cursor_from_request()
     if cursor == -1:
         raise ValueError("Last-Event-ID must be an inbox cursor (a non-negative integer)")
@@ -79,10 +111,14 @@ def stream_response(user_id) -> Response:
     key = str(user_id)
     limit = current_app.config.get("SSE_MAX_PER_USER", MAX_PER_USER)
     heartbeat = current_app.config.get("SSE_HEARTBEAT", HEARTBEAT)
+    process_limit = current_app.config.get("SSE_MAX_STREAMS", get_config().sse_max_streams)
     with _lock:
+        if _open[0] >= process_limit:
+            raise StreamsFull()
         if streams.get(key, 0) >= limit:
             raise TooManyStreams()
         streams[key] = streams.get(key, 0) + 1
+        _open[0] += 1
     database = get_db()
     waiter = h.waiter(inbox.CHANNEL, key)
 
@@ -96,6 +132,7 @@ def stream_response(user_id) -> Response:
             if released:
                 return
             released.append(True)
+            _open[0] -= 1
             streams[key] = streams.get(key, 1) - 1
             if streams[key] <= 0:
                 streams.pop(key, None)

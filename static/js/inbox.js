@@ -32,12 +32,60 @@
   }
   setInterval(refreshTimes, 30000);
 
-  var url = status.getAttribute("data-stream") + "?since=" + encodeURIComponent(list.getAttribute("data-latest") || "0");
-  var es = new EventSource(url);
-  es.onopen = function () { status.textContent = text.live; status.setAttribute("data-live", "1"); };
-  es.onerror = function () { status.textContent = text.reconnecting; status.removeAttribute("data-live"); };
-  es.addEventListener("notification", function (e) {
-    var n = JSON.parse(e.data);
+  // The stream: an EventSource on /inbox/stream (which may answer a 307 to the stream server; the
+  // session cookie goes along: withCredentials).  A refused stream (503 when the server holds as many
+  // as it may, 401, 429) closes for good; one that keeps failing is given up for a while.  Meanwhile
+  // the page polls /inbox/_since every few seconds, and tries the stream again later.
+  var POLL_MS = 5000, RETRY_MS = 30000, MAX_FAILURES = 3;
+  var streamUrl = status.getAttribute("data-stream");
+  var pollUrl = status.getAttribute("data-poll");
+  var cursor = parseInt(list.getAttribute("data-latest") || "0", 10) || 0;
+  var es = null, failures = 0, pollTimer = null, retryDelay = RETRY_MS;
+
+  function openStream() {
+    es = new EventSource(streamUrl + "?since=" + encodeURIComponent(String(cursor)), {withCredentials: true});
+    es.onopen = function () {
+      failures = 0;
+      retryDelay = RETRY_MS;
+      stopPolling();
+      status.textContent = text.live;
+      status.setAttribute("data-live", "1");
+      status.removeAttribute("data-polling");
+    };
+    es.onerror = function () {
+      status.removeAttribute("data-live");
+      failures++;
+      if (es.readyState === EventSource.CLOSED || failures >= MAX_FAILURES) {
+        es.close();
+        es = null;
+        startPolling();
+        setTimeout(openStream, retryDelay);
+        retryDelay = Math.min(retryDelay * 2, 300000);
+      } else {
+        status.textContent = text.reconnecting;
+      }
+    };
+    es.addEventListener("notification", function (e) { add(JSON.parse(e.data)); });
+  }
+
+  function poll() {
+    fetch(pollUrl + "?since=" + encodeURIComponent(String(cursor)),
+          {credentials: "same-origin", headers: {"Accept": "application/json"}})
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (data) { if (data) data.items.forEach(add); })
+      .catch(function () {});
+  }
+  function startPolling() {
+    status.textContent = text.polling;
+    status.setAttribute("data-polling", "1");
+    if (pollTimer === null) { poll(); pollTimer = setInterval(poll, POLL_MS); }
+  }
+  function stopPolling() {
+    if (pollTimer !== null) { clearInterval(pollTimer); pollTimer = null; }
+  }
+
+  function add(n) {
+    if (n.cursor > cursor) cursor = n.cursor;
     if (document.getElementById("n-" + n.id)) return;
     var empty = document.getElementById("inbox-empty");
     if (empty) empty.remove();
@@ -105,5 +153,7 @@
       badge.textContent = digits(count);
       badge.setAttribute("aria-label", fill(text.unread, "n", digits(count)));
     }
-  });
+  }
+
+  openStream();
 })();

@@ -38,6 +38,7 @@ def _notify(c, t, uid, n=1):
 def server(app):
     app.config["SSE_HEARTBEAT"] = 0.3
     app.config["SSE_MAX_PER_USER"] = 2
+    app.config["SSE_MAX_STREAMS"] = 20  # the per-user cap is under test here; the process's: test_inbox_streams_web
     srv = make_server("127.0.0.1", 0, app, threaded=True)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()

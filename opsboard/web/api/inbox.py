@@ -102,9 +102,15 @@ def inbox_unread():
 
 @bp.route("/inbox/stream")
 def inbox_stream():
+    moved = sse.redirect_response()
+    if moved is not None:
+        return moved
     user = authenticate_user()
     try:
         return sse.stream_response(user["user_id"])
+    except sse.StreamsFull:
+        raise Problem(503, "streams_full", "This server holds as many streams as it may; poll GET /inbox?since= "
+                      "and retry later.", headers={"Retry-After": str(sse.RETRY_AFTER)}) from None
     except sse.TooManyStreams:
         raise Problem(429, "too_many_streams", "Too many open streams for this user; close one.",
                       headers={"Retry-After": "5"}) from None

@@ -1,0 +1,519 @@
+"""The stream server: inbox SSE streams where waiting costs no thread (``opsboard streams``).
+
+A gunicorn gthread process gives each open stream a thread, so a few streams
+starve the pages (issue 27).  This asyncio process (aiohttp's web server)
+serves the same two routes, ``/inbox/stream`` (the dashboard's session
+cookie) and ``/api/v1/inbox/stream`` (a user token), with the same events:
+``id`` = inbox cursor, ``event: notification``, the data of
+:func:`opsboard.web.sse.event_data`; ``Last-Event-ID`` (or ``?since=``)
+resumes; a comment line every 15 s is the heartbeat.  The web app answers
+both routes with a 307 here when ``OPSBOARD_STREAMS_URL`` is set (or a reverse
+proxy routes the two paths here).
+
+- ONE LISTEN connection per process (:class:`Listener`) wakes the streams of
+  a notification's recipient (``*``: all of them); a wake-up is a hint, the
+  stream re-reads the inbox.  No connection is held while a stream waits.
+- Reads after a wake-up go through a small pool, batched (:class:`Reader`):
+  the streams woken together are read in one query (``inbox_events_since_many``),
+  so a broadcast to 10,000 streams is a few dozen round trips, not 10,000.
+- Authentication is the web's: the token check of the inbox API
+  (:func:`opsboard.notifications.inbox.verify_token`) and, for the dashboard,
+  the Flask session cookie decoded with Flask's own serializer, flask-login's
+  session protection, then the server-side session check
+  (:func:`opsboard.auth.load_session_principal`).  Both are sync: they run in
+  threads, on a pool of their own.  A user only ever streams their own inbox.
+- Caps: ``OPSBOARD_STREAMS_MAX`` open streams per process (503 with
+  ``Retry-After`` beyond: the inbox page polls), 5 per user (429).
+- CORS with credentials only for ``OPSBOARD_STREAMS_ORIGINS`` (the dashboard
+  origins whose pages follow the 307 here).
+- SIGTERM / SIGINT: every stream ends at once (clients reconnect elsewhere or
+  poll), then the server closes; well within any grace period.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import time
+
+import psycopg
+from aiohttp import web
+from psycopg.rows import dict_row, tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from .. import db as dbmod
+from ..auth import load_session_principal
+from ..config import Config
+from ..notifications import inbox
+from . import sse
+
+log = logging.getLogger("opsboard.streams")
+
+API_PATH = "/api/v1/inbox/stream"
+PAGE_PATH = "/inbox/stream"
+#: Most (recipient, cursor) pairs one batched read asks for.
+READ_BATCH = 500
+
+
+#: Bytes a stream's socket may hold unsent before its client counts as gone (it resumes by Last-Event-ID).
+MAX_UNSENT = 1 << 20
+HEARTBEAT_LINE = b": heartbeat\n\n"
+
+
+class Stream:
+    """One open client.  No task runs for it while it waits: a wake-up queues it for the next batched
+    read (:class:`Reader`), which writes its new rows straight to its socket as HTTP chunks; the
+    heartbeat writes a comment line the same way and queues a read (the poll behind the hint).
+    ``done`` resolves when the stream ends (client gone, shutdown, a database error)."""
+
+    __slots__ = ("key", "user_id", "cursor", "transport", "done", "queued", "reading", "dirty")
+
+    def __init__(self, user_id, cursor: int, transport, done: asyncio.Future):
+        self.key, self.user_id, self.cursor = str(user_id), user_id, cursor
+        self.transport, self.done = transport, done
+        self.queued = self.reading = self.dirty = False
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data`` as one HTTP/1.1 chunk (the response is chunked; aiohttp sent the headers and the
+        first chunk); False, and the stream ends, when the client is gone or reads too slowly."""
+        t = self.transport
+        if t is None or self.done.done():
+            return False  # not started yet (its first read comes when it is) or ended
+        if t.is_closing() or t.get_write_buffer_size() > MAX_UNSENT:
+            self.end()
+            return False
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    def end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class Listener:
+    """The process's one LISTEN connection on the inbox channel, fanned out to the open streams.
+
+    A payload is a recipient id (wakes that user's streams) or ``*`` (all).  After each
+    (re)connection every stream is woken once: a notification may have been missed meanwhile.
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        self.streams: dict[str, set[Stream]] = {}
+        self.count = 0
+        self.connected = False
+        self.notifications = 0
+        self.reader: Reader | None = None
+        #: When the last notification arrived, and when a stream last wrote events (monotonic): /healthz
+        #: shows the gap, the server's own share of a delivery (the benchmark's client adds its own).
+        self.last_notify = self.last_write = 0.0
+
+    def add(self, stream: Stream) -> None:
+        self.streams.setdefault(stream.key, set()).add(stream)
+        self.count += 1
+
+    def remove(self, stream: Stream) -> None:
+        group = self.streams.get(stream.key)
+        if group is not None and stream in group:
+            group.discard(stream)
+            self.count -= 1
+            if not group:
+                del self.streams[stream.key]
+
+    def per_user(self, key: str) -> int:
+        return len(self.streams.get(key, ()))
+
+    def all(self) -> list[Stream]:
+        return [s for group in self.streams.values() for s in group]
+
+    def beat(self, part: int, parts: int) -> None:
+        """The heartbeat of one ``part`` of ``parts`` of the streams: one timer for the process, not one
+        per stream, and the streams spread over the period (never 10,000 heartbeats and re-reads at once)."""
+        for s in self.all():
+            if (id(s) >> 4) % parts == part and s.send(HEARTBEAT_LINE):
+                self.reader.wake(s)
+
+    def wake(self, payload: str) -> None:
+        if self.reader is None:
+            return
+        targets = self.all() if payload == "*" else list(self.streams.get(payload, ()))
+        for s in targets:
+            self.reader.wake(s)
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=2)
+            except (psycopg.Error, OSError) as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("streams: no LISTEN connection (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(min(10.0, 0.5 * 2 ** (failures - 1)))
+                continue
+            try:
+                async with conn:
+                    await conn.execute(f'LISTEN "{inbox.CHANNEL}"')
+                    if failures:
+                        log.warning("streams: LISTEN connection back")
+                    failures = 0
+                    self.connected = True
+                    self.wake("*")  # resync: what was read before LISTEN took is looked at again
+                    async for n in conn.notifies():
+                        self.notifications += 1
+                        self.last_notify = time.monotonic()
+                        self.wake(n.payload)
+            except (psycopg.Error, OSError) as exc:
+                failures += 1
+                self.connected = False
+                log.warning("streams: LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                await asyncio.sleep(0.5)
+            finally:
+                self.connected = False
+
+
+class Reader:
+    """Batched inbox reads: the streams woken together are read in one query per ``READ_BATCH``
+    (``inbox_events_since_many``), up to ``concurrency`` queries at once; each stream's new rows are written
+    to it from there.  A stream woken while its read is under way is read again after it."""
+
+    def __init__(self, pool: AsyncConnectionPool, concurrency: int, listener: Listener):
+        self.pool, self.listener = pool, listener
+        self.pending: list[Stream] = []
+        self.slots = asyncio.Semaphore(concurrency)
+        self.flushing = False
+        self.tasks: set[asyncio.Task] = set()
+        self.queries = 0
+
+    def wake(self, s: Stream) -> None:
+        if s.transport is None:
+            return  # still starting: its first read, once started, covers this
+        if s.reading:
+            s.dirty = True
+            return
+        if s.queued or s.done.done():
+            return
+        s.queued = True
+        self.pending.append(s)
+        if not self.flushing:
+            self.flushing = True
+            self._spawn(self._flush())
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _flush(self) -> None:
+        try:
+            while self.pending:
+                await self.slots.acquire()
+                batch, self.pending = self.pending[:READ_BATCH], self.pending[READ_BATCH:]
+                for s in batch:
+                    s.queued, s.reading = False, True
+                self._spawn(self._query(batch))
+        finally:
+            self.flushing = False
+
+    async def _query(self, batch: list[Stream]) -> None:
+        try:
+            pairs: dict[tuple[str, int], list[Stream]] = {}
+            for s in batch:
+                pairs.setdefault((s.key, s.cursor), []).append(s)
+            keys = list(pairs)
+            rows: list[list[tuple]] = [[] for _ in keys]
+            async with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=tuple_row)
+                await cur.execute(dbmod.queries["inbox_events_since_many"],
+                                  {"user_ids": "{" + ",".join(k[0] for k in keys) + "}",
+                                   "cursors": "{" + ",".join(str(k[1]) for k in keys) + "}",
+                                   "limit": inbox.MAX_LIMIT})
+                for i, seq, data in await cur.fetchall():
+                    rows[i - 1].append((seq, data))
+            self.queries += 1
+            wrote = False
+            for k, found in zip(keys, rows):
+                data = "".join(f"id: {seq}\nevent: notification\ndata: {d}\n\n" for seq, d in found).encode() \
+                    if found else None
+                for s in pairs[k]:
+                    s.reading = False
+                    if data is not None and s.send(data):
+                        s.cursor = found[-1][0]
+                        wrote = True
+                    if s.dirty or len(found) == inbox.MAX_LIMIT:
+                        s.dirty = False
+                        self.wake(s)
+            if wrote:
+                self.listener.last_write = time.monotonic()
+        except Exception as exc:  # noqa: BLE001  (the database: those streams end, their clients resume)
+            log.warning("streams: a read failed (%s); ending %d streams", type(exc).__name__, len(batch))
+            for s in batch:
+                s.reading = False
+                s.end()
+        finally:
+            self.slots.release()
+
+
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=status, headers=headers)
+
+
+class StreamServer:
+    """The aiohttp application and what it shares: the listener, the reader, the auth pool, the caps."""
+
+    def __init__(self, config: Config, url: str, *, heartbeat: float = sse.HEARTBEAT):
+        from flask import Flask
+        from flask.sessions import SecureCookieSessionInterface
+
+        from .context import SESSION_LIFETIME
+
+        config.require_secret()
+        self.config, self.url, self.heartbeat = config, url, heartbeat
+        self.max_streams = config.streams_max
+        self.origins = frozenset(config.streams_origins)
+        self.listener = Listener(url)
+        self.stopping = False
+        # Flask's own cookie serializer, keyed like the web app's (the same secret and salt).
+        self._flask = Flask("opsboard-streams")
+        self._flask.secret_key = config.secret_key
+        self._sessions = SecureCookieSessionInterface().get_signing_serializer(self._flask)
+        self._session_max_age = int(SESSION_LIFETIME.total_seconds())
+        self.auth_db: dbmod.Database | None = None
+        self.pool: AsyncConnectionPool | None = None
+        self.reader: Reader | None = None
+        self._listen_task: asyncio.Task | None = None
+        self._beat_task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.auth_db = dbmod.Database(self.url, min_size=1, max_size=4, name="streams-auth").open(check=False)
+        self.pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False, name="streams-read",
+                                        kwargs={"autocommit": True, "row_factory": dict_row})
+        await self.pool.open(wait=False)
+        self.reader = Reader(self.pool, concurrency=4, listener=self.listener)
+        self.listener.reader = self.reader
+        self._listen_task = asyncio.ensure_future(self.listener.run())
+        self._beat_task = asyncio.ensure_future(self._beats())
+
+    async def _beats(self) -> None:
+        parts = max(1, int(self.heartbeat))  # a part each second: each stream's beat every `heartbeat` s
+        tick = 0
+        while True:
+            await asyncio.sleep(self.heartbeat / parts)
+            self.listener.beat(tick % parts, parts)
+            tick += 1
+
+    def end_streams(self) -> None:
+        """Every open stream returns now (shutdown: streams end first)."""
+        self.stopping = True
+        for s in self.listener.all():
+            s.end()
+
+    async def close(self) -> None:
+        for task in (self._listen_task, self._beat_task):
+            if task is None:
+                continue
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.pool is not None:
+            await self.pool.close(timeout=2)
+        if self.auth_db is not None:
+            await asyncio.to_thread(self.auth_db.close)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get(API_PATH, self.api_stream, allow_head=True)
+        app.router.add_get(PAGE_PATH, self.page_stream, allow_head=True)
+        app.router.add_route("OPTIONS", API_PATH, self.preflight)
+        app.router.add_route("OPTIONS", PAGE_PATH, self.preflight)
+        app.router.add_get("/healthz", self.healthz)
+        app.on_response_prepare.append(self._headers)
+        return app
+
+    # ------------------------------------------------------------ HTTP
+
+    async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if origin and origin in self.origins:
+            # Only the configured dashboard origins may read a stream with the user's cookie.
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Allow-Credentials"] = "true"
+        response.headers.setdefault("Vary", "Origin")
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+
+    async def preflight(self, request: web.Request) -> web.Response:
+        headers = {}
+        if request.headers.get("Origin") in self.origins:
+            headers = {"Access-Control-Allow-Methods": "GET, HEAD",
+                       "Access-Control-Allow-Headers": "Authorization, Last-Event-ID, Cache-Control, Accept",
+                       "Access-Control-Max-Age": "600"}
+        return web.Response(status=204, headers=headers)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        gap = self.listener.last_write - self.listener.last_notify
+        return web.json_response({"ok": True, "streams": self.listener.count, "listening": self.listener.connected,
+                                  "max_streams": self.max_streams, "notifications": self.listener.notifications,
+                                  "last_notify_to_last_write_ms": round(gap * 1000, 1) if gap > 0 else None,
+                                  "reads": self.reader.queries if self.reader else 0})
+
+    async def api_stream(self, request: web.Request) -> web.StreamResponse:
+        scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return _error(401, "unauthorized", "Send your token: Authorization: Bearer obu_...",
+                          {"WWW-Authenticate": 'Bearer realm="opsboard-inbox"'})
+        tok = await asyncio.to_thread(self._verify_token, secret.strip())
+        if tok is None:
+            return _error(401, "unauthorized", "The token is unknown or revoked.",
+                          {"WWW-Authenticate": 'Bearer realm="opsboard-inbox", error="invalid_token"'})
+        if not tok["active_member"]:
+            return _error(403, "no_membership", "The token's user has no active membership of a tenant.")
+        return await self.stream(request, tok["user_id"])
+
+    async def page_stream(self, request: web.Request) -> web.StreamResponse:
+        from .context import SESSION_COOKIE
+        cookie = request.cookies.get(SESSION_COOKIE)
+        user_id = await asyncio.to_thread(self._session_user, cookie, request) if cookie else None
+        if user_id is None:
+            return _error(401, "unauthorized", "Sign in to continue.")
+        return await self.stream(request, user_id)
+
+    def _verify_token(self, secret: str) -> dict | None:
+        with self.auth_db.connection() as conn:
+            return inbox.verify_token(conn, secret)
+
+    def _session_user(self, cookie: str, request: web.Request):
+        """The user of a dashboard session cookie, checked as the web app checks it, or None."""
+        from flask_login.utils import _create_identifier
+        from itsdangerous import BadSignature
+
+        from .context import SESSION_PROTECTION
+
+        try:
+            data = self._sessions.loads(cookie, max_age=self._session_max_age)
+        except BadSignature:
+            return None
+        if not isinstance(data, dict) or not data.get("_user_id"):
+            return None
+        if SESSION_PROTECTION == "strong":
+            # flask-login's "strong" protection: a cookie used from another address or browser than the
+            # one it was issued to signs nobody in.  Its own identifier function, on this request's headers.
+            environ = {"REMOTE_ADDR": request.remote or ""}
+            headers = {k: v for k, v in request.headers.items() if k.lower() in ("user-agent", "x-forwarded-for")}
+            with self._flask.test_request_context("/", headers=headers, environ_base=environ):
+                if data.get("_id") != _create_identifier():
+                    return None
+        with self.auth_db.connection() as conn:
+            principal = load_session_principal(conn, str(data["_user_id"]))
+        return principal.id if principal is not None else None
+
+    @staticmethod
+    def _cursor(request: web.Request) -> int | None:
+        raw = request.headers.get("Last-Event-ID") or request.query.get("since")
+        if raw is None or raw == "":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            return -1
+        return value if 0 <= value <= inbox.MAX_CURSOR else -1
+
+    async def stream(self, request: web.Request, user_id) -> web.StreamResponse:
+        """The SSE stream of ``user_id``'s inbox (the caller authenticated them)."""
+        cursor = self._cursor(request)
+        if cursor == -1:
+            return _error(400, "invalid_cursor", "Last-Event-ID must be an inbox cursor (a non-negative integer)")
+        if self.stopping or self.listener.count >= self.max_streams:
+            return _error(503, "streams_full", "This stream server holds as many streams as it may; poll and "
+                          "retry later.", {"Retry-After": str(sse.RETRY_AFTER)})
+        key = str(user_id)
+        if self.listener.per_user(key) >= sse.MAX_PER_USER:
+            return _error(429, "too_many_streams", "Too many open streams for this user; close one.",
+                          {"Retry-After": "5"})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "X-Accel-Buffering": "no"})
+        if request.method == "HEAD":
+            await resp.prepare(request)
+            return resp
+        done = asyncio.get_running_loop().create_future()
+        s = Stream(user_id, cursor if cursor is not None else 0, None, done)
+        self.listener.add(s)
+        try:
+            await resp.prepare(request)
+            if cursor is None:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(dbmod.queries["inbox_latest_seq"], {"user_id": user_id})
+                    s.cursor = (await cur.fetchone())["seq"]
+            # Through aiohttp: the headers and the first chunk.  From here on the stream's rows and
+            # heartbeats go straight to the transport as chunks (Stream.send); aiohttp ends the body.
+            await resp.write(f"retry: 3000\n: connected at cursor {s.cursor}\n\n".encode())
+            if resp.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                raise RuntimeError("the stream response is not chunked")
+            s.transport = request.transport
+            if not self.stopping:
+                self.reader.wake(s)
+                await done
+        except ConnectionError:
+            pass
+        except psycopg.Error as exc:
+            log.warning("streams: a stream ended on a database error (%s)", type(exc).__name__)
+        finally:
+            s.end()
+            self.listener.remove(s)
+        return resp
+
+
+async def serve(config: Config, url: str, host: str, port: int, *, heartbeat: float = sse.HEARTBEAT) -> None:
+    """Run the stream server until SIGTERM or SIGINT; streams end first, then the server closes."""
+    # Ten thousand open connections are a large heap of long-lived objects; the cyclic collector's
+    # default thresholds ran a full pass over it every few deliveries (a third of a broadcast's time in
+    # the profile).  Rarer passes: reference counting still frees almost everything at once.
+    gc.set_threshold(50_000, 50, 100)
+    server = StreamServer(config, url, heartbeat=heartbeat)
+    await server.start()
+    # handler_cancellation: a client that leaves cancels its stream's handler at once (its slot frees now,
+    # not at its next heartbeat).
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2.0, handle_signals=False,
+                           handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=2.0)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    bound = runner.addresses[0]
+    print(f"opsboard streams listening on http://{bound[0]}:{bound[1]} (at most {server.max_streams} streams)",
+          flush=True)
+    try:
+        await stop.wait()
+    finally:
+        log.info("streams: stopping (%d open)", server.listener.count)
+        server.end_streams()
+        await runner.cleanup()
+        await server.close()
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0: any free port) -> (host, port); ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--bind wants HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def run(config: Config, url: str, bind: str) -> int:
+    host, port = parse_bind(bind)
+    try:
+        asyncio.run(serve(config, url, host, port))
+    except OSError as exc:
+        from ..errors import UsageError
+        raise UsageError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
+    return 0
+
