@@ -78,7 +78,7 @@ class Runner:
         completer = _Completer()
         w = SimpleNamespace(id=worker, handler_pool=self.pool, config=SimpleNamespace(providers=self.settings),
                             lease=30.0, stopping=threading.Event(), running_lock=threading.Lock(), running={},
-                            running_file=None, completer=completer, holds=HoldsCache())
+                            running_file=None, completer=completer, holds=HoldsCache(), pooler="none")
         executor = _Executor(w)
         executor.prepare([row])
         executor.run_job(row, SimpleNamespace(qs=_QueueState(queue_name), record=None))
