@@ -22,6 +22,18 @@ STATES = ("seen", "read", "archived")
 MAX_LIMIT = 100
 #: The largest inbox cursor (``seq`` is a bigint): a larger one is a malformed request, not a query.
 MAX_CURSOR = 2**63 - 1
+
+
+def parse_cursor(raw: str | None) -> int | None:
+    """A client's resume point (``Last-Event-ID`` or ``?since=``): None when absent, -1 when it is not
+    an inbox cursor (a non-negative integer), else the cursor.  Shared by both stream servers."""
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return -1
+    return value if 0 <= value <= MAX_CURSOR else -1
 #: pg_notify channel for new inbox rows; the payload is the recipient's id, or '*' for "everyone, re-check".
 CHANNEL = "opsboard_inbox"
 

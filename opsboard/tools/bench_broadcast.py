@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 import time
 
-from .. import audit, jobqueue, outbox, pauses
+from .. import audit, auth, jobqueue, outbox, pauses
 from ..notifications import policy
-from ..schema import new_id
+from .bench_notifications import _rss_kib, seed_members
 
 EVENT = "bench_broadcast.sent"
 MODULE = __name__
@@ -34,17 +34,6 @@ def register(cat) -> None:
     policy.declare(cat, EVENT, category="system", channels=("inbox", "email"), audience=policy.tenant_members())
 
 
-def _rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def broadcast(b) -> None:
     """One notification to 600,000 members x 2 channels with 2 workers; OTP and another tenant meanwhile."""
     from ..catalogue import active
@@ -52,20 +41,12 @@ def broadcast(b) -> None:
 
     n = b.jobs or 600_000
     register(active())
-    big, small = b.tenants(2)
+    with b.conn() as c:  # tenants of its own: other scenarios' members must not join the audience
+        big, small = (auth.ensure_tenant(c, slug, name)["id"]
+                      for slug, name in (("broadcast-big", "Broadcast"), ("broadcast-other", "Bystander")))
     with b.conn() as c:
         with c.transaction():
-            with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
-                ids = []
-                for i in range(n + 1):
-                    uid = new_id()
-                    ids.append(uid)
-                    cp.write_row((uid, f"b{i}@bench.test", "x"))
-            with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
-                for uid in ids[:n]:
-                    cp.write_row((uid, big, "member"))
-                cp.write_row((ids[n], small, "member"))
-        del ids
+            seed_members(c, big, n, "b", extra=((small, 1),))
         c.execute("ANALYZE users; ANALYZE memberships")
         pauses.pause(c, audit.SYSTEM, "type", "notifications.deliver", "bench: hold the email sends")
     procs = b.start_workers(2, "critical=2,default=8,bulk=2", OPSBOARD_JOB_MODULES=MODULE)

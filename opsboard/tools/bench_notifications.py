@@ -17,6 +17,23 @@ from ..schema import new_id
 EVENT = "bench_notice.sent"
 
 
+def seed_members(c, tenant, n: int, prefix: str, *, extra: tuple = ()) -> list:
+    """``n`` users (password hash "x": they never sign in) who are members of ``tenant``, by COPY, in the
+    caller's transaction; ``extra``: (tenant, count) pairs of more members; returns every new user id."""
+    groups = [(tenant, n), *extra]
+    ids = [new_id() for _ in range(sum(k for _, k in groups))]
+    with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
+        for i, uid in enumerate(ids):
+            cp.write_row((uid, f"{prefix}{i}@bench.test", "x"))
+    with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
+        start = 0
+        for t, k in groups:
+            for uid in ids[start:start + k]:
+                cp.write_row((uid, t, "member"))
+            start += k
+    return ids
+
+
 def _recipients(conn, event):
     return [r["user_id"] for r in db.all_rows(conn, "tenant_users_with_role",
                                               {"tenant_id": event["tenant_id"], "roles": ["member"]})]
@@ -29,14 +46,8 @@ def fanout(b) -> None:
     policy.declare(active(), EVENT, category="system", channels=("inbox", "email"), recipients=_recipients)
     [tenant] = b.tenants(1)
     with b.conn() as c:
-        ids = [new_id() for _ in range(n)]
         with c.transaction():
-            with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
-                for i, uid in enumerate(ids):
-                    cp.write_row((uid, f"bench{i}@bench.test", "x"))
-            with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
-                for uid in ids:
-                    cp.write_row((uid, tenant, "member"))
+            seed_members(c, tenant, n, "bench")
         c.execute("ANALYZE users; ANALYZE memberships")
         with c.transaction():
             ev = outbox.publish(c, EVENT, 1, aggregate=("notice", "bench"), tenant=tenant, payload={})
@@ -57,10 +68,14 @@ def fanout(b) -> None:
 
 
 def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+    """A process's resident memory in KiB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -82,14 +97,8 @@ def sse(b) -> None:
     tenant = b.tenants(2)[1]
     tokens = []
     with b.conn() as c:
-        ids = [new_id() for _ in range(n)]
         with c.transaction():
-            with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
-                for i, uid in enumerate(ids):
-                    cp.write_row((uid, f"sse{i}@bench.test", "x"))
-            with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
-                for uid in ids:
-                    cp.write_row((uid, tenant, "member"))
+            ids = seed_members(c, tenant, n, "sse")
             tokens = [inbox.create_token(c, uid, "bench")[0] for uid in ids]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -31,8 +31,7 @@ from .. import outbox
 from ..catalogue import active
 from ..notifications import fanout as fanoutmod
 from ..notifications import inbox, policy
-from ..schema import new_id
-from .bench_notifications import EVENT, _recipients, _rss_kib
+from .bench_notifications import EVENT, _recipients, _rss_kib, seed_members
 
 ROUNDS = 3
 SECRET = "bench-" + "x" * 40
@@ -128,14 +127,8 @@ def streams(b) -> None:
     tenant = b.tenants(3)[2]
     print(f"  streams: seeding {n} users and tokens", flush=True)
     with b.conn() as c:
-        ids = [new_id() for _ in range(n)]
         with c.transaction():
-            with c.cursor().copy("COPY users (id, email, password_hash) FROM STDIN") as cp:
-                for i, uid in enumerate(ids):
-                    cp.write_row((uid, f"stream{i}@bench.test", "x"))
-            with c.cursor().copy("COPY memberships (user_id, tenant_id, role) FROM STDIN") as cp:
-                for uid in ids:
-                    cp.write_row((uid, tenant, "member"))
+            ids = seed_members(c, tenant, n, "stream")
             tokens = [inbox.create_token(c, uid, "bench")[0] for uid in ids]
         c.execute("ANALYZE users; ANALYZE memberships; ANALYZE user_tokens")
 

@@ -74,14 +74,7 @@ def hub() -> pgnotify.Hub:
 
 
 def _cursor_from_request() -> int | None:
-    raw = request.headers.get("Last-Event-ID") or request.args.get("since")
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        return -1
-    return value if 0 <= value <= inbox.MAX_CURSOR else -1
+    return inbox.parse_cursor(request.headers.get("Last-Event-ID") or request.args.get("since"))
 
 
 def event_data(row: dict) -> dict:

@@ -414,14 +414,7 @@ class StreamServer:
 
     @staticmethod
     def _cursor(request: web.Request) -> int | None:
-        raw = request.headers.get("Last-Event-ID") or request.query.get("since")
-        if raw is None or raw == "":
-            return None
-        try:
-            value = int(raw)
-        except ValueError:
-            return -1
-        return value if 0 <= value <= inbox.MAX_CURSOR else -1
+        return inbox.parse_cursor(request.headers.get("Last-Event-ID") or request.query.get("since"))
 
     async def stream(self, request: web.Request, user_id) -> web.StreamResponse:
         """The SSE stream of ``user_id``'s inbox (the caller authenticated them)."""
