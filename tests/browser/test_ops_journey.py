@@ -33,6 +33,10 @@ PASSWORD = "correct horse battery"
 def server(app):
     from werkzeug.serving import make_server
 
+    # A thread per request here: the per-process stream cap (2 by default, so that gunicorn's
+    # threads stay free for pages) would turn a walk's third open inbox tab into polling.  The cap
+    # itself is tested in test_inbox_streams_web and test_inbox_streams.
+    app.config.setdefault("SSE_MAX_STREAMS", 50)
     srv = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, name="web", daemon=True)
     thread.start()
