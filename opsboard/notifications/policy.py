@@ -93,7 +93,7 @@ class Audience:
     ``limit`` user ids greater than ``after`` (None: from the start), in ascending order.
 
     A policy with an audience fans out one page per ``notifications.fanout`` job (each its own short
-    transaction, the next page's job enqueued first), so a tenant of 600,000 members never sits in
+    transaction, which enqueues the next page's job), so a tenant of 600,000 members never sits in
     Python at once nor holds the inbox for the whole broadcast.
     """
 

@@ -103,6 +103,8 @@ def broadcast(b) -> None:
             "SELECT extract(epoch FROM n.created_at - e.occurred_at) * 1000 AS ms FROM notifications n "
             "JOIN outbox_events e ON e.id = n.event_id WHERE e.tenant_id = %s", (small,))]
     b.stop_workers()
+    if done is not None:
+        done = {"n": done["n"], "s": float(done["s"])}
     complete = done is not None and done["n"] == n and jobs == n
     b.add("broadcast", "recipients x channels", n, "users", "inbox + email (email sends held)")
     b.add("broadcast", "publish -> every inbox row and email job", done["s"] if done else float("nan"), "s",
