@@ -8,11 +8,14 @@ processed jobs come from the database's own timestamps (``created_at``,
 start-up or polling by the benchmark itself.
 
 Prints a table; ``--json FILE`` writes
-``{"machine": {...}, "results": [{"scenario", "metric", "value", "unit"}, ...]}``.
+``{"machine": {...}, "results": [{"scenario", "metric", "value", "unit", "note", "goal", "met"}, ...]}``.
+A figure with a goal (:data:`GOALS`, or ``goal=`` where it is added) shows it beside the value with
+``met`` / ``NOT met`` (``met`` is null in the JSON when the figure is missing).
 """
 from __future__ import annotations
 
 import json
+import operator
 import os
 import platform
 import random
@@ -35,6 +38,84 @@ from ..db import connect, resolve_url
 from ..migrate import migrate
 
 
+@dataclass(frozen=True)
+class Goal:
+    """What a figure should reach: ``value <op> target`` (``op`` one of ``<  <=  >  >=  ==``)."""
+
+    op: str
+    target: float
+    unit: str = ""
+
+    _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+    _SHOWN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "="}
+
+    def met(self, value: float) -> bool | None:
+        """Whether ``value`` reaches the goal; None when there is no figure (NaN: not measured)."""
+        if value is None or value != value:
+            return None
+        return self._OPS[self.op](value, self.target)
+
+    def text(self, unit: str = "") -> str:
+        unit = self.unit or unit
+        return f"{self._SHOWN[self.op]} {self.target:,g}" + (unit if unit == "×" else f" {unit}".rstrip())
+
+
+#: The goals of the issues, by (scenario, metric) as the scenarios name their figures (one table, so that
+#: the scenario modules need not change to carry them; ``tests/unit/test_bench_goals.py`` checks that each
+#: metric is still named somewhere in opsboard/tools).  Issue 27: the notification tier; issue 24: the queue
+#: beside its peers (``opsboard bench --peers``, ratios: :func:`peer_goals`).
+GOALS: dict[tuple[str, str], Goal] = {
+    # streams at 10,000 (the RSS goal is for 10,000 streams; smaller runs meet it trivially)
+    ("streams", "commit -> every stream, p99"): Goal("<", 250),
+    ("streams", "stream server memory (PSS)"): Goal("<", 1024),
+    ("streams", "/healthz p99 meanwhile"): Goal("<", 100),
+    ("streams", "dashboard page p99 meanwhile"): Goal("<", 100),
+    # a broadcast to 600,000 members x 2 channels
+    ("broadcast", "publish -> every inbox row and email job"): Goal("<=", 30),
+    ("broadcast", "OTP enqueue -> start p99 meanwhile"): Goal("<", 20),
+    ("broadcast", "other tenant: publish -> inbox p99"): Goal("<", 1000),
+    # the events API
+    ("api", "POST /events, 8 clients: throughput"): Goal(">=", 1000),
+    ("api", "POST /events, 8 clients: p99"): Goal("<", 50),
+    ("api", "4x overload: 5xx other than 503 / errors"): Goal("==", 0),
+    # webhooks (the scenario runs 2 workers)
+    ("webhooks", "signed deliveries, 100 endpoints, 10% down"): Goal(">=", 2000),
+    # issue 24: the queue beside the bare loop and pgqueuer (ratios of one --peers run)
+    ("peers", "2 workers / bare loop's 2 workers"): Goal(">=", 0.5, "×"),
+    ("peers", "2 workers / 1 worker"): Goal(">=", 1.3, "×"),
+    ("peers", "single enqueue / pgqueuer's"): Goal(">=", 1.2, "×"),
+    ("peers", "batch enqueue / pgqueuer's"): Goal(">=", 1.5, "×"),
+}
+
+
+def goal_mark(met: bool | None) -> str:
+    return {True: "met", False: "NOT met", None: "no figure"}[met]
+
+
+def peer_goals(rows) -> list[Result]:
+    """Issue 24's ratios of an ``opsboard bench --peers`` run (rows of :mod:`.bench_peers`: ``system``,
+    ``batch``, ``single``, ``p1``, ``p2``), one Result per opsboard row and goal, printed beside the goal."""
+    def find(prefix):
+        return next((r for r in rows if r.system.startswith(prefix)), None)
+
+    def ratio(a, b):
+        return a / b if a and b else float("nan")
+
+    bare, pgq = find("bare"), find("pgqueuer")
+    out = []
+    for o in (r for r in rows if r.system.startswith("opsboard")):
+        for metric, value in (("2 workers / bare loop's 2 workers", ratio(o.p2, bare and bare.p2)),
+                              ("2 workers / 1 worker", ratio(o.p2, o.p1)),
+                              ("single enqueue / pgqueuer's", ratio(o.single, pgq and pgq.single)),
+                              ("batch enqueue / pgqueuer's", ratio(o.batch, pgq and pgq.batch))):
+            out.append(Result("peers", metric, round(value, 3), "×", o.system))
+    if out:
+        print("\nissue 24's goals:")
+        for r in out:
+            print(f"  {r.note:<36} {r.metric:<36} {r.value:>6.2f}×  goal {r.goal:<8} {goal_mark(r.met)}")
+    return out
+
+
 @dataclass
 class Result:
     scenario: str
@@ -42,6 +123,14 @@ class Result:
     value: float
     unit: str
     note: str = ""
+    #: The goal as shown ("< 250 ms"), and whether the value reaches it (None: no goal, or no figure).
+    goal: str = ""
+    met: bool | None = None
+
+    def __post_init__(self):
+        g = GOALS.get((self.scenario, self.metric))
+        if g is not None and not self.goal:
+            self.goal, self.met = g.text(self.unit), g.met(self.value)
 
 
 @dataclass
@@ -56,9 +145,15 @@ class Bench:
     results: list[Result] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
-    def add(self, scenario: str, metric: str, value: float, unit: str, note: str = "") -> None:
-        self.results.append(Result(scenario, metric, round(value, 3), unit, note))
-        print(f"  {scenario:<18} {metric:<40} {value:>12,.1f} {unit:<8} {note}", flush=True)
+    def add(self, scenario: str, metric: str, value: float, unit: str, note: str = "",
+            goal: Goal | None = None) -> None:
+        """Record and print a figure; its goal comes from :data:`GOALS` unless ``goal`` is given."""
+        r = Result(scenario, metric, round(value, 3), unit, note)
+        if goal is not None:
+            r.goal, r.met = goal.text(unit), goal.met(value)
+        self.results.append(r)
+        shown = f"{r.goal} {goal_mark(r.met)}" if r.goal else ""
+        print(f"  {scenario:<18} {metric:<40} {value:>12,.1f} {unit:<8} {shown:<20} {note}", flush=True)
 
     def conn(self) -> psycopg.Connection:
         return connect(self.url)
@@ -485,6 +580,18 @@ def streams(b: Bench) -> None:
     run(b)
 
 
+def notify_scale(b: Bench) -> None:
+    """Issue 27's notification tier in one run, each figure beside its goal: streams (--streams, default
+    10,000), broadcast, api, webhooks."""
+    wanted = b.streams
+    b.streams = wanted or 10_000
+    try:
+        for run in (streams, broadcast, api, webhooks):
+            run(b)
+    finally:
+        b.streams = wanted
+
+
 def tickets(b: Bench) -> None:
     """Agents' ticket queue (every filter) and detail at 100,000 tickets x 10 messages (--jobs N tickets)."""
     from .bench_tickets import run
@@ -510,7 +617,20 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "broadcast": broadcast,
     "streams": streams,
     "tickets": tickets,
+    "notify_scale": notify_scale,
 }
+#: Scenarios that run others (left out when no --scenario is given: their parts run anyway).
+GROUPS = {"notify_scale"}
+
+
+def print_goals(results: list[Result]) -> None:
+    """The figures that have a goal, again, together: what a run met and did not."""
+    with_goal = [r for r in results if r.goal]
+    if not with_goal:
+        return
+    print(f"\ngoals: {sum(r.met is True for r in with_goal)} of {len(with_goal)} met")
+    for r in with_goal:
+        print(f"  {goal_mark(r.met):<9} {r.scenario:<10} {r.metric:<44} {r.value:>12,.{2 if r.unit == '×' else 1}f} {r.unit:<7} goal {r.goal}")
 
 
 def machine_info(url: str) -> dict:
@@ -563,9 +683,10 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
         machine = machine_info(url)
         print(f"opsboard bench on {machine.get('cpu', '?')} x{machine['cpus']}, PostgreSQL {machine['postgres']} "
               f"(fsync={machine['fsync']}, synchronous_commit={machine['synchronous_commit']})")
-        print(f"  {'scenario':<18} {'metric':<40} {'value':>12} {'unit':<8} note")
-        for s in scenarios or list(SCENARIOS):
+        print(f"  {'scenario':<18} {'metric':<40} {'value':>12} {'unit':<8} {'goal':<20} note")
+        for s in scenarios or [s for s in SCENARIOS if s not in GROUPS]:
             SCENARIOS[s](bench)
+        print_goals(bench.results)
     finally:
         bench.stop_workers()
         if not database:

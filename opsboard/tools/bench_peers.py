@@ -37,7 +37,7 @@ from .. import auth, jobqueue
 from ..config import ROOT, Config
 from ..db import connect, resolve_url
 from ..migrate import migrate
-from .bench import percentile
+from .bench import peer_goals, percentile
 from .bench_peer_workers import BARE_SCHEMA
 
 
@@ -443,6 +443,7 @@ def run_peers(config: Config, jobs: int | None = None, json_path: str | None = N
     if len(rows) >= 2 and rows[1].system.startswith("opsboard"):
         rows[1].batch, rows[1].single = rows[0].batch, rows[0].single
     print_table(rows)
+    peer_goals(rows)  # issue 24's ratios beside their goals
     if json_path:
         with open(json_path, "w") as f:
             json.dump([r.__dict__ for r in rows], f, indent=2)

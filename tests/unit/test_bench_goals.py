@@ -1,0 +1,89 @@
+"""Bench figures carry their goals (issue 27, issue 24): each result with a goal says whether it met it, in
+the printed table and in the JSON; the goal table names figures the scenarios really produce."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from opsboard.tools import bench
+from opsboard.tools.bench import GOALS, Bench, Goal, Result, peer_goals
+from opsboard.tools.bench_peers import Row
+
+
+@pytest.mark.parametrize("op, target, value, met", [
+    ("<", 250, 249.9, True), ("<", 250, 250, False), ("<=", 30, 30, True), ("<=", 30, 30.1, False),
+    (">=", 1000, 1000, True), (">=", 1000, 999, False), (">", 1.3, 1.31, True), ("==", 0, 0, True),
+    ("==", 0, 1, False),
+])
+def test_a_goal_is_met_or_not(op, target, value, met):
+    assert Goal(op, target).met(value) is met
+
+
+def test_no_figure_is_neither_met_nor_missed():
+    assert Goal("<", 250).met(float("nan")) is None
+    assert Goal("<", 250).met(None) is None
+
+
+def test_a_result_takes_its_goal_from_the_table_and_the_json_carries_it():
+    r = Result("streams", "commit -> every stream, p99", 717.0, "ms")
+    assert (r.goal, r.met) == ("< 250 ms", False)
+    assert r.__dict__["goal"] == "< 250 ms" and r.__dict__["met"] is False  # what --json writes
+    ok = Result("api", "4x overload: 5xx other than 503 / errors", 0, "answers")
+    assert ok.met is True
+    plain = Result("streams", "commit -> every stream, p50", 300.0, "ms")
+    assert (plain.goal, plain.met) == ("", None)
+
+
+def test_add_prints_the_goal_beside_the_figure_and_takes_an_explicit_one(capsys):
+    b = Bench("postgresql://unused", config=None, jobs=None)
+    b.add("streams", "commit -> every stream, p99", 180.0, "ms")
+    b.add("custom", "a figure", 3.0, "s", goal=Goal("<=", 2))
+    out = capsys.readouterr().out.splitlines()
+    assert "< 250 ms met" in out[0]
+    assert "≤ 2 s NOT met" in out[1]
+    assert [r.met for r in b.results] == [True, False]
+    bench.print_goals(b.results)
+    summary = capsys.readouterr().out
+    assert "goals: 1 of 2 met" in summary and "NOT met" in summary
+
+
+def test_every_goal_names_a_figure_a_scenario_adds():
+    """A renamed metric would silently lose its goal: each table key must still be spelled in the tools."""
+    tools = Path(bench.__file__).parent
+    source = "".join(p.read_text() for p in tools.glob("bench*.py"))
+    for scenario, metric in GOALS:
+        assert f'"{metric}"' in source, (scenario, metric)
+
+
+def test_peer_ratios_are_set_beside_issue_24s_goals(capsys):
+    rows = [Row("opsboard, default=64", batch=48_000, single=2_400, p1=10_000, p2=14_000),
+            Row("pgqueuer 1.6.0 (asyncpg)", batch=31_000, single=2_050, p1=3_400, p2=5_800),
+            Row("bare UPDATE ... SKIP LOCKED LIMIT 100 loop", batch=72_000, single=4_900, p1=18_700, p2=32_900)]
+    got = {r.metric: r for r in peer_goals(rows)}
+    assert math.isclose(got["2 workers / bare loop's 2 workers"].value, round(14_000 / 32_900, 3))
+    assert got["2 workers / bare loop's 2 workers"].met is False       # 0.43 < 0.5
+    assert got["2 workers / 1 worker"].met is True                     # 1.4 >= 1.3
+    assert got["single enqueue / pgqueuer's"].met is False             # 1.17 < 1.2
+    assert got["batch enqueue / pgqueuer's"].met is True               # 1.55 >= 1.5
+    assert "goal ≥ 1.5×" in capsys.readouterr().out
+    # Without pgqueuer (not installed), its ratios have no figure rather than a wrong one.
+    without = {r.metric: r for r in peer_goals([rows[0], rows[2]])}
+    assert without["batch enqueue / pgqueuer's"].met is None
+
+
+def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default():
+    assert "notify_scale" in bench.SCENARIOS and "notify_scale" in bench.GROUPS
+    ran = []
+    b = Bench("postgresql://unused", config=None, jobs=None)
+    saved = {name: getattr(bench, name) for name in ("streams", "broadcast", "api", "webhooks")}
+    try:
+        for name in saved:
+            setattr(bench, name, lambda b, name=name: ran.append((name, b.streams)))
+        bench.notify_scale(b)
+    finally:
+        for name, fn in saved.items():
+            setattr(bench, name, fn)
+    assert ran == [("streams", 10_000), ("broadcast", 10_000), ("api", 10_000), ("webhooks", 10_000)]
+    assert b.streams is None  # --streams given or not, the Bench is left as it was
