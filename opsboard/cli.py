@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
                     "(the routes answer 307 there) or route the two paths to it in the reverse proxy.",
         epilog="environment: DATABASE_URL, OPSBOARD_SECRET_KEY (the web's: it reads the session cookie), "
                "OPSBOARD_STREAMS_MAX (open streams per process, default 10000; then 503 + Retry-After), "
+               "OPSBOARD_STREAMS_PROCESSES (processes on the one address, default 1: one per core), "
                "OPSBOARD_STREAMS_ORIGINS (dashboard origins allowed CORS with credentials, comma separated).")
     st.add_argument("--bind", default="127.0.0.1:8001", type=_bind, metavar="HOST:PORT",
                     help="address to listen on (default 127.0.0.1:8001; port 0: any free port)")

@@ -275,6 +275,9 @@ class Config:
     streams_origins: tuple[str, ...] = ()
     #: Open streams one stream server process holds; the next client gets 503 with Retry-After.
     streams_max: int = 10_000
+    #: Stream server processes on the one ``--bind`` address (SO_REUSEPORT: the kernel spreads the
+    #: connections), each with its own LISTEN connection, pools and ``streams_max``.
+    streams_processes: int = 1
     #: Streams one web (gunicorn) process serves itself when ``streams_url`` is unset: each holds a
     #: thread, so keep it well under the threads per process (the demo's 4 threads: 2 stay for pages).
     sse_max_streams: int = 2
@@ -355,6 +358,7 @@ class Config:
             streams_origins=tuple(_origin_url({"O": o.strip()}, "O", name="OPSBOARD_STREAMS_ORIGINS")
                                   for o in env.get("OPSBOARD_STREAMS_ORIGINS", "").split(",") if o.strip()),
             streams_max=_int(env, "OPSBOARD_STREAMS_MAX", 10_000, 0, 1_000_000),
+            streams_processes=_int(env, "OPSBOARD_STREAMS_PROCESSES", 1, 1, 64),
             sse_max_streams=_int(env, "OPSBOARD_SSE_MAX_STREAMS", 2, 0, 100_000),
             providers=ProviderSettings.from_env(env),
         )

@@ -23,7 +23,12 @@ proxy routes the two paths here).
   (:func:`opsboard.auth.load_session_principal`).  Both are sync: they run in
   threads, on a pool of their own.  A user only ever streams their own inbox.
 - Caps: ``OPSBOARD_STREAMS_MAX`` open streams per process (503 with
-  ``Retry-After`` beyond: the inbox page polls), 5 per user (429).
+  ``Retry-After`` beyond: the inbox page polls), 5 per user per process (429).
+- ``OPSBOARD_STREAMS_PROCESSES`` > 1: that many such processes on the one
+  address (:class:`Supervisor`: SO_REUSEPORT sockets bound before the fork,
+  the kernel spreads the connections), each with its own LISTEN hub, pools and
+  caps.  A broadcast's cost is one socket write per stream (most of the
+  process's CPU in the profile): processes put it on every core.
 - CORS with credentials only for ``OPSBOARD_STREAMS_ORIGINS`` (the dashboard
   origins whose pages follow the 307 here).
 - SIGTERM / SIGINT: every stream ends at once (clients reconnect elsewhere or
@@ -34,8 +39,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import select
 import signal
+import socket
+import sys
 import time
+import traceback
+from typing import Callable
 
 import psycopg
 from aiohttp import web
@@ -67,12 +78,13 @@ class Stream:
     heartbeat writes a comment line the same way and queues a read (the poll behind the hint).
     ``done`` resolves when the stream ends (client gone, shutdown, a database error)."""
 
-    __slots__ = ("key", "user_id", "cursor", "transport", "done", "queued", "reading", "dirty")
+    __slots__ = ("key", "user_id", "cursor", "transport", "done", "queued", "reading", "dirty", "part")
 
     def __init__(self, user_id, cursor: int, transport, done: asyncio.Future):
         self.key, self.user_id, self.cursor = str(user_id), user_id, cursor
         self.transport, self.done = transport, done
         self.queued = self.reading = self.dirty = False
+        self.part = 0  # which heartbeat part it belongs to (Listener.beat)
 
     def send(self, data: bytes) -> bool:
         """Write ``data`` as one HTTP/1.1 chunk (the response is chunked; aiohttp sent the headers and the
@@ -98,9 +110,12 @@ class Listener:
     (re)connection every stream is woken once: a notification may have been missed meanwhile.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, beat_parts: int = 15):
         self.url = url
         self.streams: dict[str, set[Stream]] = {}
+        #: The streams by heartbeat part, dealt in turn as they open: a beat walks its part only.
+        self.parts: list[set[Stream]] = [set() for _ in range(max(1, beat_parts))]
+        self._deal = 0
         self.count = 0
         self.connected = False
         self.notifications = 0
@@ -111,12 +126,16 @@ class Listener:
 
     def add(self, stream: Stream) -> None:
         self.streams.setdefault(stream.key, set()).add(stream)
+        stream.part = self._deal
+        self.parts[stream.part].add(stream)
+        self._deal = (self._deal + 1) % len(self.parts)
         self.count += 1
 
     def remove(self, stream: Stream) -> None:
         group = self.streams.get(stream.key)
         if group is not None and stream in group:
             group.discard(stream)
+            self.parts[stream.part].discard(stream)
             self.count -= 1
             if not group:
                 del self.streams[stream.key]
@@ -127,11 +146,13 @@ class Listener:
     def all(self) -> list[Stream]:
         return [s for group in self.streams.values() for s in group]
 
-    def beat(self, part: int, parts: int) -> None:
-        """The heartbeat of one ``part`` of ``parts`` of the streams: one timer for the process, not one
-        per stream, and the streams spread over the period (never 10,000 heartbeats and re-reads at once)."""
-        for s in self.all():
-            if (id(s) >> 4) % parts == part and s.send(HEARTBEAT_LINE):
+    def beat(self, part: int) -> None:
+        """The heartbeat of one ``part`` of the streams: one timer for the process, not one per stream,
+        and the streams spread over the period (never 10,000 heartbeats and re-reads at once).  Only that
+        part is walked (walking all 10,000 streams each second to pick a fifteenth was a sixth of the
+        stream server's CPU in the profile)."""
+        for s in list(self.parts[part % len(self.parts)]):
+            if s.send(HEARTBEAT_LINE):
                 self.reader.wake(s)
 
     def wake(self, payload: str) -> None:
@@ -272,7 +293,7 @@ class StreamServer:
         self.config, self.url, self.heartbeat = config, url, heartbeat
         self.max_streams = config.streams_max
         self.origins = frozenset(config.streams_origins)
-        self.listener = Listener(url)
+        self.listener = Listener(url, beat_parts=max(1, int(heartbeat)))
         self.stopping = False
         # Flask's own cookie serializer, keyed like the web app's (the same secret and salt).
         self._flask = Flask("opsboard-streams")
@@ -298,11 +319,11 @@ class StreamServer:
         self._beat_task = asyncio.ensure_future(self._beats())
 
     async def _beats(self) -> None:
-        parts = max(1, int(self.heartbeat))  # a part each second: each stream's beat every `heartbeat` s
+        parts = len(self.listener.parts)  # a part each second: each stream's beat every `heartbeat` s
         tick = 0
         while True:
             await asyncio.sleep(self.heartbeat / parts)
-            self.listener.beat(tick % parts, parts)
+            self.listener.beat(tick % parts)
             tick += 1
 
     def end_streams(self) -> None:
@@ -357,7 +378,8 @@ class StreamServer:
 
     async def healthz(self, request: web.Request) -> web.Response:
         gap = self.listener.last_write - self.listener.last_notify
-        return web.json_response({"ok": True, "streams": self.listener.count, "listening": self.listener.connected,
+        return web.json_response({"ok": True, "pid": os.getpid(), "streams": self.listener.count,
+                                  "listening": self.listener.connected,
                                   "max_streams": self.max_streams, "notifications": self.listener.notifications,
                                   "last_notify_to_last_write_ms": round(gap * 1000, 1) if gap > 0 else None,
                                   "reads": self.reader.queries if self.reader else 0})
@@ -461,8 +483,10 @@ class StreamServer:
         return resp
 
 
-async def serve(config: Config, url: str, host: str, port: int, *, heartbeat: float = sse.HEARTBEAT) -> None:
-    """Run the stream server until SIGTERM or SIGINT; streams end first, then the server closes."""
+async def serve(config: Config, url: str, sock: socket.socket, *, heartbeat: float = sse.HEARTBEAT,
+                on_ready: Callable[["StreamServer"], None] | None = None) -> None:
+    """Run one stream server process on the listening ``sock`` until SIGTERM or SIGINT; streams end first,
+    then the server closes.  ``on_ready`` is called once it accepts connections."""
     # Ten thousand open connections are a large heap of long-lived objects; the cyclic collector's
     # default thresholds ran a full pass over it every few deliveries (a third of a broadcast's time in
     # the profile).  Rarer passes: reference counting still frees almost everything at once.
@@ -474,15 +498,14 @@ async def serve(config: Config, url: str, host: str, port: int, *, heartbeat: fl
     runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2.0, handle_signals=False,
                            handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=2.0)
+    site = web.SockSite(runner, sock, shutdown_timeout=2.0)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    bound = runner.addresses[0]
-    print(f"opsboard streams listening on http://{bound[0]}:{bound[1]} (at most {server.max_streams} streams)",
-          flush=True)
+    if on_ready is not None:
+        on_ready(server)
     try:
         await stop.wait()
     finally:
@@ -490,6 +513,131 @@ async def serve(config: Config, url: str, host: str, port: int, *, heartbeat: fl
         server.end_streams()
         await runner.cleanup()
         await server.close()
+
+
+def listen_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` listening sockets on one address: with more than one, SO_REUSEPORT (the kernel spreads new
+    connections over them; port 0 takes the port the first one got).  OSError when the address is taken."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(socket.create_server((host, port), family=family, backlog=4096, reuse_port=count > 1))
+            port = socks[0].getsockname()[1]
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+def _announce(host: str, port: int, processes: int, max_streams: int) -> None:
+    each = f"{processes} processes, at most {max_streams} streams each" if processes > 1 \
+        else f"at most {max_streams} streams"
+    print(f"opsboard streams listening on http://{host}:{port} ({each})", flush=True)
+
+
+def _end_with_parent(parent: int) -> None:
+    """SIGTERM to this process when its parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``): no
+    stream server process outlives its supervisor, holding the port with nobody to restart or stop it."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before the request took
+        os._exit(0)
+
+
+class Supervisor:
+    """``OPSBOARD_STREAMS_PROCESSES`` > 1: one stream server per process, forked from here, each on its own
+    SO_REUSEPORT socket of the one address (bound here, before the fork: a child that dies is forked again
+    on the same socket, and the connections queued on it meanwhile are served).  Each process has its own
+    LISTEN connection, pools and cap; the per-user cap holds per process (as with several hosts).
+    SIGTERM / SIGINT go to every child, which ends its streams at once; then this process exits."""
+
+    RESTART_DELAY = 1.0
+
+    def __init__(self, config: Config, url: str, socks: list[socket.socket]):
+        self.config, self.url, self.socks = config, url, socks
+        self.children: dict[int, int] = {}  # pid -> socket index
+        self.stopping = False
+        self.pid = os.getpid()
+        self._ready_r, self._ready_w = os.pipe()
+
+    def _signal(self, signum, _frame) -> None:
+        if os.getpid() != self.pid:
+            return  # a child between fork and its own handlers: not ours to forward
+        self.stopping = True
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def _spawn(self, index: int) -> None:
+        pid = os.fork()
+        if pid:
+            self.children[pid] = index
+            return
+        code = 1
+        try:  # the child: its own signal handling (serve's), its one socket
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _end_with_parent(self.pid)
+            os.close(self._ready_r)
+            for i, s in enumerate(self.socks):
+                if i != index:
+                    s.close()
+            ready_w = self._ready_w
+            asyncio.run(serve(self.config, self.url, self.socks[index], on_ready=lambda _s: os.write(ready_w, b".")))
+            code = 0
+        except BaseException:  # noqa: BLE001  (whatever it was, this process ends; the parent starts another)
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._signal)
+        for i in range(len(self.socks)):
+            self._spawn(i)
+        ready = 0
+        while ready < len(self.socks) and not self.stopping:
+            if select.select([self._ready_r], [], [], 0.5)[0]:
+                ready += len(os.read(self._ready_r, 64))
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                self.children.pop(pid, None)
+                log.error("streams: a stream server process failed to start (exit status %s)", status)
+                self._signal(signal.SIGTERM, None)
+                self._reap()
+                return 1
+        if not self.stopping:
+            host, port = self.socks[0].getsockname()[:2]
+            _announce(host, port, len(self.socks), self.config.streams_max)
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            index = self.children.pop(pid, None)
+            if index is not None and not self.stopping:
+                log.warning("streams: stream server process %d ended (status %s); starting another", pid, status)
+                time.sleep(self.RESTART_DELAY)
+                if not self.stopping:
+                    self._spawn(index)
+        return 0
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, _ = os.wait()
+            except ChildProcessError:
+                break
+            self.children.pop(pid, None)
 
 
 def parse_bind(text: str) -> tuple[str, int]:
@@ -502,11 +650,21 @@ def parse_bind(text: str) -> tuple[str, int]:
 
 
 def run(config: Config, url: str, bind: str) -> int:
+    """``opsboard streams``: ``config.streams_processes`` stream server processes on ``bind``."""
     host, port = parse_bind(bind)
     try:
-        asyncio.run(serve(config, url, host, port))
+        socks = listen_sockets(host, port, config.streams_processes)
     except OSError as exc:
         from ..errors import UsageError
         raise UsageError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
-    return 0
+    try:
+        if len(socks) > 1:
+            return Supervisor(config, url, socks).run()
+        bound = socks[0].getsockname()
+        asyncio.run(serve(config, url, socks[0],
+                          on_ready=lambda server: _announce(bound[0], bound[1], 1, server.max_streams)))
+        return 0
+    finally:
+        for s in socks:
+            s.close()
 

@@ -194,3 +194,89 @@ def test_bad_arguments_exit_2_with_one_line(db_url):
                        env=worker_env(db_url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY="",
                                       OPSBOARD_STREAMS_URL="ftp://x"), timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "OPSBOARD_STREAMS_URL" in r.stderr
+
+
+def _pids(port, want: int, tries: int = 200) -> dict[int, int]:
+    """pid -> open streams of each stream server process behind ``port`` (a new connection lands on any
+    of them: ask until ``want`` processes answered)."""
+    seen: dict[int, int] = {}
+    for _ in range(tries):
+        h = _health(port)
+        seen[h["pid"]] = h["streams"]
+        if len(seen) >= want:
+            break
+    return seen
+
+
+def test_several_processes_share_one_port_each_with_its_own_hub_and_cap(db_url, streams):
+    """OPSBOARD_STREAMS_PROCESSES=2: two processes on one address (SO_REUSEPORT), each with its own LISTEN
+    connection and its own cap; a notification reaches the user's streams on both; a process that dies is
+    replaced; SIGTERM to the parent ends every stream and every process."""
+    import os
+
+    proc, port = streams(OPSBOARD_STREAMS_PROCESSES="2", OPSBOARD_STREAMS_MAX="2")
+    first = _pids(port, 2)
+    assert len(first) == 2 and proc.pid not in first, first
+    with connect(db_url) as c:
+        t, u, tok = _member(c, "streams-procs")
+    # Streams until both processes are full (2 each): a full one answers 503, the next try may land on the other.
+    held, refused = [], 0
+    for _ in range(200):
+        s = _api(port, tok)
+        if s.r.status == 503:
+            assert int(s.r.getheader("Retry-After")) > 0 and json.loads(s.r.read())["error"] == "streams_full"
+            refused += 1
+            s.close()
+            if len(held) == 4:
+                break
+            continue
+        assert s.r.status == 200
+        s.wait_connected()
+        held.append(s)
+    assert len(held) == 4 and refused >= 1  # 2 + 2: each process holds its own cap
+    assert sorted(_pids(port, 2).values()) == [2, 2]
+    with connect(db_url) as c:
+        _notify(c, t, u["id"])
+        row = inbox.since(c, u["id"], 0)[-1]
+    for s in held:  # both processes' hubs woke their streams of this user
+        assert json.loads(s.next_event()["data"])["id"] == str(row["id"])
+
+    # A process that dies is replaced on the same socket; its clients resume elsewhere.
+    victim = next(iter(first))
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: victim not in _pids(port, 2) and len(_pids(port, 2)) == 2,
+             message="a new stream server process in place of the killed one")
+
+    children = list(_pids(port, 2))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    for s in held:
+        assert s.next_event() is None
+        s.close()
+    for pid in children:
+        wait_for(lambda: not _alive(pid), message=f"stream server process {pid} to end")
+
+
+def _alive(pid: int) -> bool:
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_processes_end_when_their_parent_is_killed(db_url, streams):
+    """SIGKILL gives the parent no chance to stop its children: each asked the kernel for a SIGTERM when its
+    parent dies (PR_SET_PDEATHSIG), so none is left holding the port."""
+    proc, port = streams(OPSBOARD_STREAMS_PROCESSES="2")
+    children = list(_pids(port, 2))
+    assert len(children) == 2
+    proc.kill()
+    proc.wait(10)
+    for pid in children:
+        wait_for(lambda: not _alive(pid), message=f"stream server process {pid} to end after its parent")
