@@ -45,6 +45,8 @@ SECRET = "bench-" + "x" * 40
 #: Stream server processes (one port, SO_REUSEPORT) and load client processes.
 PROCESSES = int(os.environ.get("OPSBOARD_BENCH_STREAM_PROCESSES", "2"))
 CLIENTS = int(os.environ.get("OPSBOARD_BENCH_STREAM_CLIENTS", "2"))
+#: Seconds with every stream open and nothing published, to measure the heartbeats' cost.
+IDLE = 5.0
 #: The dashboard page timed meanwhile: a member's inbox, which the broadcast writes to.
 PAGE = "/inbox/"
 PROBE_EMAIL, PROBE_PASSWORD = "streams-probe@bench.test", "bench-password"
@@ -253,6 +255,9 @@ def streams(b) -> None:
         time.sleep(1.0)
         server = _tree(children[0].pid)
         rss_after = sum(_pss_kib(p) for p in server)
+        idle0 = (_cpu_s(server), time.monotonic())
+        time.sleep(IDLE)  # every stream open, nothing published: what the heartbeats cost
+        idle_cpu = (_cpu_s(server) - idle0[0]) / (time.monotonic() - idle0[1])
         prober = threading.Thread(target=_probe, args=(base, opener, stop, probes), daemon=True)
         prober.start()
         time.sleep(1.0)  # the probe's quiet baseline
@@ -302,6 +307,8 @@ def streams(b) -> None:
           f"of {wall:.1f} s wall x {os.cpu_count()} CPUs; load average {load:.1f} before")
     b.add("streams", "stream server CPU per delivery", in_rounds / max(len(latencies), 1) * 1e6, "µs",
           "from each commit to the last receipt (clock ticks of 10 ms): the load-independent figure")
+    b.add("streams", "stream server CPU while idle (heartbeats)", idle_cpu * 1000, "ms/s",
+          f"over {IDLE:.0f} s with every stream open: a beat and a re-read per stream every 15 s")
     b.add("streams", "load client CPU during the rounds", cpu1[1] - cpu0[1], "s",
           f"{CLIENTS} processes: the client's share of the machine")
     for path, metric in (("/healthz", "/healthz p99 meanwhile"), (PAGE, "dashboard page p99 meanwhile")):
