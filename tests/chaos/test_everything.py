@@ -232,8 +232,8 @@ def test_chaos_across_every_feature(chaos_stack, cluster, sandbox, tmp_path, cha
 
     with stack.db() as c:
         seed = _seed(c, sandbox, n_members)
+    workers = {"w1": stack.worker("--id", "w1"), "w2": stack.worker("--id", "w2")}   # they start while gunicorn does
     stack.web()
-    workers = {"w1": stack.worker("--id", "w1"), "w2": stack.worker("--id", "w2")}
     deadline = time.monotonic() + produce_for + 240
 
     def api(method, path, token, body=None, **kw):
