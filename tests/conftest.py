@@ -41,6 +41,11 @@ CATALOGUE = build_catalogue(modules=TEST_MODULES)
 activate(CATALOGUE)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=False,
+                     help="bigger chaos runs (tests/chaos): 4x the duration and volume, a provider down a minute")
+
+
 @pytest.fixture(autouse=True)
 def _test_catalogue():
     """Each test starts with the tests' catalogue active (an app built by a test activates its own),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 from flask import jsonify, render_template, request
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
@@ -16,6 +17,10 @@ log = logging.getLogger(__name__)
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large", 429: "too_many_requests",
           500: "internal_error", 503: "unavailable"}
+
+
+#: Seconds a client waits before retrying a request refused while the database or the disk is away.
+UNAVAILABLE_RETRY_AFTER = 5
 
 
 class ApiError(Exception):
@@ -116,6 +121,18 @@ def register(app) -> None:
             # for this path (valid_methods); HEAD and OPTIONS, answered for every rule, included.
             headers = {"Allow": ", ".join(sorted(exc.valid_methods or _allowed_methods()))}
         return error_response(status, _CODES.get(status, "http_error"), message, headers)
+
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(OSError)
+    def _unavailable(exc: Exception):
+        # The database went away (a restart, a failover, the pool could not connect) or the disk
+        # refused a file (storage unwritable, full): nothing is wrong with the request, so not a 500
+        # and no traceback, but a 503 the client retries after a moment (with its Idempotency-Key).
+        from flask import g
+        log.warning("unavailable on %s %s: %s", request.method, request.path, type(exc).__name__,
+                    extra={"request_id": getattr(g, "request_id", None)})
+        return error_response(503, "unavailable", _("The service is briefly unavailable; try again in a moment."),
+                              {"Retry-After": str(UNAVAILABLE_RETRY_AFTER)})
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
