@@ -231,10 +231,10 @@ def api_worker(b) -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         b.procs.append(web)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # four workers importing the app on a loaded machine
         while True:
             try:
-                urllib.request.urlopen(url + "/healthz", timeout=2).read()
+                urllib.request.urlopen(url + "/healthz", timeout=5).read()
                 break
             except OSError:
                 if time.monotonic() > deadline or web.poll() is not None:
