@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -117,3 +118,52 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     if not verdict.accepted:
         return verdict, None
     return verdict, {**params, "payload": payload, "occurred_at": row["occurred_at"], "relayed_at": None}
+
+
+@dataclass(frozen=True)
+class Published:
+    """What :func:`publish_once` did: ``verdict`` (admission), and ``status``/``response`` -- the answer
+    stored for the key (the first request's, when ``replayed``); ``response`` is ``None`` when refused
+    (429/503) or when ``conflict`` (the key was stored with another ``request_hash``)."""
+
+    verdict: Any
+    status: int | None = None
+    response: dict | None = None
+    replayed: bool = False
+    conflict: bool = False
+
+
+def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
+                 payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
+                 answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
+                 now: datetime | None = None) -> Published:
+    """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
+    ``request_hash`` of the request), in one statement (``outbox_event_publish_once``).
+
+    ``answer(params)`` builds the answer to store and give from the event's parameters (``occurred_at``
+    is added by the database: the stored answer is the one returned).  A key already stored answers its
+    stored answer without taking a token or writing anything (``replayed``), or ``conflict`` for another
+    ``request_hash``; a refused request stores nothing.  Raises :class:`EventRefused` before sending
+    anything.  Call it on an autocommit connection: the bucket's row is locked until the commit.
+    """
+    from .. import backpressure
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
+    ids = {"key": key, "request_hash": request_hash, "status": status, "answer": Jsonb(answer(params))}
+    row = db.one(conn, "outbox_event_publish_once", {**params, **adm, **ids})
+    if row["prior_hash"] is None and row["granted"] and row["response"] is None:
+        # A concurrent request with the same key committed while this one waited on it (the
+        # statement's snapshot is older than that commit): its answer is there now.
+        stored = db.one(conn, "api_idempotency_get", {"tenant_id": params["tenant_id"], "key": key})
+        if stored is not None:
+            row = {**row, "prior_hash": stored["request_hash"], "prior_status": stored["status"],
+                   "prior_response": stored["response"]}
+    if row["prior_hash"] is not None:
+        verdict = backpressure.Admission(200)
+        if bytes(row["prior_hash"]) != request_hash:
+            return Published(verdict, conflict=True, replayed=True)
+        return Published(verdict, row["prior_status"], row["prior_response"], replayed=True)
+    verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    if not verdict.accepted:
+        return Published(verdict)
+    return Published(verdict, status, row["response"])

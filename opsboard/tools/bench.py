@@ -555,6 +555,13 @@ def api(b: Bench) -> None:
     run(b)
 
 
+def api_worker(b: Bench) -> None:
+    """POST /api/v1/events (wrk, an Idempotency-Key each) while a real worker relays, fans out and delivers
+    to a sandbox; then 4x the admitted rate: each figure beside its goal (issue 27)."""
+    from .bench_api import api_worker as run
+    run(b)
+
+
 def fanout(b: Bench) -> None:
     """One event to 10,000 recipients x 2 channels: inbox rows/s until every delivery job is queued."""
     from .bench_notifications import fanout as run
@@ -612,6 +619,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "webhooks": webhooks,
     "relay": relay,
     "api": api,
+    "api_worker": api_worker,
     "fanout": fanout,
     "sse": sse,
     "broadcast": broadcast,

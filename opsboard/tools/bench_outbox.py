@@ -18,6 +18,7 @@ import uuid
 
 from .. import auth
 from ..config import ROOT
+from . import bench_api
 from .bench import Bench, _stderr, percentile
 
 def relay(b: Bench) -> None:
@@ -127,7 +128,7 @@ def _load(url: str, secret: str, seconds: float, clients: int, rate: float | Non
                     time.sleep(delay)
                 next_at += interval
             i += 1
-            body = json.dumps({"type": "order.paid", "aggregate": {"type": "order", "id": f"o-{k}-{i % 50}"},
+            body = json.dumps({"type": bench_api.EVENT, "aggregate": {"type": "order", "id": f"o-{k}-{i % 50}"},
                                "payload": {"order_id": f"o-{k}-{i % 50}", "amount_cents": i, "currency": "EUR"}})
             t0 = time.perf_counter()
             try:
@@ -182,7 +183,7 @@ def api(b: Bench) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
-               OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT))
+               OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT), OPSBOARD_JOB_MODULES=bench_api.MODULE)
     web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "4", "--threads", "4", "-b", f"127.0.0.1:{port}",
                             "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)

@@ -182,10 +182,7 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
     digest = None
     stored_key = None
     if idem is not None:
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-        digest = hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).digest()
-        # The column holds 200 characters: a namespaced key is stored as its digest.
-        stored_key = f"{namespace}{hashlib.sha256(idem.encode()).hexdigest()}" if namespace else idem
+        stored_key, digest = idempotency_digest(idem, body, namespace)
     database = get_db()
     with database.connection() as conn:
         if idem is not None:
@@ -213,18 +210,37 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
     return resp
 
 
+def idempotency_digest(idem: str, body, namespace: str = "") -> tuple[str, bytes]:
+    """``(stored key, request hash)`` of an Idempotency-Key: the hash covers the method, the path and the
+    canonical JSON of ``body``, so the same key with another request is told apart (409)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    digest = hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).digest()
+    # The column holds 200 characters: a namespaced key is stored as its digest.
+    stored_key = f"{namespace}{hashlib.sha256(idem.encode()).hexdigest()}" if namespace else idem
+    return stored_key, digest
+
+
+def replayed(status: int, response: dict):
+    """The stored answer to an Idempotency-Key, marked ``Idempotent-Replayed: true``."""
+    resp = jsonify(response)
+    resp.status_code = status
+    resp.headers["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def conflict() -> Problem:
+    return Problem(409, "idempotency_conflict",
+                   "This Idempotency-Key was used with another request; use a new key.", "Idempotency-Key")
+
+
 def _replay(stored: dict, digest: bytes, conn=None, still_there=None):
     if bytes(stored["request_hash"]) != digest:
-        raise Problem(409, "idempotency_conflict",
-                      "This Idempotency-Key was used with another request; use a new key.", "Idempotency-Key")
+        raise conflict()
     if still_there is not None and 200 <= stored["status"] < 300 and not still_there(conn, stored["response"]):
         raise Problem(409, "idempotency_key_resource_gone",
                       "The resource this Idempotency-Key created was deleted since; use a new key to create "
                       "another.", "Idempotency-Key")
-    resp = jsonify(stored["response"])
-    resp.status_code = stored["status"]
-    resp.headers["Idempotent-Replayed"] = "true"
-    return resp
+    return replayed(stored["status"], stored["response"])
 
 
 def correlation_id(body: dict) -> str:

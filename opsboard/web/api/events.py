@@ -1,21 +1,34 @@
 """POST /api/v1/events: publish an outbox event for the caller's tenant."""
 from __future__ import annotations
 
-from flask import g, jsonify, request
+from datetime import datetime, timezone
+
+from flask import jsonify
 
 from ... import outbox
 from ..context import get_config, get_db
 from . import bp
-from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
+from .common import (Problem, authenticate, conflict, correlation_id, field, idempotency_digest, idempotency_key,
+                     json_object, only_fields, replayed)
 
 
 def _envelope(event: dict, redacted: list[str] | None = None) -> dict:
+    """The answer to a published event; without ``occurred_at`` when the event has none yet (the database
+    adds it to the answer it stores for an Idempotency-Key)."""
     out = {"id": str(event["id"]), "type": event["type"], "version": event["version"],
-            "aggregate": {"type": event["aggregate_type"], "id": event["aggregate_id"]},
-            "occurred_at": event["occurred_at"].isoformat(), "correlation_id": event["correlation_id"]}
+           "aggregate": {"type": event["aggregate_type"], "id": event["aggregate_id"]},
+           "correlation_id": event["correlation_id"]}
+    if event.get("occurred_at") is not None:
+        out["occurred_at"] = _iso(event["occurred_at"])
     if redacted:
         out["redacted_fields"] = redacted
     return out
+
+
+def _iso(at: datetime) -> str:
+    """``occurred_at`` as the database writes it into a stored answer (outbox_event_publish_once): UTC, with
+    microseconds, so the answers with and without an Idempotency-Key read alike."""
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
 @bp.route("/events", methods=["POST"])
@@ -48,31 +61,35 @@ def publish_event():
     except outbox.EventRefused as exc:
         raise Problem(422, exc.code, str(exc), exc.field) from None
     queue = "critical" if any(s.queue == "critical" for s in outbox.subscriptions(type_)) else "default"
-    if request.headers.get("Idempotency-Key") is None:
-        # The common case: admission and the insert in one statement, one round trip, one commit.
-        with get_db().connection() as conn:
-            try:
+    idem = idempotency_key()
+    with get_db().connection() as conn:
+        try:
+            if idem is None:
+                # Admission and the insert in one statement: one round trip, one commit.
                 verdict, event = outbox.publish_admitted(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water)
-            except outbox.EventRefused as exc:
-                raise Problem(422, exc.code, str(exc), exc.field) from None
-        if not verdict.accepted:
-            raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+                done = None
+            else:
+                # The same with the key's claim, its stored answer and a replay: also one statement.
+                stored_key, digest = idempotency_digest(idem, body)
+                done = outbox.publish_once(
+                    conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
+                    correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
+                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted))
+                verdict = done.verdict
+        except outbox.EventRefused as exc:
+            raise Problem(422, exc.code, str(exc), exc.field) from None
+    if not verdict.accepted:
+        raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
+    if done is None:
         resp = jsonify(_envelope(event, redacted))
         resp.status_code = 202
         return resp
-
-    def work(conn):
-        try:
-            # occurred_at = the transaction's clock, as the insert would read it: nothing to read back,
-            # so in pipeline mode the insert travels with the COMMIT.
-            at = g.get("admitted_at")
-            event = outbox.publish(conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"],
-                                   payload=payload, correlation_id=corr, now=at, fetch=at is not None)
-        except outbox.EventRefused as exc:
-            raise Problem(422, exc.code, str(exc), exc.field) from None
-        return 202, _envelope(event, redacted)
-
-    return respond(key, body, queue, work)
-
+    if done.conflict:
+        raise conflict()
+    if done.replayed:
+        return replayed(done.status, done.response)
+    resp = jsonify(done.response)
+    resp.status_code = done.status
+    return resp
