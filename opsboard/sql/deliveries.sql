@@ -279,7 +279,8 @@ DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text;
 -- absent), its effect recorded as started (or adopted when an earlier attempt
 -- started it) as effect_begin_held does.  Committed before any request goes
 -- out.  The caller passes each effect key once.  Rows come back only for held
--- jobs whose endpoint exists; effect_state is NULL when no effect was begun.
+-- jobs whose endpoint exists; effect_state is NULL when no effect was begun;
+-- wait_until is set when the endpoint's breaker admits no call now.
 WITH input AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[], %(tenant_ids)s::uuid[],
                          %(endpoint_ids)s::uuid[], %(event_ids)s::uuid[], %(keys)s::text[])
@@ -296,7 +297,15 @@ WITH input AS (
            e.enabled, ev.id AS event_id,
            ev.type AS event_type, ev.tenant_id AS event_tenant_id, ev.occurred_at, ev.payload,
            b.state AS breaker_state,
-           (e.enabled AND ev.tenant_id = h.tenant_id AND coalesce(b.state, 'closed') = 'closed') AS attempt_it
+           (e.enabled AND ev.tenant_id = h.tenant_id AND coalesce(b.state, 'closed') = 'closed') AS attempt_it,
+           -- While the breaker lets no call through (breaker.admit would say so: open and
+           -- cooling down, or half-open with its probe out), when to come back: the job
+           -- snoozes without the admit round trips.  Past it, admit picks the probe.
+           CASE WHEN e.enabled AND ev.tenant_id = h.tenant_id THEN
+                CASE WHEN b.state = 'open' AND b.open_until > coalesce(%(now)s::timestamptz, now()) THEN b.open_until
+                     WHEN b.state = 'half_open' AND b.probe_until > coalesce(%(now)s::timestamptz, now())
+                          THEN b.probe_until END
+           END AS wait_until
     FROM held h
     JOIN webhook_endpoints e ON e.id = h.endpoint_id AND e.tenant_id = h.tenant_id
     LEFT JOIN outbox_events ev ON ev.id = h.event_id

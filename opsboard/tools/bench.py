@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -173,8 +174,12 @@ class Bench:
             e.update({"DATABASE_URL": self.url, "OPSBOARD_ENV": "development", "OPSBOARD_LOG_FORMAT": "text",
                       "PYTHONPATH": str(ROOT)})
             e.update({k: str(v) for k, v in env.items()})
+            # stderr into a file, not a pipe: nobody reads a pipe during the run, and a worker
+            # blocks in logging once its 64 KiB fill (a long webhooks run stalled so).
+            log = tempfile.TemporaryFile()
             p = subprocess.Popen([sys.executable, "-m", "worker", "--queues", queues, "--id", f"bench-{i}"],
-                                 env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 env=e, stdout=subprocess.DEVNULL, stderr=log)
+            p.log = log  # read by _stderr when a worker fails to start
             procs.append(p)
         self.procs.extend(procs)
         # Wait until every worker registered itself (start-up is not measured).
@@ -195,6 +200,8 @@ class Bench:
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+            if getattr(p, "log", None) is not None:
+                p.log.close()
         self.procs.clear()
 
     def wait_done(self, expected: int, timeout: float = 600) -> None:
@@ -216,8 +223,11 @@ class Bench:
 def _stderr(procs) -> str:
     out = []
     for p in procs:
-        if p.poll() is not None and p.stderr:
-            out.append(p.stderr.read().decode(errors="replace")[-2000:])
+        log = getattr(p, "log", None) or p.stderr
+        if p.poll() is not None and log:
+            if log is not p.stderr:
+                log.seek(0)
+            out.append(log.read().decode(errors="replace")[-2000:])
     return "\n".join(out) or "(no output)"
 
 

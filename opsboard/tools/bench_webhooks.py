@@ -17,6 +17,8 @@ DOWN_EVERY = 10          # every 10th endpoint answers 503: 10 %
 WINDOW = float(os.environ.get("OPSBOARD_BENCH_WINDOW", "60"))
 #: Receiver processes (the endpoints spread over them); 0 runs one sandbox in the benchmark's process.
 RECEIVERS = int(os.environ.get("OPSBOARD_BENCH_RECEIVERS", "2"))
+#: Signed deliveries per second the platform aims at with two worker processes (issue 27).
+GOAL = 2000
 
 _SERVE = ("import sys; from opsboard.tools.sandbox import Sandbox; "
           "sb = Sandbox('127.0.0.1', 0, 0, smtp=False).start(); print(sb.url, flush=True); "
@@ -108,8 +110,9 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
         down_attempts = [len(receivers[i % len(receivers)].records("webhook", f"/hooks/ep{i}"))
                          for i in range(0, ENDPOINTS, DOWN_EVERY)]
         b.add("webhooks", "signed deliveries, 100 endpoints, 10% down", row["n"] / float(row["secs"]),
-              "deliv/s", f"{row['n']} delivered, {workers} workers --queues {slots}, "
-              + (f"{RECEIVERS} sandbox processes" if RECEIVERS else "sandbox in-process"))
+              "deliv/s", f"{row['n']} delivered, {workers} worker processes --queues {slots}, "
+              + (f"{RECEIVERS} sandbox processes" if RECEIVERS else "sandbox in-process")
+              + f"; goal {GOAL:,}/s with 2 workers")
         b.add("webhooks", f"attempts on a down endpoint in {int(WINDOW)} s", max(down_attempts), "requests",
               f"{per_endpoint} deliveries queued for each of {down_count}; mean "
               f"{sum(down_attempts) / len(down_attempts):.1f}; {snoozed} snoozes by open breakers")

@@ -44,7 +44,11 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
         by_ep = {r["payload"]["endpoint_id"]: r for r in rows}
         prepared = [by_ep[str(e["id"])] for e in eps[:2]]
         assert all(r.get("prepared") for r in prepared)
-        assert not by_ep[str(eps[2]["id"])].get("prepared") and not by_ep[str(eps[3]["id"])].get("prepared")
+        assert not by_ep[str(eps[2]["id"])].get("prepared")
+        # The open breaker's job: no effect, only when to come back (the breaker's open_until).
+        open_until = c.execute("SELECT open_until FROM circuit_breakers WHERE name = %s",
+                               (f"endpoint:{eps[3]['id']}",)).fetchone()["open_until"]
+        assert by_ep[str(eps[3]["id"])]["prepared"] == {"wait_until": open_until}
         # Started and committed (seen from this autocommit connection) before any request went out.
         eff = _effects(c)
         assert set(eff) == {r["id"] for r in prepared}
@@ -61,14 +65,16 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
             with pool.connection() as c:
                 jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(row["id"], row["attempts"], "succeeded",
                                                                     row["started_at"], has_effects=True)])
-        # The unprepared ones take the handler's own path: disabled -> permanent, open breaker -> snooze.
+        # The unprepared one takes the handler's own path: disabled -> permanent.
         outcome = deliveries.webhook_deliver(_ctx(by_ep[str(eps[2]["id"])], pool, provider_settings))
         assert isinstance(outcome, retry.Permanent) and outcome.code == "endpoint_disabled"
+        # The open breaker's job snoozes until the breaker's open_until without touching the
+        # database (no pool to take a connection from).
         try:
-            deliveries.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], pool, provider_settings))
+            deliveries.webhook_deliver(_ctx(by_ep[str(eps[3]["id"])], None, provider_settings))
             raise AssertionError("an open breaker must snooze")
         except retry.Snooze as s:
-            assert s.code == "circuit_open"
+            assert (s.code, s.until) == ("circuit_open", open_until)
     finally:
         pool.close()
     recs = sandbox.records("webhook")
@@ -98,3 +104,25 @@ def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox
         same = [r for r in rows if r["payload"]["event_id"] == str(ev)]
         assert sum(1 for r in same if r.get("prepared")) == 1      # the second one begins on its own
         assert len(_effects(c)) == 2
+
+
+def test_a_breaker_past_its_cool_down_or_with_its_probe_out_is_left_to_admit_or_waited_for(db_url, sandbox):
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        cooled = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/cooled")
+        probing = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/probing")
+        ev = insert_event(c, t)
+        webhooks.fanout(c, ev)
+        c.execute("INSERT INTO circuit_breakers (name, tenant_id, state, open_until) "
+                  "VALUES (%s, %s, 'open', now() - interval '1 second')", (f"endpoint:{cooled['id']}", t))
+        c.execute("INSERT INTO circuit_breakers (name, tenant_id, state, probe_until) "
+                  "VALUES (%s, %s, 'half_open', now() + interval '20 seconds')", (f"endpoint:{probing['id']}", t))
+        rows = jobqueue.claim_batch(c, "default", "w1", 100, 60)
+        deliveries.webhook_prepare(c, "w1", rows)
+        by_ep = {r["payload"]["endpoint_id"]: r for r in rows}
+        # Cooled down: not prepared, so its handler asks breaker.admit, which picks the probe.
+        assert not by_ep[str(cooled["id"])].get("prepared")
+        probe_until = c.execute("SELECT probe_until FROM circuit_breakers WHERE name = %s",
+                                (f"endpoint:{probing['id']}",)).fetchone()["probe_until"]
+        assert by_ep[str(probing["id"])]["prepared"] == {"wait_until": probe_until}
+        assert _effects(c) == {}

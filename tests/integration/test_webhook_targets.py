@@ -234,3 +234,44 @@ def test_web_push_refuses_a_rebound_name_without_connecting(sandbox, dns, no_con
         assert outcome.code == "push_target_refused"
     assert no_connect == []
     assert sandbox.records("push") == []
+
+
+# ------------------------------------------------------------------ pinning, more
+
+
+def test_a_name_with_one_private_address_among_public_ones_is_refused_without_connecting(dns, no_connect):
+    dns[NAME] = ["93.184.216.34", "10.0.0.7"]     # every address is checked, not only the first
+    with pytest.raises(targets.Refused):
+        http_provider.request("POST", f"http://{NAME}/hook", b"{}", guard=True, allow=())
+    assert no_connect == []
+
+
+def test_the_connection_goes_to_the_address_checked_not_to_another_one(dns):
+    """A server on 127.0.0.2 only: the name resolves (through the test's DNS) to that address,
+    so a client that connected to any other address, or by name, would not reach it."""
+    seen = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_POST(h):
+            h.rfile.read(int(h.headers.get("Content-Length") or 0))
+            seen.append((h.client_address[0], h.server.server_address[0], h.headers.get("Host")))
+            h.send_response(204)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        def log_message(h, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        dns[NAME] = ["127.0.0.2"]
+        resp = http_provider.request("POST", f"http://{NAME}:{port}/hook", b"{}", guard=True,
+                                     allow=(ipaddress.ip_network("127.0.0.0/8"),))
+        assert resp.status == 204
+        assert seen == [(seen[0][0], "127.0.0.2", f"{NAME}:{port}")]
+    finally:
+        server.shutdown()
+        server.server_close()
+        http_provider._pool.clear()

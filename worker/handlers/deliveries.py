@@ -80,8 +80,10 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
     enabled, event there, breaker closed), the endpoint and event are loaded and
     the effect is recorded as started, committed before any request goes out;
     the row gets ``prepared`` and its handler makes no database round trip
-    before the POST.  Any other job (and a second job with the same effect key)
-    is left as it is: its handler loads and begins on its own, as before.
+    before the POST.  A job whose endpoint's breaker admits no call now gets
+    ``prepared = {"wait_until": t}`` and snoozes until ``t`` without one.  Any
+    other job (and a second job with the same effect key) is left as it is: its
+    handler loads and begins on its own, as before.
     """
     batch, keys = [], set()
     for row in rows:
@@ -109,6 +111,9 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
             cur = db.execute(conn, "webhook_deliveries_begin", params)
     found = cur.fetchall()
     by_job = {r["job_id"]: r for r in found if r["attempt_it"] and r["effect_state"] is not None}
+    # An endpoint whose breaker admits no call now: its jobs snooze until then with no
+    # round trip (the admit of each one was three; see docs/performance.md, webhooks).
+    by_job.update((r["job_id"], {"wait_until": r["wait_until"]}) for r in found if r["wait_until"] is not None)
     for row, *_ in batch:
         ep = by_job.get(row["id"])
         if ep is not None:
@@ -122,6 +127,8 @@ def webhook_deliver(job):
     name = f"endpoint:{endpoint_id}"
     key = _webhook_key(event_id, endpoint_id)
     ep = job.prepared
+    if ep is not None and ep.get("wait_until") is not None:
+        raise retry.Snooze(until=ep["wait_until"], code="circuit_open")
     if ep is not None:
         # Loaded and begun with its claimed batch (webhook_prepare): the effect is already started.
         job.has_effects = True
