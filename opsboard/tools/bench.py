@@ -491,6 +491,12 @@ def tickets(b: Bench) -> None:
     run(b)
 
 
+def scale(b: Bench) -> None:
+    """10,000,000 jobs (--jobs N) built with COPY: claim, depth, every dashboard page, pruner, beside the goals."""
+    from .bench_scale import run
+    run(b)
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -510,6 +516,7 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "broadcast": broadcast,
     "streams": streams,
     "tickets": tickets,
+    "scale": scale,
 }
 
 
