@@ -271,3 +271,24 @@ def test_search_by_id_stays_inside_the_scope(client, login_as, seeded):
     login_as("ops", tenant="globex", operator=False)
     assert _ids(client.get(f"/jobs/_rows?q={dead}", headers=HX).get_data(as_text=True)) == []  # acme's
     assert _ids(client.get(f"/jobs/_rows?q={retry}", headers=HX).get_data(as_text=True)) == [retry]
+
+
+@pytest.mark.parametrize("status", ["dead", "pending"])
+def test_a_tenants_viewer_pages_through_one_status(client, login_as, app, status):
+    """A tenant's viewer's list of a rare status leads with its tenant (jobs_tenant_listed_idx,
+    issue 24): every match of its own tenant, newest first, none of another's."""
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex = seed.tenant(c, "acme"), seed.tenant(c, "globex")
+        mine = seed.jobs(c, acme, 55, "test.permanent", {"to": "x"})
+        theirs = seed.jobs(c, globex, 5, "test.permanent", {"to": "x"})
+        if status == "dead":
+            seed.kill(c, mine + theirs, "http_410")
+            seed.jobs(c, acme, 10, "test.permanent", {"to": "x"})  # its newer backlog
+    login_as("ops", tenant="acme", operator=False)
+    seen, url = [], f"/jobs/?status={status}"
+    while url:
+        html = client.get(url).get_data(as_text=True)
+        seen += _ids(html)
+        m = re.search(r'rel="next" href="([^"]+)"', html)
+        url = m.group(1).replace("&amp;", "&") if m else None
+    assert seen == sorted((str(i) for i in mine), reverse=True)
