@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import json
+import re
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -57,7 +58,9 @@ class JobFilter:
 
     ``since``/``until`` bound ``created_at`` (until is exclusive); ``search``
     matches last_error_code and any attempt's detail (case-insensitive
-    substring); ``before`` is the keyset cursor: the last id of the previous page.
+    substring), or, when it is the beginning of a job id (8 hex digits or more,
+    :func:`id_prefix_range`), the jobs whose id starts so; ``before`` is the
+    keyset cursor: the last id of the previous page.
     """
 
     queue: str | None = None
@@ -101,6 +104,24 @@ def _shifted(moment: datetime, delta: timedelta) -> datetime:
         return moment
 
 
+#: A search for the beginning of a job id: 8 to 32 hex digits, dashes where a UUID has them.
+_ID_PREFIX = re.compile(r"^[0-9a-f]{8}(-[0-9a-f]{0,4}(-[0-9a-f]{0,4}(-[0-9a-f]{0,4}(-[0-9a-f]{0,12})?)?)?)?$")
+
+
+def id_prefix_range(term: str | None) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids a search for the beginning of a job id covers (a primary-key range), or None.
+
+    A term such as ``0190ab12`` or ``0190ab12-3c4d`` (pasted from a log or a
+    page) is not text to look for in error codes: matching it there would read
+    every error code and attempt detail and find nothing.
+    """
+    t = (term or "").strip().lower()
+    if not _ID_PREFIX.match(t):
+        return None
+    digits = t.replace("-", "")
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def _like_pattern(term: str) -> str:
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -113,6 +134,46 @@ class JobPage:
     next_before: uuid.UUID | None
 
 
+#: Statuses jobs_status_listed_idx holds (status, id).
+_LISTED_STATUSES = frozenset({"pending", "retryable", "dead", "cancelled"})
+#: Statuses jobs_tenant_listed_idx holds (tenant_id, status, id): not pending, which every job starts as.
+_RARE_STATUSES = frozenset({"retryable", "dead", "cancelled"})
+
+
+def _order_lead(scope: TenantScope, filter: JobFilter) -> tuple[str, str, str] | None:
+    """The column to lead the job list's ORDER BY with, its test in the SQL and what replaces the test; or None.
+
+    The newest jobs are the waiting ones (a backlog is the newest work), so for a
+    status or an error code the planner, which assumes matches spread evenly over
+    time, walks the primary key newest first past the whole backlog (201,408 rows
+    passed over for 51 dead jobs at 1,000,000 jobs; 2 million at ten million).
+    Leading the ORDER BY with the column, which is equal on every row the filter
+    keeps, changes nothing in the order, but only the index that starts with it
+    provides that order, so the planner takes it.  The test becomes ``= ANY(ARRAY[
+    value])``: an ``=`` would make the column a constant to the planner, which then
+    drops it from the ORDER BY.  Not when a tenant bounds the list: jobs_tenant_idx
+    does, and the tenant's own rows are the ones to walk.
+    """
+    if filter.search:
+        return None
+    if filter.tenant_id is None and not scope.all and len(scope.ids) == 1:
+        # One tenant's viewer: its jobs of a status that few jobs reach, through
+        # jobs_tenant_listed_idx (0043): its own scope test (tenant_id = ANY of one id)
+        # leads, as the status above.  Several tenants: that index's order is not newest first.
+        if filter.status in _RARE_STATUSES and filter.error_code is None:
+            return "j.tenant_id", "", ""
+        return None
+    if filter.tenant_id is not None or not scope.all:
+        return None
+    if filter.error_code is not None:   # jobs_error_code_idx (0043)
+        return ("j.last_error_code", "(%(error_code)s::text IS NULL OR j.last_error_code = %(error_code)s)",
+                "j.last_error_code = ANY(ARRAY[%(error_code)s::text])")
+    if filter.status in _LISTED_STATUSES:   # jobs_status_listed_idx (0025)
+        return ("j.status", "(%(status)s::job_status IS NULL OR j.status = %(status)s)",
+                "j.status = ANY(ARRAY[%(status)s::job_status])")
+    return None
+
+
 def list_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, *,
               limit: int = PAGE_SIZE) -> JobPage:
     """One page of jobs inside ``scope`` matching ``filter``, newest first."""
@@ -123,10 +184,19 @@ def list_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, *
         "event_id": filter.event_id, "since": filter.since, "until": filter.until,
         "since_id": uuid7_floor(_shifted(filter.since, -CLOCK_SLACK)) if filter.since else None,
         "until_id": uuid7_floor(_shifted(filter.until, CLOCK_SLACK)) if filter.until else None,
-        "pattern": _like_pattern(normalize_search(filter.search)) if filter.search else None,
         "before": filter.before, "limit": limit + 1,
     }
-    rows = _rows(conn, "dashboard_job_list", params)
+    ids = id_prefix_range(filter.search)
+    params["id_from"], params["id_to"] = ids or (None, None)
+    params["pattern"] = _like_pattern(normalize_search(filter.search)) if filter.search and not ids else None
+    sql = db.queries["dashboard_job_list"]
+    lead = _order_lead(scope, filter)
+    if lead:
+        column, test, replacement = lead
+        if test:
+            sql = sql.replace(test, replacement)
+        sql = sql.replace("ORDER BY j.id DESC", f"ORDER BY {column} DESC, j.id DESC")
+    rows = conn.execute(sql, params, prepare=False).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
     return JobPage(rows, rows[-1]["id"] if more and rows else None)

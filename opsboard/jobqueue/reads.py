@@ -106,9 +106,11 @@ class BulkCancel:
     remaining: int = 0
 
 
-def count_cancellable(conn: psycopg.Connection, f: CancelFilter, *, scope: TenantScope = ALL_TENANTS) -> int:
-    """How many pending or retryable jobs match ``f`` in ``scope`` (the bulk cancel's preview)."""
-    return db.one(conn, "job_cancel_count", {**f.params, **scope.params})["n"]
+def count_cancellable(conn: psycopg.Connection, f: CancelFilter, *, scope: TenantScope = ALL_TENANTS,
+                      cap: int | None = None) -> int:
+    """How many pending or retryable jobs match ``f`` in ``scope`` (the bulk cancel's preview);
+    with a ``cap``, counted up to it only (a backlog of millions takes seconds to count)."""
+    return db.one(conn, "job_cancel_count", {**f.params, **scope.params, "cap": cap})["n"]
 
 
 def cancel_many(conn: psycopg.Connection, f: CancelFilter, actor: audit.Actor, reason: str | None,

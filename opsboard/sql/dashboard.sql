@@ -6,12 +6,18 @@
 -- primary key for the plain list and for time ranges (UUIDv7 ids sort by
 -- creation, so created_at bounds become id bounds with a slack for clock skew
 -- between hosts), jobs_tenant_idx, jobs_status_listed_idx, jobs_running_idx, jobs_dead_idx,
--- jobs_correlation_idx.  The search first gathers the matching ids from the
+-- jobs_correlation_idx.  The planner cannot know that the newest jobs are the
+-- waiting ones (a backlog is the newest work), so for a status or an error code
+-- it would walk the primary key past all of them: opsboard.dashboard.list_jobs
+-- then leads the ORDER BY with that column (equal on every row, so the order is
+-- the same), which only jobs_status_listed_idx / jobs_error_code_idx provide.  The search first gathers the matching ids from the
 -- two trigram indexes (where pg_trgm exists; attempt details through the
 -- normalised detail_search column of 0014, the term normalised the same way), then fetches those rows by
 -- primary key: "= ANY(ARRAY(...))" keeps the planner from walking the whole
 -- table backwards testing each row against the matches, which an IN (...)
 -- invites (it guesses that half the rows match).
+-- A search for the beginning of a job id is a primary-key range instead
+-- (%(id_from)s..%(id_to)s, opsboard.dashboard.id_prefix_range).
 -- Never OFFSET: the cursor is the last id shown.
 SELECT j.id, j.type, j.version, j.tenant_id, t.slug AS tenant_slug, j.queue, j.priority, j.status,
        j.attempts, j.max_attempts, j.last_error_code, j.correlation_id, j.replay_of, j.available_at,
@@ -32,6 +38,7 @@ WHERE (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
           SELECT e.id FROM jobs e WHERE e.last_error_code ILIKE %(pattern)s
           UNION
           SELECT a.job_id FROM job_attempts a WHERE a.detail_search ILIKE %(pattern)s)))
+  AND (%(id_from)s::uuid IS NULL OR j.id BETWEEN %(id_from)s AND %(id_to)s::uuid)
   AND (%(before)s::uuid IS NULL OR j.id < %(before)s)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
@@ -50,9 +57,14 @@ WHERE j.id = %(id)s AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[
 -- The jobs that replay a job (a dead job can be replayed more than once over
 -- time): those it created (replay_of) and the live jobs that held its
 -- idempotency key when it was replayed (job_replay_links).
+-- Two index lookups (jobs_replay_of_idx, the links' key) joined by primary key:
+-- "replay_of = id OR id IN (...)" could use neither and read the whole table
+-- (2 s for one job's page at 1,000,000 jobs: `opsboard bench --scenario scale`).
 SELECT id, status, created_at, finished_at, last_error_code
 FROM jobs
-WHERE (replay_of = %(id)s OR id IN (SELECT job_id FROM job_replay_links WHERE dead_job_id = %(id)s))
+WHERE id IN (SELECT r.id FROM jobs r WHERE r.replay_of = %(id)s
+             UNION
+             SELECT l.job_id FROM job_replay_links l WHERE l.dead_job_id = %(id)s)
   AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
 ORDER BY id;
 

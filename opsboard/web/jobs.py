@@ -24,6 +24,8 @@ bp.context_processor(forms.form_globals)
 STATUSES = [s.value for s in JobStatus]
 #: Dead jobs replayed by one "replay all matching" request at most.
 BULK_LIMIT = 1000
+#: The bulk cancel's preview counts this many matching jobs at most, then says "10,000+".
+COUNT_CAP = 10_000
 
 
 #: The job list's query arguments: what its links and HX-Push-Url carry.
@@ -174,11 +176,11 @@ def cancel_many_confirm():
     """How many unstarted jobs match, and the form that cancels them (no change yet)."""
     f = _cancel_filter(request.args)
     with get_db().connection() as conn:
-        n = jobqueue.count_cancellable(conn, f, scope=current_scope("jobs.cancel"))
+        n = jobqueue.count_cancellable(conn, f, scope=current_scope("jobs.cancel"), cap=COUNT_CAP + 1)
     if request.headers.get("HX-Request"):
-        return render_template("jobs/_cancel_many_confirm.html", f=f, count=n, limit=BULK_LIMIT)
+        return render_template("jobs/_cancel_many_confirm.html", f=f, count=n, limit=BULK_LIMIT, cap=COUNT_CAP)
     return render_template("jobs/result.html", partial="jobs/_cancel_many_confirm.html", f=f, count=n,
-                           limit=BULK_LIMIT)
+                           limit=BULK_LIMIT, cap=COUNT_CAP)
 
 
 @bp.route("/cancel-many", methods=["POST"])

@@ -102,3 +102,21 @@ def test_tenant_scoped_ops_sees_only_its_tenant(app, client, login_as):
     assert 'data-tenant="globex"' in html and 'data-tenant="acme"' not in html
     assert client.get(f"/tenants/{acme}").status_code == 404
     assert client.get("/metrics").status_code == 403
+
+
+def test_tenants_page_lists_the_largest_backlogs_only(app, client, login_as, monkeypatch):
+    """At 10,000 tenants the page took seconds to render: it lists the TENANT_ROWS with the most
+    waiting jobs and says how many have jobs (issue 24)."""
+    from opsboard.web import tenants as tenants_view
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex, _ = _seed(c)
+        rows = metrics.tenant_backlog(c, TenantScope(all=True))
+    assert len(rows) >= 2
+    monkeypatch.setattr(tenants_view, "TENANT_ROWS", 1)
+    login_as("ops")
+    html = client.get("/tenants/_backlog").get_data(as_text=True)
+    assert html.count("data-tenant=") == 1 and f'data-tenant="{rows[0].slug}"' in html
+    assert 'data-tenants-shown="1"' in html
+    monkeypatch.setattr(tenants_view, "TENANT_ROWS", 100)
+    html = client.get("/tenants/_backlog").get_data(as_text=True)
+    assert html.count("data-tenant=") == len(rows) and "data-tenants-shown" not in html

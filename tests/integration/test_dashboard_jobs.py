@@ -230,3 +230,65 @@ def test_no_route_edits_a_payload(app):
     assert [r.endpoint for r in payload_rules] == ["jobs.payload"]
     for rule in payload_rules:
         assert rule.methods <= {"GET", "HEAD", "OPTIONS"}, rule
+
+
+@pytest.mark.parametrize("query", ["status=dead", "error_code=http_410", "status=dead&error_code=http_410"])
+def test_keyset_pages_of_a_status_or_code_behind_a_backlog(client, login_as, app, query):
+    """A status or an error code leads the list's ORDER BY (the index that starts with it gives
+    the order, not the primary key walked past the newer backlog): the pages are still every
+    match, newest first, fifty at a time (issue 24)."""
+    with connect(app.extensions["test_db_url"]) as c:
+        t = seed.tenant(c, "acme")
+        dead = seed.jobs(c, t, 60, "test.permanent", {"to": "x"})
+        seed.kill(c, dead, "http_410")
+        seed.jobs(c, t, 30)  # the newer backlog
+    login_as("ops")
+    seen, url = [], f"/jobs/?{query}"
+    while url:
+        html = client.get(url).get_data(as_text=True)
+        seen += _ids(html)
+        m = re.search(r'rel="next" href="([^"]+)"', html)
+        url = m.group(1).replace("&amp;", "&") if m else None
+    assert seen == sorted((str(i) for i in dead), reverse=True)
+
+
+def test_search_for_the_beginning_of_a_job_id(client, login_as, seeded):
+    """8 or more hex digits (dashes where a UUID has them) find jobs by id, inside the scope: a
+    primary-key range, not a substring search of every error code and detail (issue 24)."""
+    dead = str(seeded["dead"][0])
+    login_as("ops")
+    for term in (dead[:8], dead[:13], dead[:23].upper(), dead):
+        ids = _ids(client.get(f"/jobs/_rows?q={term}", headers=HX).get_data(as_text=True))
+        assert dead in ids and all(i.startswith(term.lower()) for i in ids), term
+    assert _ids(client.get("/jobs/_rows?q=ffffffff", headers=HX).get_data(as_text=True)) == []
+    assert dashboard.id_prefix_range("0190ab1") is None            # too short: a text search
+    assert dashboard.id_prefix_range("0190ab12-3c4d-") is not None
+    assert dashboard.id_prefix_range("0190ab123c4d") is None       # no dash where a UUID has one
+
+
+def test_search_by_id_stays_inside_the_scope(client, login_as, seeded):
+    dead, retry = str(seeded["dead"][0]), str(seeded["retry"][0])
+    login_as("ops", tenant="globex", operator=False)
+    assert _ids(client.get(f"/jobs/_rows?q={dead}", headers=HX).get_data(as_text=True)) == []  # acme's
+    assert _ids(client.get(f"/jobs/_rows?q={retry}", headers=HX).get_data(as_text=True)) == [retry]
+
+
+@pytest.mark.parametrize("status", ["dead", "pending"])
+def test_a_tenants_viewer_pages_through_one_status(client, login_as, app, status):
+    """A tenant's viewer's list of a rare status leads with its tenant (jobs_tenant_listed_idx,
+    issue 24): every match of its own tenant, newest first, none of another's."""
+    with connect(app.extensions["test_db_url"]) as c:
+        acme, globex = seed.tenant(c, "acme"), seed.tenant(c, "globex")
+        mine = seed.jobs(c, acme, 55, "test.permanent", {"to": "x"})
+        theirs = seed.jobs(c, globex, 5, "test.permanent", {"to": "x"})
+        if status == "dead":
+            seed.kill(c, mine + theirs, "http_410")
+            seed.jobs(c, acme, 10, "test.permanent", {"to": "x"})  # its newer backlog
+    login_as("ops", tenant="acme", operator=False)
+    seen, url = [], f"/jobs/?status={status}"
+    while url:
+        html = client.get(url).get_data(as_text=True)
+        seen += _ids(html)
+        m = re.search(r'rel="next" href="([^"]+)"', html)
+        url = m.group(1).replace("&amp;", "&") if m else None
+    assert seen == sorted((str(i) for i in mine), reverse=True)

@@ -260,3 +260,16 @@ def test_tenant_limits_from_the_tenant_page_own_tenant_only_audited_with_the_old
     r = client.post(f"/tenants/{acme}/limits", data={"max_running": "9", "reason": "x", "request_key": str(uuid.uuid4())})
     assert r.status_code == 400  # no CSRF token
     assert db.execute("SELECT max_running FROM tenants WHERE slug = 'acme'").fetchone()["max_running"] == 2
+
+
+def test_bulk_cancel_preview_counts_up_to_its_cap(client, login_as, db, monkeypatch):
+    """A backlog of millions is not counted for the preview: past the cap it says "N+" (issue 24)."""
+    from opsboard.web import jobs as jobs_view
+    monkeypatch.setattr(jobs_view, "COUNT_CAP", 5)
+    login_as("ops")
+    _seed_jobs(db, "acme", 7)
+    page = client.get("/jobs/cancel-many/confirm?type=test.record").get_data(as_text=True)
+    assert 'data-count="6"' in page and "5+" in page   # counted to the cap and one past it, no further
+    monkeypatch.setattr(jobs_view, "COUNT_CAP", 7)
+    page = client.get("/jobs/cancel-many/confirm?type=test.record").get_data(as_text=True)
+    assert 'data-count="7"' in page and "7+" not in page

@@ -120,3 +120,24 @@ def test_the_claim_stays_index_driven_with_pauses_and_a_tenant_limit_present(con
     assert len(got) == 200 and {r["type"] for r in got} == {"test.record"}
     assert tenants[0]["id"] not in {r["tenant_id"] for r in got}
     assert sum(r["tenant_id"] == tenants[1]["id"] for r in got) == 5
+
+
+def tenant_rows_read(node: dict) -> int:
+    """Rows the plan read from ``tenants`` (per loop, times its loops)."""
+    n = 0
+    if node.get("Relation Name") == "tenants":
+        n += (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * (node.get("Actual Loops", 1) or 1)
+    return n + sum(tenant_rows_read(child) for child in node.get("Plans", []))
+
+
+def test_a_claim_reads_the_weights_of_the_tenants_it_picked_not_every_tenant(conn, make_tenant, t0):
+    """At 10,000 tenants the claim hashed the whole tenants table for 64 picked ones (issue 24,
+    `opsboard bench --scenario scale`): each picked tenant's weight is one primary-key probe."""
+    tenants = [make_tenant(conn)["id"] for _ in range(400)]
+    jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 3]) for i in range(30)])
+    conn.execute("ANALYZE tenants")
+    conn.execute("ANALYZE jobs")
+    params = jobqueue.claim_params("default", "w1", 30, 300, now=t0 + timedelta(seconds=1))
+    plan = explain(conn, "job_claim_many", params)
+    assert tenant_rows_read(plan["Plan"]) <= 3, plan
+    assert conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 30
