@@ -657,7 +657,7 @@ def prune(b: Bench) -> None:
         cutoff = now - timedelta(days=30)
         with c.transaction(force_rollback=True):
             plan = c.execute("EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) " + dbmod.queries["job_prune_finished"],
-                             {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
+                             {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff), "after_id": uuid.UUID(int=0),
                               "limit": PrunerConfig.batch}).fetchone()
             doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
             top = doc[0]["Plan"]

@@ -44,13 +44,16 @@ class Pruner:
         current = db.now(conn, now)
         cutoff = current - timedelta(days=self.config.retention_days)
         total = 0
+        after = uuid.UUID(int=0)
         while True:
+            # One short transaction per batch: the claim never waits on a long one.
             with conn.transaction():
-                n = db.one(conn, "job_prune_finished", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
-                                                        "limit": self.config.batch})["n"]
-            total += n
-            if n < self.config.batch:
+                row = db.one(conn, "job_prune_finished", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
+                                                          "after_id": after, "limit": self.config.batch})
+            total += row["n"]
+            if row["seen"] < self.config.batch:
                 break
+            after = row["last_id"]
         db.execute(conn, "job_stats_prune", {"cutoff": current - timedelta(days=self.config.stats_retention_days)})
         db.execute(conn, "login_failure_prune", {"now": current, "window": self.config.login_window_seconds})
         db.execute(conn, "session_prune", {"now": current})  # not only at the next sign-in
