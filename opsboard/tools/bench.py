@@ -635,7 +635,7 @@ def depth(b: Bench) -> None:
 def prune(b: Bench) -> None:
     """The pruner on --jobs finished jobs past retention (default 3,000,000, one attempt row each):
     rows/s, and the claim's time meanwhile; EXPLAIN (ANALYZE, BUFFERS, WAL) of one batch."""
-    from worker.services.pruner import Pruner, PrunerConfig  # tools may import the worker
+    batch = 5000  # the pruner's default batch (worker.services.pruner.PrunerConfig)
     total = b.jobs or 3_000_000
     tenants = _bulk_tenants(b, 100)
     t0 = time.perf_counter()
@@ -658,10 +658,10 @@ def prune(b: Bench) -> None:
         with c.transaction(force_rollback=True):
             plan = c.execute("EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) " + dbmod.queries["job_prune_finished"],
                              {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff), "after_id": uuid.UUID(int=0),
-                              "limit": PrunerConfig.batch}).fetchone()
+                              "limit": batch}).fetchone()
             doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
             top = doc[0]["Plan"]
-            b.add("prune", f"one batch of {PrunerConfig.batch:,} (EXPLAIN ANALYZE)", float(doc[0]["Execution Time"]),
+            b.add("prune", f"one batch of {batch:,} (EXPLAIN ANALYZE)", float(doc[0]["Execution Time"]),
                   "ms", f"shared hit {top.get('Shared Hit Blocks', 0)} read {top.get('Shared Read Blocks', 0)} "
                   f"WAL {top.get('WAL Bytes', 0):,} B")
     # The claim's time while the pruner runs in another process.
@@ -690,7 +690,7 @@ def prune(b: Bench) -> None:
     th.start()
     with b.conn() as c:
         t1 = time.perf_counter()
-        n = Pruner().run_once(c)
+        n = jobqueue.prune_finished(c, cutoff, batch)
         elapsed = time.perf_counter() - t1
     done.set()
     th.join()
