@@ -372,7 +372,7 @@ def claim_cost(b: Bench) -> None:
         health = time.perf_counter() - t1
     b.add("claim_cost", f"claim of 64 at {total:,} pending, {n_tenants} tenants", statistics.median(times), "ms",
           f"EXPLAIN ANALYZE, median of 5 (filled at {total / fill:,.0f} jobs/s)")
-    b.add("claim_cost", "depth sample at that backlog (leader, every 5 s+)", sample * 1000, "ms")
+    b.add("claim_cost", "depth fold of that fill (leader, every 2 s; was a recount)", sample * 1000, "ms")
     b.add("claim_cost", "queue health + tenant backlog queries", health * 1000, "ms", "what the home page runs")
     b.reset()
 
@@ -663,7 +663,8 @@ def prune(b: Bench) -> None:
             top = doc[0]["Plan"]
             b.add("prune", f"one batch of {batch:,} (EXPLAIN ANALYZE)", float(doc[0]["Execution Time"]),
                   "ms", f"shared hit {top.get('Shared Hit Blocks', 0)} read {top.get('Shared Read Blocks', 0)} "
-                  f"WAL {top.get('WAL Bytes', 0):,} B")
+                  f"WAL {top.get('WAL Bytes', 0):,} B in {top.get('WAL Records', 0):,} records; triggers "
+                  + ", ".join(f"{t['Trigger Name']} {t['Time']:.1f} ms" for t in doc[0].get("Triggers", [])))
     # The claim's time while the pruner runs in another process.
     claims: list[float] = []
     import threading
