@@ -424,11 +424,14 @@ WITH old AS (
     ORDER BY id
     LIMIT %(limit)s
 ), gone AS (
-    DELETE FROM jobs j USING old
-    WHERE j.id = old.id AND j.status IN ('succeeded', 'cancelled')
+    -- By id = ANY(array), as the claim does: joined to the CTE, the planner
+    -- hashed the whole jobs and job_attempts tables for every batch (a
+    -- sequential scan of each: EXPLAIN at 100,000 finished jobs).
+    DELETE FROM jobs j
+    WHERE j.id = ANY (ARRAY(SELECT id FROM old)) AND j.status IN ('succeeded', 'cancelled')
     RETURNING j.id
 ), att AS (
-    DELETE FROM job_attempts a USING gone WHERE a.job_id = gone.id
+    DELETE FROM job_attempts a WHERE a.job_id = ANY (ARRAY(SELECT id FROM gone))
 )
 SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM old) AS seen, (SELECT id FROM old ORDER BY id DESC LIMIT 1) AS last_id;
 
