@@ -22,13 +22,17 @@ FROM queue_depth_totals t
 WHERE t.jobs <> 0;
 
 -- name: metrics_depth_by_tenant
--- Maintained depth per tenant and status inside a scope, with the oldest due waiting job.
-SELECT d.tenant_id, t.slug, t.name, t.weight, d.status::text AS status, sum(d.jobs)::bigint AS jobs,
-       min(d.oldest_ready) FILTER (WHERE d.oldest_ready <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready
-FROM queue_depth d JOIN tenants t ON t.id = d.tenant_id
-WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(tenant_id)s::uuid IS NULL OR d.tenant_id = %(tenant_id)s)
-GROUP BY d.tenant_id, t.slug, t.name, t.weight, d.status;
+-- Maintained depth per tenant and status inside a scope, with the oldest due
+-- waiting job.  Summed per tenant before the join (a hash aggregate over the
+-- groups, then one tenant row each), not sorted by the tenant's text columns.
+SELECT d.tenant_id, t.slug, t.name, t.weight, d.status, d.jobs, d.oldest_ready
+FROM (SELECT tenant_id, status::text AS status, sum(jobs)::bigint AS jobs,
+             min(oldest_ready) FILTER (WHERE oldest_ready <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready
+      FROM queue_depth
+      WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+        AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+      GROUP BY tenant_id, status) d
+JOIN tenants t ON t.id = d.tenant_id;
 
 -- name: metrics_depth_by_tenant_queue_type
 -- One tenant's maintained depth per queue, type and status.
