@@ -141,10 +141,10 @@ INSERT INTO queue_depth_totals (queue, type, status, jobs)
 SELECT queue, type, status, sum(jobs) FROM queue_depth GROUP BY queue, type, status;
 
 -- name: queue_depth_ready_by_queue
--- Ready-or-waiting jobs per queue from the last sample, with the sample's age.
+-- Ready-or-waiting jobs per queue from the fold's totals, with the fold's time.
 SELECT queue, coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting,
-       max(sampled_at) AS sampled_at
-FROM queue_depth GROUP BY queue;
+       (SELECT folded_at FROM queue_depth_folds) AS sampled_at
+FROM queue_depth_totals GROUP BY queue;
 
 -- name: tenant_enqueue_limits
 -- A tenant's own enqueue rate and burst (NULL: the configured default).
@@ -159,7 +159,7 @@ SELECT enqueue_rate, enqueue_burst FROM tenants WHERE id = %(tenant_id)s;
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 depth AS (
     SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
-    FROM queue_depth WHERE queue = %(queue)s
+    FROM queue_depth_totals WHERE queue = %(queue)s  -- the fold's totals: a few rows per queue
 ), lim AS (
     SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
            coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
