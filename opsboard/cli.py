@@ -190,6 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     lt.add_argument("--concurrency", type=_limit_value, default=_KEEP, help="its jobs running at once, or 'default'")
     lt.add_argument("--reason", required=True, help="why (recorded in the audit log)")
 
+    dc = sub.add_parser("depth-check", help="compare the maintained queue depth with a full recount (reads every "
+                                            "waiting and dead job); exit 1 when they differ")
+    dc.add_argument("--repair", action="store_true",
+                    help="rebuild the maintained depth from the recount when they differ (writers wait meanwhile)")
+
     b = sub.add_parser("bench", help="measure the queue (prints a table, writes JSON)")
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
@@ -489,6 +494,24 @@ def cmd_bench(config: Config, args) -> int:
                      list_only=args.list, database=args.database, streams=args.streams)
 
 
+def cmd_depth_check(config: Config, args) -> int:
+    from . import db, metrics
+    with db.connect(_url(config)) as conn:
+        drift = metrics.depth_drift(conn)
+        for r in drift[:20]:
+            print(f"{r['queue']} {r['type']} {r['tenant_id']} {r['status']}: counted {r['counted']}, "
+                  f"maintained {r['maintained']}")
+        if not drift:
+            print("maintained depth matches the recount")
+            return 0
+        print(f"{len(drift)} groups differ")
+        if args.repair:
+            n = metrics.depth_repair(conn)
+            print(f"rebuilt from the recount: {n} groups")
+            return 0
+    return 1
+
+
 def cmd_sandbox(config: Config, args) -> int:
     from .tools.sandbox import serve
     serve(args.host, args.http_port, args.smtp_port, sms_key=args.sms_key, email_report_url=args.email_report_url,
@@ -532,7 +555,8 @@ def cmd_vapid(config: Config, args) -> int:
 _COMMANDS = {"migrate": cmd_migrate, "createuser": cmd_createuser, "web": cmd_web, "worker": cmd_worker,
              "demo": cmd_demo, "streams": cmd_streams, "bench": cmd_bench, "sandbox": cmd_sandbox, "vapid": cmd_vapid,
              "apikey": cmd_apikey, "user-token": cmd_user_token, "pause": cmd_pause, "resume": cmd_pause,
-             "pauses": cmd_pauses, "jobs": cmd_jobs, "limits": cmd_limits}
+             "pauses": cmd_pauses, "jobs": cmd_jobs, "limits": cmd_limits,
+             "depth-check": cmd_depth_check}
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import db
 from .auth import TenantScope
@@ -87,14 +88,66 @@ class QueueHealth:
     sampled_at: datetime | None = None
 
 
-def sample_depth(conn: psycopg.Connection, now: datetime | None = None) -> int:
-    """Recount unfinished and dead jobs by queue, type, tenant and status into ``queue_depth``.
+#: Stale groups whose oldest waiting job a fold re-reads, and the entries of
+#: each tenant's waiting jobs it reads for one (queue_depth_oldest_refresh).
+OLDEST_REFRESH_GROUPS = 500
+OLDEST_REFRESH_SCAN = 200
 
-    One transaction; returns the number of (queue, type, tenant, status) rows written.
-    Run by the leader's depth service every few seconds.
+
+def _keys(rows) -> Jsonb:
+    return Jsonb([{k: str(r[k]) for k in ("queue", "type", "tenant_id", "status")} for r in rows])
+
+
+def sample_depth(conn: psycopg.Connection, now: datetime | None = None, *, sweep: bool = False) -> int:
+    """Bring ``queue_depth`` up to date: fold the per-statement changes the
+    jobs triggers appended (migration 0044), recount the running jobs (few:
+    the workers' slots) and re-read the oldest waiting job of the groups
+    whose oldest job left (at most :data:`OLDEST_REFRESH_GROUPS`; with
+    ``sweep``, also those an earlier fold left stale).  Costs what changed
+    since the last fold, never a read of the backlog.
+
+    One transaction (a fold cut short commits nothing); returns the number of
+    groups changed.  Run by the leader's depth service every few seconds.
     """
     with conn.transaction():
-        return len(db.all_rows(conn, "queue_depth_replace", {"now": now}))
+        # Two leaders for a moment (a lost lock) fold one after the other.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.depth_fold', 0))")
+        folded = db.all_rows(conn, "queue_depth_fold", {"now": now})
+        empty = [r for r in folded if r["jobs"] == 0]
+        if empty:
+            db.execute(conn, "queue_depth_drop_empty", {"keys": _keys(empty)})
+        db.execute(conn, "queue_depth_running_replace", {"now": now})
+        stale = [r for r in folded if r["oldest_stale"] and r["jobs"]][:OLDEST_REFRESH_GROUPS]
+        if sweep or len(stale) == OLDEST_REFRESH_GROUPS:
+            stale = db.all_rows(conn, "queue_depth_stale_keys", {"limit": OLDEST_REFRESH_GROUPS})
+        if stale:
+            db.all_rows(conn, "queue_depth_oldest_refresh",
+                        {"keys": _keys(stale), "scan": OLDEST_REFRESH_SCAN})
+    return len(folded)
+
+
+def depth_drift(conn: psycopg.Connection) -> list[dict]:
+    """The self-check of the maintained depth: the (queue, type, tenant, status)
+    groups whose full recount differs from ``queue_depth`` plus the changes not
+    folded yet, both read in one statement's snapshot (empty when they agree).  Reads every
+    waiting and dead job: for ``opsboard depth-check`` and the tests."""
+    return db.all_rows(conn, "queue_depth_recount")  # one statement: one snapshot
+
+
+def depth_repair(conn: psycopg.Connection) -> int:
+    """Rebuild the maintained depth from a full count (after :func:`depth_drift`
+    found a difference).  Holds writers of ``jobs`` for the count's duration
+    (SHARE lock: enqueues, claims and outcomes wait); returns the groups written."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.depth_fold', 0))")
+        conn.execute("LOCK TABLE jobs IN SHARE MODE")
+        conn.execute("DELETE FROM job_count_deltas")
+        conn.execute("DELETE FROM queue_depth")
+        conn.execute("DELETE FROM queue_depth_totals")
+        n = db.execute(conn, "queue_depth_rebuild").rowcount
+        db.execute(conn, "queue_depth_totals_rebuild")
+    sample_depth(conn)
+    return n
 
 
 def db_now(conn: psycopg.Connection, now: datetime | None = None) -> datetime:
@@ -112,10 +165,16 @@ def queue_health(conn: psycopg.Connection, scope: TenantScope, now: datetime | N
     now = db_now(conn, now)
     types: dict[tuple[str, str], TypeHealth] = {}
     sampled_at = None
-    for r in db.all_rows(conn, "metrics_depth_by_queue_type", scope.params):
+    # Every tenant: the fold's per-queue-and-type totals; a tenant scope: its tenants' groups.
+    if scope.all:
+        rows = db.all_rows(conn, "metrics_depth_totals")
+    else:
+        rows = db.all_rows(conn, "metrics_depth_by_queue_type", {**scope.params, "now": now})
+    for r in rows:
         th = types.setdefault((r["queue"], r["type"]), TypeHealth(r["queue"], r["type"]))
         th.depth[r["status"]] = th.depth.get(r["status"], 0) + int(r["jobs"])
-        if r["oldest_ready"] is not None and (th.oldest_ready is None or r["oldest_ready"] < th.oldest_ready):
+        if r["oldest_ready"] is not None and r["oldest_ready"] <= now \
+                and (th.oldest_ready is None or r["oldest_ready"] < th.oldest_ready):
             th.oldest_ready = r["oldest_ready"]
         sampled_at = max(filter(None, [sampled_at, r["sampled_at"]]), default=None)
     if scope.all:
@@ -199,7 +258,7 @@ def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
     """Per tenant: pending, running, retryable, dead, oldest ready age and share of running slots."""
     now = db_now(conn, now)
     tenants: dict = {}
-    for r in db.all_rows(conn, "metrics_depth_by_tenant", {**scope.params, "tenant_id": tenant_id}):
+    for r in db.all_rows(conn, "metrics_depth_by_tenant", {**scope.params, "tenant_id": tenant_id, "now": now}):
         tb = tenants.setdefault(r["tenant_id"], TenantBacklog(r["tenant_id"], r["slug"], r["name"], r["weight"]))
         tb.depth[r["status"]] = tb.depth.get(r["status"], 0) + int(r["jobs"])
         if r["oldest_ready"] is not None:
@@ -226,7 +285,8 @@ def tenant_detail(conn: psycopg.Connection, scope: TenantScope, tenant_id, now: 
     if tenant is None:
         return None
     summary = tenant_backlog(conn, scope, now, tenant_id=tenant_id)
-    parts = db.all_rows(conn, "metrics_depth_by_tenant_queue_type", {**scope.params, "tenant_id": tenant_id})
+    parts = db.all_rows(conn, "metrics_depth_by_tenant_queue_type",
+                        {**scope.params, "tenant_id": tenant_id, "now": db_now(conn, now)})
     return {"tenant": tenant, "summary": summary[0] if summary else None, "parts": parts}
 
 

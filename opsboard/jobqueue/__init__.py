@@ -6,7 +6,8 @@
 * :mod:`.claim` -- the worker's tenant-fair batch claim (:func:`claim_batch`);
 * :mod:`.outcomes` -- the worker's batched outcomes (:func:`record_outcomes`) and heartbeats;
 * :mod:`.effects` -- the effect ledger (at most one external effect where it matters);
-* :mod:`.replay` -- audited replay of dead jobs, one (:func:`replay`) or a group (:func:`replay_many`).
+* :mod:`.replay` -- audited replay of dead jobs, one (:func:`replay`) or a group (:func:`replay_many`);
+* :mod:`.prune` -- retention: :func:`prune_finished` deletes old succeeded and cancelled jobs.
 
 Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(...)`` (it was
 ``opsboard.queue``, which shadowed the standard library's ``queue``).
@@ -19,3 +20,4 @@ from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa:
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401
 from .replay import BulkReplay, DeadFilter, replay, replay_many  # noqa: F401
+from .prune import prune_finished  # noqa: F401

@@ -1,23 +1,43 @@
 -- name: metrics_depth_by_queue_type
--- Sampled depth per queue, type and status inside a tenant scope, with the oldest ready job.
-SELECT queue, type, status::text AS status, sum(jobs)::bigint AS jobs, min(oldest_ready) AS oldest_ready,
-       max(sampled_at) AS sampled_at
+-- Maintained depth per queue, type and status inside a tenant scope, with the
+-- oldest due waiting job (queue_depth keeps the earliest available_at, due or
+-- not: shown once due) and when the leader last folded.
+SELECT queue, type, status::text AS status, sum(jobs)::bigint AS jobs,
+       min(oldest_ready) FILTER (WHERE oldest_ready <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready,
+       (SELECT folded_at FROM queue_depth_folds) AS sampled_at
 FROM queue_depth
 WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
 GROUP BY queue, type, status;
 
+-- name: metrics_depth_totals
+-- Maintained depth per queue, type and status over every tenant (the fold's
+-- totals: a few rows whatever the number of tenants), with the oldest due
+-- waiting job of each (one probe of queue_depth_oldest_idx).
+SELECT t.queue, t.type, t.status::text AS status, t.jobs,
+       (SELECT d.oldest_ready FROM queue_depth d
+        WHERE d.queue = t.queue AND d.type = t.type AND d.status = t.status AND d.oldest_ready IS NOT NULL
+        ORDER BY d.oldest_ready LIMIT 1) AS oldest_ready,
+       (SELECT folded_at FROM queue_depth_folds) AS sampled_at
+FROM queue_depth_totals t
+WHERE t.jobs <> 0;
+
 -- name: metrics_depth_by_tenant
--- Sampled depth per tenant and status inside a scope, with the oldest ready job.
-SELECT d.tenant_id, t.slug, t.name, t.weight, d.status::text AS status, sum(d.jobs)::bigint AS jobs,
-       min(d.oldest_ready) AS oldest_ready
-FROM queue_depth d JOIN tenants t ON t.id = d.tenant_id
-WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(tenant_id)s::uuid IS NULL OR d.tenant_id = %(tenant_id)s)
-GROUP BY d.tenant_id, t.slug, t.name, t.weight, d.status;
+-- Maintained depth per tenant and status inside a scope, with the oldest due
+-- waiting job.  Summed per tenant before the join (a hash aggregate over the
+-- groups, then one tenant row each), not sorted by the tenant's text columns.
+SELECT d.tenant_id, t.slug, t.name, t.weight, d.status, d.jobs, d.oldest_ready
+FROM (SELECT tenant_id, status::text AS status, sum(jobs)::bigint AS jobs,
+             min(oldest_ready) FILTER (WHERE oldest_ready <= coalesce(%(now)s::timestamptz, now())) AS oldest_ready
+      FROM queue_depth
+      WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+        AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+      GROUP BY tenant_id, status) d
+JOIN tenants t ON t.id = d.tenant_id;
 
 -- name: metrics_depth_by_tenant_queue_type
--- One tenant's sampled depth per queue, type and status.
-SELECT queue, type, status::text AS status, jobs, oldest_ready
+-- One tenant's maintained depth per queue, type and status.
+SELECT queue, type, status::text AS status, jobs,
+       CASE WHEN oldest_ready <= coalesce(%(now)s::timestamptz, now()) THEN oldest_ready END AS oldest_ready
 FROM queue_depth
 WHERE tenant_id = %(tenant_id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
 ORDER BY queue, type, status;

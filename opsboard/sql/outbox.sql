@@ -133,7 +133,7 @@ SELECT (SELECT count(*) FROM outbox_events
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 depth AS (
     SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
-    FROM queue_depth WHERE queue = %(queue)s
+    FROM queue_depth_totals WHERE queue = %(queue)s  -- the fold's totals: a few rows per queue
 ), lim AS (
     SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
            coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst

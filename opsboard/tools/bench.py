@@ -477,7 +477,7 @@ def claim_cost(b: Bench) -> None:
         health = time.perf_counter() - t1
     b.add("claim_cost", f"claim of 64 at {total:,} pending, {n_tenants} tenants", statistics.median(times), "ms",
           f"EXPLAIN ANALYZE, median of 5 (filled at {total / fill:,.0f} jobs/s)")
-    b.add("claim_cost", "depth sample at that backlog (leader, every 5 s+)", sample * 1000, "ms")
+    b.add("claim_cost", "depth fold of that fill (leader, every 2 s; was a recount)", sample * 1000, "ms")
     b.add("claim_cost", "queue health + tenant backlog queries", health * 1000, "ms", "what the home page runs")
     b.reset()
 
@@ -621,6 +621,222 @@ def scale(b: Bench) -> None:
     run(b)
 
 
+#: The depth sampler before migration 0044: a recount of every waiting, running
+#: and dead job (kept here only to time it beside the fold).
+_RECOUNT_SQL = """
+SELECT queue, type, tenant_id, status, count(*) AS jobs FROM (
+    SELECT queue, type, tenant_id, status FROM jobs WHERE status IN ('pending', 'retryable', 'dead')
+    UNION ALL SELECT queue, type, tenant_id, status FROM jobs WHERE status = 'running') j
+GROUP BY queue, type, tenant_id, status
+"""
+
+#: Jobs for the depth and prune scenarios, by SQL (COPY-speed, no Python per row):
+#: %(pending)s waiting jobs spread over the tenants, then %(finished)s succeeded
+#: ones, created and finished %(age)s seconds ago, each with one attempt row
+#: when %(attempts)s.
+_BULK_SQL = """
+INSERT INTO jobs (id, type, version, tenant_id, queue, priority, payload, status, attempts, max_attempts,
+                  available_at, created_at, started_at, finished_at)
+SELECT (lpad(to_hex((extract(epoch FROM ts) * 1000)::bigint), 12, '0') || '7'
+        || substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text || 'x'), 1, 15))::uuid,
+       (ARRAY['demo.send_email', 'demo.deliver_webhook', 'diag.noop', 'diag.sleep'])[1 + g %% 4], 1,
+       (%(tenants)s::uuid[])[1 + (g / 4) %% %(n_tenants)s], 'default', 100, '{}'::jsonb,
+       st::job_status, CASE WHEN st = 'pending' THEN 0 ELSE 1 END, 5, ts, ts,
+       CASE WHEN st <> 'pending' THEN ts END, CASE WHEN st <> 'pending' THEN ts END
+FROM (SELECT g, now() - make_interval(secs => %(age)s + (%(total)s - g) * 0.001) AS ts,
+             CASE WHEN g <= %(pending)s THEN 'pending' ELSE 'succeeded' END AS st
+      FROM generate_series(%(first)s, %(last)s) g) s
+"""
+
+
+def _bulk_tenants(b: Bench, n: int) -> list[uuid.UUID]:
+    with b.conn() as c:
+        c.execute("INSERT INTO tenants (id, slug, name) SELECT gen_random_uuid(), 'bulk-' || g, 'Bulk ' || g "
+                  "FROM generate_series(1, %s) g ON CONFLICT (slug) DO NOTHING", (n,))
+        return [r["id"] for r in c.execute("SELECT id FROM tenants WHERE slug LIKE 'bulk-%%' ORDER BY id")]
+
+
+def _wal_of_xact(c, start_lsn, xid: int) -> int:
+    """WAL bytes the transaction ``xid`` wrote since ``start_lsn`` (pg_walinspect: other sessions' WAL excluded)."""
+    return int(c.execute("SELECT coalesce(sum(record_length), 0) AS b FROM pg_get_wal_records_info(%s, "
+                         "pg_current_wal_flush_lsn()) WHERE xid = %s", (start_lsn, xid)).fetchone()["b"])
+
+
+def depth(b: Bench) -> None:
+    """Maintained depth at --jobs jobs (default 10,000,000; 20% pending) over 10,000 tenants: fold,
+    reads and recount times; hot-path cost of the count triggers (on/off alternated)."""
+    from .. import metrics
+    from ..auth import TenantScope
+    total = b.jobs or 10_000_000
+    pending = total // 5
+    tenants = _bulk_tenants(b, 10_000)
+    t0 = time.perf_counter()
+    with b.conn() as c:
+        for first in range(1, total + 1, 1_000_000):
+            c.execute(_BULK_SQL, {"first": first, "last": min(total, first + 999_999), "total": total,
+                                  "pending": pending, "age": 0, "tenants": tenants, "n_tenants": len(tenants)})
+        fill = time.perf_counter() - t0
+        c.execute("VACUUM ANALYZE jobs")
+        t1 = time.perf_counter()
+        metrics.sample_depth(c)
+        first_fold = time.perf_counter() - t1
+        recounts = []
+        for _ in range(3):
+            t1 = time.perf_counter()
+            c.execute(_RECOUNT_SQL).fetchall()
+            recounts.append(time.perf_counter() - t1)
+        groups = c.execute("SELECT count(*) AS n FROM queue_depth").fetchone()["n"]
+        b.add("depth", f"old sampler: full recount at {total:,} jobs", statistics.median(recounts) * 1000, "ms",
+              f"{pending:,} pending, {len(tenants):,} tenants; median of 3")
+        b.add("depth", "first fold after the bulk fill", first_fold * 1000, "ms", f"{groups:,} groups")
+        # The hot path, triggers on and off in alternate rounds of claim + complete.
+        c.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        timing: dict[bool, list[float]] = {True: [], False: []}
+        wal: dict[bool, list[int]] = {True: [], False: []}
+        batch, rounds = 64, 40
+        for i in range(rounds):
+            on = i % 2 == 0
+            c.execute(f"ALTER TABLE jobs {'ENABLE' if on else 'DISABLE'} TRIGGER jobs_count_deltas_update")
+            c.execute(f"ALTER TABLE jobs {'ENABLE' if on else 'DISABLE'} TRIGGER jobs_count_deltas_insert")
+            start = c.execute("SELECT pg_current_wal_insert_lsn() AS l").fetchone()["l"]
+            t1 = time.perf_counter()
+            with c.transaction():
+                xid = c.execute("SELECT txid_current() AS x").fetchone()["x"]
+                jobs = jobqueue.claim_batch(c, "default", "bench", batch, 30)
+            with c.transaction():
+                xid2 = c.execute("SELECT txid_current() AS x").fetchone()["x"]
+                jobqueue.record_outcomes(c, "bench", [jobqueue.OutcomeRecord(
+                    j["id"], j["attempts"], "succeeded" if k % 8 else "retryable", j["started_at"], delay=60,
+                    code=None if k % 8 else "http_503") for k, j in enumerate(jobs)])
+            with c.transaction():
+                xid3 = c.execute("SELECT txid_current() AS x").fetchone()["x"]
+                jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[(i * batch + k) % len(tenants)])
+                                          for k in range(batch)])
+            timing[on].append((time.perf_counter() - t1) / len(jobs))
+            wal[on].append(sum(_wal_of_xact(c, start, x) for x in (xid, xid2, xid3)) // len(jobs))
+        c.execute("ALTER TABLE jobs ENABLE TRIGGER jobs_count_deltas_update")
+        c.execute("ALTER TABLE jobs ENABLE TRIGGER jobs_count_deltas_insert")
+        metrics.depth_repair(c)  # the rounds without triggers were not counted
+        on_ms, off_ms = statistics.median(timing[True]) * 1000, statistics.median(timing[False]) * 1000
+        b.add("depth", "claim+complete+enqueue per job, triggers on", on_ms, "ms",
+              f"median of {rounds // 2} rounds of {batch}")
+        b.add("depth", "claim+complete+enqueue per job, triggers off", off_ms, "ms",
+              f"alternating rounds; ratio on/off {on_ms / off_ms:.3f}")
+        b.add("depth", "WAL per job, triggers on", statistics.median(wal[True]), "bytes", "pg_walinspect, own xids")
+        b.add("depth", "WAL per job, triggers off", statistics.median(wal[False]), "bytes", "pg_walinspect, own xids")
+        # The fold after the rounds with triggers on, then the reads the pages and /metrics run.
+        metrics.sample_depth(c)
+        deltas = []
+        for i in range(5):
+            with c.transaction():
+                jobs = jobqueue.claim_batch(c, "default", "bench", 1000, 30)
+            jobqueue.record_outcomes(c, "bench", [jobqueue.OutcomeRecord(j["id"], j["attempts"], "succeeded",
+                                                                         j["started_at"]) for j in jobs])
+        deltas = c.execute("SELECT count(*) AS n FROM job_count_deltas").fetchone()["n"]
+        t1 = time.perf_counter()
+        metrics.sample_depth(c)
+        fold = time.perf_counter() - t1
+        b.add("depth", "fold after 5,000 claims + completions", fold * 1000, "ms", f"{deltas:,} delta rows")
+        folds = []
+        for _ in range(5):
+            t1 = time.perf_counter()
+            metrics.sample_depth(c)
+            folds.append(time.perf_counter() - t1)
+        b.add("depth", "fold with nothing new", statistics.median(folds) * 1000, "ms", "median of 5")
+        reads = []
+        for _ in range(5):
+            t1 = time.perf_counter()
+            metrics.queue_health(c, TenantScope(all=True))
+            metrics.tenant_backlog(c, TenantScope(all=True))
+            reads.append(time.perf_counter() - t1)
+        b.add("depth", "queue health + tenant backlog reads", statistics.median(reads) * 1000, "ms",
+              f"median of 5, {groups:,} groups")
+        t1 = time.perf_counter()
+        drift = metrics.depth_drift(c)
+        check = time.perf_counter() - t1
+        b.add("depth", "self-check (full recount vs maintained)", check * 1000, "ms",
+              f"{len(drift)} groups differ")
+        if drift:
+            raise RuntimeError(f"maintained depth differs from the recount: {drift[:5]}")
+    print(f"  (filled {total:,} jobs in {fill:.0f} s)")
+    b.reset()
+
+
+def prune(b: Bench) -> None:
+    """The pruner on --jobs finished jobs past retention (default 3,000,000, one attempt row each):
+    rows/s, and the claim's time meanwhile; EXPLAIN (ANALYZE, BUFFERS, WAL) of one batch."""
+    batch = 5000  # the pruner's default batch (worker.services.pruner.PrunerConfig)
+    total = b.jobs or 3_000_000
+    tenants = _bulk_tenants(b, 100)
+    t0 = time.perf_counter()
+    with b.conn() as c:
+        for first in range(1, total + 1, 1_000_000):
+            c.execute(_BULK_SQL, {"first": first, "last": min(total, first + 999_999), "total": total,
+                                  "pending": 0, "age": 40 * 86400, "tenants": tenants, "n_tenants": len(tenants)})
+        c.execute("INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome) "
+                  "SELECT id, 1, 'bench', started_at, finished_at, 'succeeded' FROM jobs")
+        # A live backlog beside them, for the claim timed during the prune.
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, tenants[k % 100]) for k in range(20_000)])
+        c.execute("VACUUM ANALYZE jobs")
+        c.execute("VACUUM ANALYZE job_attempts")
+        fill = time.perf_counter() - t0
+        from .. import db as dbmod
+        from ..schema import uuid7_floor
+        from datetime import timedelta
+        now = c.execute("SELECT now() AS n").fetchone()["n"]
+        cutoff = now - timedelta(days=30)
+        with c.transaction(force_rollback=True):
+            plan = c.execute("EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) " + dbmod.queries["job_prune_finished"],
+                             {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff), "after_id": uuid.UUID(int=0),
+                              "limit": batch}).fetchone()
+            doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
+            top = doc[0]["Plan"]
+            b.add("prune", f"one batch of {batch:,} (EXPLAIN ANALYZE)", float(doc[0]["Execution Time"]),
+                  "ms", f"shared hit {top.get('Shared Hit Blocks', 0)} read {top.get('Shared Read Blocks', 0)} "
+                  f"WAL {top.get('WAL Bytes', 0):,} B in {top.get('WAL Records', 0):,} records; triggers "
+                  + ", ".join(f"{t['Trigger Name']} {t['Time']:.1f} ms" for t in doc[0].get("Triggers", [])))
+    # The claim's time while the pruner runs in another process.
+    claims: list[float] = []
+    import threading
+    done = threading.Event()
+
+    def claimer():
+        with b.conn() as cc:
+            while not done.is_set():
+                t1 = time.perf_counter()
+                with cc.transaction(force_rollback=True):
+                    jobqueue.claim_batch(cc, "default", "bench", 64, 30)
+                claims.append(time.perf_counter() - t1)
+                time.sleep(0.01)
+
+    with b.conn() as cc:  # the claim alone first
+        for _ in range(30):
+            t1 = time.perf_counter()
+            with cc.transaction(force_rollback=True):
+                jobqueue.claim_batch(cc, "default", "bench", 64, 30)
+            claims.append(time.perf_counter() - t1)
+    alone = statistics.median(claims)
+    claims.clear()
+    th = threading.Thread(target=claimer, daemon=True)
+    th.start()
+    with b.conn() as c:
+        t1 = time.perf_counter()
+        n = jobqueue.prune_finished(c, cutoff, batch)
+        elapsed = time.perf_counter() - t1
+    done.set()
+    th.join()
+    left = 0
+    with b.conn() as c:
+        left = c.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id NOT IN (SELECT id FROM jobs)").fetchone()["n"]
+    b.add("prune", f"pruner on {total:,} finished jobs", n / elapsed, "jobs/s",
+          f"{n:,} deleted in {elapsed:.1f} s, {left} orphan attempts")
+    b.add("prune", "claim of 64 alone / during the prune", alone * 1000, "ms",
+          f"during: median {statistics.median(claims) * 1000:.1f} ms, p99 {percentile(claims, 99) * 1000:.1f} ms, "
+          f"{len(claims)} claims")
+    print(f"  (filled {total:,} jobs in {fill:.0f} s)")
+    b.reset()
+
+
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
@@ -643,10 +859,13 @@ SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "tickets": tickets,
     "notify_scale": notify_scale,
     "scale": scale,
+    "depth": depth,
+    "prune": prune,
 }
 #: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
-#: anyway) and ``scale`` builds a 10,000,000-job database (about 20 minutes and 6 GB on its own).
-GROUPS = {"notify_scale", "scale"}
+#: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
+#: 20 minutes and 6 GB on its own).
+GROUPS = {"notify_scale", "scale", "depth", "prune"}
 
 
 def print_goals(results: list[Result]) -> None:

@@ -9,7 +9,8 @@ from opsboard import jobqueue
 from opsboard.jobqueue import OutcomeRecord
 from worker.leader import LeaderLock
 from worker.services.expiry import Expiry, ExpiryConfig
-from worker.services.pruner import Pruner, PrunerConfig, uuid7_floor
+from opsboard.schema import uuid7_floor
+from worker.services.pruner import Pruner, PrunerConfig
 from worker.services.reaper import Reaper, ReaperConfig
 
 

@@ -1,10 +1,12 @@
-"""The depth sampler: counts unfinished and dead jobs by queue, type, tenant and
-status into ``queue_depth`` every few seconds.
+"""The depth service: keeps ``queue_depth`` (waiting, running and dead jobs by
+queue, type, tenant and status) up to date every few seconds.
 
 Dashboards, ``/metrics`` and admission control read that small table instead
-of counting a large backlog on every request.  The count itself scans the
-backlog, so the interval stretches to ten times the last run's duration when
-the backlog is large.
+of counting a large backlog on every request.  Since migration 0044 it no
+longer recounts the backlog: it folds the per-statement changes the jobs
+triggers appended (``metrics.sample_depth``), so a run costs what changed
+since the last one.  ``opsboard depth-check`` compares the result with a full
+recount.
 """
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from opsboard.config import Config
 
 @dataclass(frozen=True)
 class DepthConfig:
-    interval: float = 5.0
+    interval: float = 2.0
+    #: Every this many runs, also re-read groups an earlier fold left stale.
+    sweep_every: int = 15
 
     @classmethod
     def from_config(cls, config: Config) -> "DepthConfig":
@@ -33,9 +37,12 @@ class DepthSampler:
     def __init__(self, config: DepthConfig = DepthConfig()):
         self.config = config
         self.interval = config.interval
+        self.runs = 0
 
     def run_once(self, conn, now: datetime | None = None) -> int:
         started = time.monotonic()
-        n = metrics.sample_depth(conn, now)
+        self.runs += 1
+        n = metrics.sample_depth(conn, now, sweep=self.runs % self.config.sweep_every == 0)
+        # A fold after a burst can be large: never more than a tenth of a core.
         self.interval = max(self.config.interval, 10 * (time.monotonic() - started))
         return n

@@ -5,13 +5,11 @@ Dead jobs are kept: they are evidence until someone resolves or replays them.
 """
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from opsboard import db
+from opsboard import db, jobqueue
 from opsboard.config import Config
-from opsboard.schema import uuid7_floor
 
 
 @dataclass(frozen=True)
@@ -43,14 +41,7 @@ class Pruner:
     def run_once(self, conn, now: datetime | None = None) -> int:
         current = db.now(conn, now)
         cutoff = current - timedelta(days=self.config.retention_days)
-        total = 0
-        while True:
-            with conn.transaction():
-                n = db.one(conn, "job_prune_finished", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
-                                                        "limit": self.config.batch})["n"]
-            total += n
-            if n < self.config.batch:
-                break
+        total = jobqueue.prune_finished(conn, cutoff, self.config.batch)
         db.execute(conn, "job_stats_prune", {"cutoff": current - timedelta(days=self.config.stats_retention_days)})
         db.execute(conn, "login_failure_prune", {"now": current, "window": self.config.login_window_seconds})
         db.execute(conn, "session_prune", {"now": current})  # not only at the next sign-in
