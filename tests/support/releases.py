@@ -2,7 +2,7 @@
 names it reads (for the expand/contract check of new migrations).
 
 The previous release is a fixed commit: the state of main before the current round of work
-merged (``6e71e81``).  Move it forward when a release is cut, never to a commit after a contract
+merged (``2cde535``, the main that landed at stop 31).  Move it forward when a release is cut, never to a commit after a contract
 migration that release's workers would still need.  ``OPSBOARD_UPGRADE_FROM`` names another
 commit for a one-off run (e.g. an older release, to try the upgrade across more migrations).
 
@@ -24,7 +24,7 @@ import pytest
 
 from opsboard.config import ROOT
 
-PREVIOUS_RELEASE = "6e71e81"
+PREVIOUS_RELEASE = "2cde535"
 
 _MIGRATION = re.compile(r"^migrations/(\d{4})_[a-z0-9_]+\.sql$")
 
