@@ -308,9 +308,11 @@ class Executor:
             has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"], self.frees_others(row)),
             block=block, timeout=timeout)
         if decision.kind != "succeeded":
-            log.info("job %s: %s", decision.kind, decision.code,
-                     extra={"job_id": row["id"], "tenant_id": row["tenant_id"], "job_type": row["type"],
-                            "correlation_id": row.get("correlation_id")})
+            # A snooze is routine (an open breaker's jobs wait in batches): debug, not a line per job.
+            log.log(logging.DEBUG if decision.kind == "snoozed" else logging.INFO,
+                    "job %s: %s", decision.kind, decision.code,
+                    extra={"job_id": row["id"], "tenant_id": row["tenant_id"], "job_type": row["type"],
+                           "correlation_id": row.get("correlation_id")})
 
     def release(self, r: "Running | dict", why: str, *, block: bool = True) -> None:
         """Give a job back to ``pending`` without counting the attempt."""
