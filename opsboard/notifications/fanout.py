@@ -10,12 +10,13 @@ subscriber ``notify``).  For one event:
    statement (``notification_fanout_chunk``) evaluates the policy rules in SQL
    over the whole set -- permission, membership, preference, reachability,
    sensitivity, quiet hours (``opsboard_quiet_until``), the same order as
-   :func:`opsboard.notifications.policy.check` -- and writes the inbox rows
-   (under a transaction lock taken first, so the cursor is commit-ordered),
-   one delivery per recipient x event x channel and a ``notifications.deliver``
-   job per new queued delivery (``run_at`` = the quiet window's end when
-   deferred), all ``ON CONFLICT DO NOTHING``: a second relay of the event adds
-   nothing and queues nothing;
+   :func:`opsboard.notifications.policy.check` -- and writes one delivery per
+   recipient x event x channel and a ``notifications.deliver`` job per new
+   queued delivery (``run_at`` = the quiet window's end when deferred); then,
+   last, the inbox rows (``notification_inbox_insert``) under a transaction
+   lock taken just before them, so the cursor is commit-ordered while the lock
+   is held for that insert and the commit only; all ``ON CONFLICT DO
+   NOTHING``: a second relay of the event adds nothing and queues nothing;
 4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel
@@ -109,13 +110,32 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
-def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
+def page_lane(group_key: str | None) -> int | None:
+    """The lane of a broadcast page job from its group key (None: the first page, which has none)."""
+    if group_key and group_key.startswith("fanout:") and group_key[-2:] in (":0", ":1"):
+        return int(group_key[-1])
+    return None
+
+
+def _enqueue_page(conn, event: dict, cat, after: str, lane: int) -> None:
+    jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": after},
+                     tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{after}",
+                     group_key=f"fanout:{event['id']}:{lane}",
+                     queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
+                     event_id=event["id"])
+
+
+def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None,
+            lane: int | None = None) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
-    after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job
-    is enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
-    retry of this page finds the next one there already (its idempotency key).
+    after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
+    enqueued (``next_after`` in the counts, only then), and a retry of this page finds it there already
+    (its idempotency key).  Two pages run at a time, no more: page jobs alternate between two lanes (job
+    groups ``fanout:<event>:0`` and ``:1``: a group runs one job at a time, oldest first).  A page of a
+    ``lane`` enqueues the next page, in the other lane, before it writes (so that one can start while this
+    one works); the first page (no lane) enqueues the second with its own rows, as its last write.
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
@@ -132,6 +152,9 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         user_ids = list(pol.audience.page(conn, event, after, pol.audience.page_size))
         if len(user_ids) == pol.audience.page_size:
             counts["next_after"] = str(user_ids[-1])
+            if lane is not None:
+                with conn.transaction():   # committed now: the next page overlaps this one
+                    _enqueue_page(conn, event, cat, counts["next_after"], 1 - lane)
     with conn.transaction():
         if pol.audience is None:
             user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
@@ -161,8 +184,10 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             "notify_limit": BROADCAST_OVER + 1, "now": now}
         if pol.variables is None:
             params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, user_ids))
-        db.one(conn, "notification_insert_lock")
-        recipients: list[str] = []
+        # Deliveries and jobs first, chunk by chunk, without the inbox lock; then the lock and the
+        # inbox rows, so that the lock (seq order = commit order) is held for the inserts and the
+        # commit only (1.6 s of every 5,000-member page was under it before: migration 0039).
+        pending: list[tuple[dict, str]] = []
         for start in range(0, len(user_ids), CHUNK):
             chunk = user_ids[start:start + CHUNK]
             if pol.variables is not None:
@@ -171,20 +196,23 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             params.update(user_ids="{" + ",".join(map(str, chunk)) + "}", inbox_ids=new_id_array(len(chunk)),
                           delivery_ids=new_id_array(len(chunk) * len(pol.channels)))
             r = db.one(conn, "notification_fanout_chunk", params)
-            for k in ("inbox", "deliveries", "jobs", "suppressed"):
+            for k in ("deliveries", "jobs", "suppressed"):
                 counts[k] += r[k]
-            recipients += r["recipients"]
+            if r["inbox_users"] != "{}":
+                pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
+                                 "inbox_keys": r["inbox_keys"]}, params["texts"]))
+        if counts.get("next_after") and lane is None:
+            # The first page's successor commits with it: the second page starts after the first ends.
+            _enqueue_page(conn, event, cat, counts["next_after"], 1)
+        recipients: list[str] = []
+        if pending:
+            db.one(conn, "notification_insert_lock")
+            for rows, texts in pending:
+                r = db.one(conn, "notification_inbox_insert", {**params, **rows, "texts": texts})
+                counts["inbox"] += r["inbox"]
+                recipients += r["recipients"]
         if counts["inbox"] > BROADCAST_OVER:
             recipients = ["*"]
         if recipients:
             db.execute(conn, "inbox_notify", {"channel": CHANNEL, "keys": sorted(recipients)})
-        if counts.get("next_after"):
-            # The next page's job commits with this page: one page of a broadcast at a time, so the
-            # inbox's insert lock is never queued for by a row of page jobs that other tenants' fan-outs
-            # would wait behind (pages enqueued ahead ran 16 at a time: another tenant waited 114 s at
-            # p99 during a 600,000-member broadcast, `opsboard bench --scenario broadcast`).
-            jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": counts["next_after"]},
-                             tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{counts['next_after']}",
-                             queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
-                             event_id=event["id"])
     return counts
