@@ -110,32 +110,23 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
-def page_lane(group_key: str | None) -> int | None:
-    """The lane of a broadcast page job from its group key (None: the first page, which has none)."""
-    if group_key and group_key.startswith("fanout:") and group_key[-2:] in (":0", ":1"):
-        return int(group_key[-1])
-    return None
-
-
-def _enqueue_page(conn, event: dict, cat, after: str, lane: int) -> None:
+def _enqueue_page(conn, event: dict, cat, after: str) -> None:
     jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": after},
                      tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{after}",
-                     group_key=f"fanout:{event['id']}:{lane}",
                      queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
                      event_id=event["id"])
 
 
-def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None,
-            lane: int | None = None) -> dict:
+def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
     after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
-    enqueued (``next_after`` in the counts, only then), and a retry of this page finds it there already
-    (its idempotency key).  Two pages run at a time, no more: page jobs alternate between two lanes (job
-    groups ``fanout:<event>:0`` and ``:1``: a group runs one job at a time, oldest first).  A page of a
-    ``lane`` enqueues the next page, in the other lane, before it writes (so that one can start while this
-    one works); the first page (no lane) enqueues the second with its own rows, as its last write.
+    enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
+    retry of this page finds the next one there already (its idempotency key).  Two pages at a time (job
+    groups as lanes) finished a 100,000-member broadcast in 38 s instead of 58 s but took the two cores
+    from everyone else: OTP p99 1,353 ms instead of 489, another tenant's p99 2,749 ms instead of 693
+    (`opsboard bench --scenario broadcast --jobs 100000`, docs/performance.md).
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
@@ -152,9 +143,6 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         user_ids = list(pol.audience.page(conn, event, after, pol.audience.page_size))
         if len(user_ids) == pol.audience.page_size:
             counts["next_after"] = str(user_ids[-1])
-            if lane is not None:
-                with conn.transaction():   # committed now: the next page overlaps this one
-                    _enqueue_page(conn, event, cat, counts["next_after"], 1 - lane)
     with conn.transaction():
         if pol.audience is None:
             user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
@@ -201,9 +189,13 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             if r["inbox_users"] != "{}":
                 pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
                                  "inbox_keys": r["inbox_keys"]}, params["texts"]))
-        if counts.get("next_after") and lane is None:
-            # The first page's successor commits with it: the second page starts after the first ends.
-            _enqueue_page(conn, event, cat, counts["next_after"], 1)
+        if counts.get("next_after"):
+            # The next page's job commits with this page (before the inbox lock is taken): one page of a
+            # broadcast at a time, so the inbox's insert lock is never queued for by a row of page jobs that
+            # other tenants' fan-outs would wait behind (pages enqueued ahead ran 16 at a time: another
+            # tenant waited 114 s at p99 during a 600,000-member broadcast, `opsboard bench --scenario
+            # broadcast`).
+            _enqueue_page(conn, event, cat, counts["next_after"])
         recipients: list[str] = []
         if pending:
             db.one(conn, "notification_insert_lock")

@@ -58,10 +58,10 @@ def _deliveries(conn, event_id):
 
 
 class JobStub:
-    """What a handler sees of a job: payload, tenant, group and a connection (the test's own, real)."""
+    """What a handler sees of a job: payload, tenant and a connection (the test's own, real)."""
 
-    def __init__(self, conn, payload, tenant_id, group_key=None):
-        self.payload, self.tenant_id, self._conn, self.group_key = payload, tenant_id, conn, group_key
+    def __init__(self, conn, payload, tenant_id):
+        self.payload, self.tenant_id, self._conn = payload, tenant_id, conn
 
     def connection(self):
         conn = self._conn

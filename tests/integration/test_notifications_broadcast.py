@@ -94,33 +94,3 @@ def test_an_audience_or_recipients_but_not_both(conn):
         policy.declare(active(), broadcast.EVENT, category="system", channels=("inbox",))
     with pytest.raises(ValueError):
         policy.tenant_members(page_size=0)
-
-
-def test_two_pages_run_at_a_time_in_two_lanes(conn, t0):
-    # Page jobs alternate between two job groups: a page of a lane enqueues the next page, in the other
-    # lane, before it writes (the two overlap); a third waits for the page two before it to finish.
-    from opsboard.jobqueue import OutcomeRecord
-    t = auth.ensure_tenant(conn, f"b-{uuid.uuid4().hex[:8]}")["id"]
-    everyone = members(conn, t, 350)
-    ev = announce(conn, t)
-
-    def claim() -> list[dict]:
-        return [r for r in jobqueue.claim_batch(conn, "default", "w", 10, 300, now=t0)
-                if r["type"] == "notifications.fanout"]
-
-    first = fanout.fan_out(conn, ev["id"])
-    [j1] = claim()
-    assert j1["group_key"] == f"fanout:{ev['id']}:1" and j1["payload"]["after"] == first["next_after"]
-    second = fanout.fan_out(conn, ev["id"], after=uuid.UUID(j1["payload"]["after"]),
-                            lane=fanout.page_lane(j1["group_key"]))
-    [j2] = claim()      # the next lane has no page running: it starts while the second page runs
-    assert j2["group_key"] == f"fanout:{ev['id']}:0" and j2["payload"]["after"] == second["next_after"]
-    fanout.fan_out(conn, ev["id"], after=uuid.UUID(j2["payload"]["after"]), lane=0)
-    assert claim() == []    # the fourth page's lane still runs the second page
-    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j1["id"], j1["attempts"], "succeeded", t0)], now=t0)
-    [j3] = claim()
-    assert j3["group_key"] == f"fanout:{ev['id']}:1" and j3["payload"]["after"] == str(everyone[299])
-    last = fanout.fan_out(conn, ev["id"], after=everyone[299], lane=1)
-    assert last["recipients"] == 50 and "next_after" not in last
-    assert inbox(conn, ev["id"]) == everyone
-    assert fanout.page_lane(None) is None and fanout.page_lane("other") is None
