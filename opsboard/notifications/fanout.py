@@ -10,12 +10,13 @@ subscriber ``notify``).  For one event:
    statement (``notification_fanout_chunk``) evaluates the policy rules in SQL
    over the whole set -- permission, membership, preference, reachability,
    sensitivity, quiet hours (``opsboard_quiet_until``), the same order as
-   :func:`opsboard.notifications.policy.check` -- and writes the inbox rows
-   (under a transaction lock taken first, so the cursor is commit-ordered),
-   one delivery per recipient x event x channel and a ``notifications.deliver``
-   job per new queued delivery (``run_at`` = the quiet window's end when
-   deferred), all ``ON CONFLICT DO NOTHING``: a second relay of the event adds
-   nothing and queues nothing;
+   :func:`opsboard.notifications.policy.check` -- and writes one delivery per
+   recipient x event x channel and a ``notifications.deliver`` job per new
+   queued delivery (``run_at`` = the quiet window's end when deferred); then,
+   last, the inbox rows (``notification_inbox_insert``) under a transaction
+   lock taken just before them, so the cursor is commit-ordered while the lock
+   is held for that insert and the commit only; all ``ON CONFLICT DO
+   NOTHING``: a second relay of the event adds nothing and queues nothing;
 4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel
@@ -109,13 +110,23 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
+def _enqueue_page(conn, event: dict, cat, after: str) -> None:
+    jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": after},
+                     tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{after}",
+                     queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
+                     event_id=event["id"])
+
+
 def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
-    after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job
-    is enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
-    retry of this page finds the next one there already (its idempotency key).
+    after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
+    enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
+    retry of this page finds the next one there already (its idempotency key).  Two pages at a time (job
+    groups as lanes) finished a 100,000-member broadcast in 38 s instead of 58 s but took the two cores
+    from everyone else: OTP p99 1,353 ms instead of 489, another tenant's p99 2,749 ms instead of 693
+    (`opsboard bench --scenario broadcast --jobs 100000`, docs/performance.md).
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
@@ -161,8 +172,10 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             "notify_limit": BROADCAST_OVER + 1, "now": now}
         if pol.variables is None:
             params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, user_ids))
-        db.one(conn, "notification_insert_lock")
-        recipients: list[str] = []
+        # Deliveries and jobs first, chunk by chunk, without the inbox lock; then the lock and the
+        # inbox rows, so that the lock (seq order = commit order) is held for the inserts and the
+        # commit only (1.6 s of every 5,000-member page was under it before: migration 0039).
+        pending: list[tuple[dict, str]] = []
         for start in range(0, len(user_ids), CHUNK):
             chunk = user_ids[start:start + CHUNK]
             if pol.variables is not None:
@@ -171,20 +184,27 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             params.update(user_ids="{" + ",".join(map(str, chunk)) + "}", inbox_ids=new_id_array(len(chunk)),
                           delivery_ids=new_id_array(len(chunk) * len(pol.channels)))
             r = db.one(conn, "notification_fanout_chunk", params)
-            for k in ("inbox", "deliveries", "jobs", "suppressed"):
+            for k in ("deliveries", "jobs", "suppressed"):
                 counts[k] += r[k]
-            recipients += r["recipients"]
+            if r["inbox_users"] != "{}":
+                pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
+                                 "inbox_keys": r["inbox_keys"]}, params["texts"]))
+        if counts.get("next_after"):
+            # The next page's job commits with this page (before the inbox lock is taken): one page of a
+            # broadcast at a time, so the inbox's insert lock is never queued for by a row of page jobs that
+            # other tenants' fan-outs would wait behind (pages enqueued ahead ran 16 at a time: another
+            # tenant waited 114 s at p99 during a 600,000-member broadcast, `opsboard bench --scenario
+            # broadcast`).
+            _enqueue_page(conn, event, cat, counts["next_after"])
+        recipients: list[str] = []
+        if pending:
+            db.one(conn, "notification_insert_lock")
+            for rows, texts in pending:
+                r = db.one(conn, "notification_inbox_insert", {**params, **rows, "texts": texts})
+                counts["inbox"] += r["inbox"]
+                recipients += r["recipients"]
         if counts["inbox"] > BROADCAST_OVER:
             recipients = ["*"]
         if recipients:
             db.execute(conn, "inbox_notify", {"channel": CHANNEL, "keys": sorted(recipients)})
-        if counts.get("next_after"):
-            # The next page's job commits with this page: one page of a broadcast at a time, so the
-            # inbox's insert lock is never queued for by a row of page jobs that other tenants' fan-outs
-            # would wait behind (pages enqueued ahead ran 16 at a time: another tenant waited 114 s at
-            # p99 during a 600,000-member broadcast, `opsboard bench --scenario broadcast`).
-            jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": counts["next_after"]},
-                             tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{counts['next_after']}",
-                             queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
-                             event_id=event["id"])
     return counts

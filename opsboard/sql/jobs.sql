@@ -147,8 +147,9 @@ RETURNING j.id, j.tenant_id, j.type, j.queue;
 -- Paused work (issue 28) is never claimed: %(queue_held)s claims nothing (a
 -- one-time filter: the walk does not even start); %(held_tenants)s are passed
 -- over in the walk without counting against max_tenants; %(held_types)s (held
--- types, and every type of a held provider) are filtered in each tenant's
--- range scan.  Held jobs stay pending in their place: no attempt is spent,
+-- types, and every type of a held provider) are passed over in each tenant's
+-- scan without being read (opsboard_ready_jobs, migration 0039: a walk over the
+-- tenant's ready types instead of one range scan while a hold is in force).  Held jobs stay pending in their place: no attempt is spent,
 -- nothing is reordered.  The caller passes the holds in force
 -- (opsboard.pauses.Holds): parameters, not a read of the pauses table here,
 -- keep this statement as cheap as before (reading the table in a CTE here
@@ -183,25 +184,14 @@ WITH RECURSIVE tenants_ready AS (
                  opsboard_tenant_room(tenant_id, %(tenant_caps)s)) AS take
     FROM picked
 ), cand AS (
-    -- Each tenant's next jobs, numbered in the index's own order (no sort).
+    -- Each tenant's next jobs (opsboard_ready_jobs: due, unexpired, first of their group, unheld),
+    -- numbered in the index's own order (no sort without a hold).
     SELECT c.id, c.type, c.priority, c.available_at, q.tenant_id, ceil(c.rn::float8 / q.weight) AS round
     FROM quota q
     CROSS JOIN LATERAL (
         SELECT s.*, row_number() OVER (ORDER BY s.priority, s.available_at, s.id) AS rn
-        FROM (
-            SELECT j.id, j.type, j.priority, j.available_at FROM jobs j
-            WHERE j.queue = %(queue)s AND j.tenant_id = q.tenant_id
-              AND j.status IN ('pending', 'retryable')
-              AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
-              AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp()))
-              AND j.type <> ALL (%(held_types)s::text[])
-              AND (j.group_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM jobs g
-                    WHERE g.tenant_id = j.tenant_id AND g.group_key = j.group_key
-                      AND g.status IN ('pending', 'running', 'retryable') AND g.id < j.id))
-            ORDER BY j.priority, j.available_at, j.id
-            LIMIT q.take
-        ) s
+        FROM opsboard_ready_jobs(%(queue)s, q.tenant_id, q.take, %(held_types)s::text[],
+                                 coalesce(%(now)s::timestamptz, statement_timestamp())) s
     ) c
 ), limits AS (
     -- Remaining room per limited type and per limited provider.

@@ -14,7 +14,12 @@ ORDER BY m.user_id LIMIT %(limit)s;
 
 -- name: notification_fanout_chunk
 -- One chunk of an event's recipients, set-based: decide every channel of every
--- recipient and write inbox rows, deliveries and deliver jobs in one statement.
+-- recipient and write deliveries and deliver jobs in one statement; the inbox
+-- rows it names are written afterwards by notification_inbox_insert, under the
+-- inbox lock (the lock is held from that insert to the commit only, not while
+-- this statement runs).  It returns them: the recipients, their pre-made inbox
+-- ids and text keys (array literals), of those whose inbox channel passed and
+-- who have no inbox row of the event yet.
 -- The rules, in order, the first that fails being the suppression reason
 -- (opsboard.notifications.policy.check is the same rule set for one recipient):
 -- permission (active user holding a granting role in the tenant or the operator
@@ -25,9 +30,10 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- defer a non-inbox channel of a non-critical category to the window's end.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
 -- order of %(channels)s); a queued delivery's job has the delivery's id and the
--- idempotency key delivery:<id>.  Data-modifying CTEs see the snapshot from before
--- the statement, so `existing` holds only a previous relay's inbox rows; the
--- foreign keys to rows inserted here are checked at the statement's end.
+-- idempotency key delivery:<id>.  A delivery names its inbox row: a previous relay's
+-- (`existing`) or the pre-made id that notification_inbox_insert writes later in
+-- the same transaction (deliveries_notification_id_fkey is checked at the commit:
+-- migration 0039).
 WITH
 chunk AS (
     SELECT x.user_id, x.inbox_id, x.ord
@@ -85,33 +91,27 @@ decided AS (
 ),
 texts AS (
     -- The inbox text of each recipient: keyed by user id (per-user variables) or by locale key.
-    SELECT d.user_id, d.inbox_id,
-           %(texts)s::jsonb -> (CASE WHEN %(per_user)s THEN d.user_id::text
-                                     WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale
-                                     ELSE '' END) AS t
-    FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL
-),
-new_inbox AS (
-    INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
-                               template_version, locale, title, body, data, created_at)
-    SELECT x.inbox_id, %(tenant_id)s, x.user_id, %(event_id)s, %(event_type)s, %(category)s, %(template_key)s,
-           (x.t ->> 'version')::integer, x.t ->> 'locale', x.t ->> 'title', x.t ->> 'body', %(data)s::jsonb,
-           coalesce(%(now)s::timestamptz, now())
-    FROM texts x
-    ORDER BY x.user_id
-    ON CONFLICT (recipient_id, event_id) DO NOTHING
-    RETURNING id, recipient_id
+    SELECT y.user_id, y.inbox_id, y.k, %(texts)s::jsonb -> y.k AS t
+    FROM (SELECT d.user_id, d.inbox_id,
+                 CASE WHEN %(per_user)s THEN d.user_id::text
+                      WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale ELSE '' END AS k
+          FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL) y
 ),
 existing AS (
     SELECT n.id, n.recipient_id FROM notifications n
     WHERE n.event_id = %(event_id)s AND n.recipient_id = ANY(%(user_ids)s::uuid[])
+),
+new_inbox AS (
+    -- The inbox rows notification_inbox_insert will write (a previous relay's stay).
+    SELECT x.user_id, x.inbox_id, x.k FROM texts x
+    WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.recipient_id = x.user_id)
 ),
 new_deliveries AS (
     INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
                             suppression_reason, deferred_until, generic, template_key, template_version, locale,
                             job_id, created_at, updated_at)
     SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
-           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, coalesce(ni.id, ex.id), d.channel,
+           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, coalesce(ex.id, ni.inbox_id), d.channel,
            CASE WHEN d.reason IS NOT NULL THEN 'suppressed' WHEN d.channel = 'inbox' THEN 'delivered'
                 ELSE 'queued' END,
            d.reason,
@@ -124,7 +124,7 @@ new_deliveries AS (
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
     FROM decided d
-    LEFT JOIN new_inbox ni ON ni.recipient_id = d.user_id
+    LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
     LEFT JOIN existing ex ON ex.recipient_id = d.user_id
     LEFT JOIN texts tx ON tx.user_id = d.user_id AND d.channel = 'inbox'
     ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
@@ -143,12 +143,33 @@ new_jobs AS (
     DO NOTHING
     RETURNING id
 )
-SELECT (SELECT count(*) FROM new_inbox) AS inbox,
-       (SELECT count(*) FROM new_deliveries) AS deliveries,
+SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
        (SELECT count(*) FROM new_deliveries WHERE status = 'suppressed') AS suppressed,
        (SELECT count(*) FROM new_jobs) AS jobs,
+       (SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_users,
+       (SELECT coalesce(array_agg(inbox_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_ids,
+       (SELECT coalesce(array_agg(k ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_keys;
+
+-- name: notification_inbox_insert
+-- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
+-- into %(texts)s), taken in user-id order after the inbox lock; a row a concurrent relay wrote first is
+-- left.  Returns how many were written and the first %(notify_limit)s recipients (for NOTIFY).
+WITH new_inbox AS (
+    INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
+                               template_version, locale, title, body, data, created_at)
+    SELECT x.inbox_id, %(tenant_id)s, x.user_id, %(event_id)s, %(event_type)s, %(category)s, %(template_key)s,
+           (t.t ->> 'version')::integer, t.t ->> 'locale', t.t ->> 'title', t.t ->> 'body', %(data)s::jsonb,
+           coalesce(%(now)s::timestamptz, now())
+    FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
+    CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
+    ORDER BY x.user_id
+    ON CONFLICT (recipient_id, event_id) DO NOTHING
+    RETURNING recipient_id
+)
+SELECT (SELECT count(*) FROM new_inbox) AS inbox,
        (SELECT coalesce(array_agg(recipient_id::text ORDER BY recipient_id), '{}') FROM
           (SELECT recipient_id FROM new_inbox LIMIT %(notify_limit)s) r) AS recipients;
+
 
 -- name: notification_preference_set
 -- Set one preference (user_id NULL: the tenant default).
@@ -189,7 +210,9 @@ SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE t
        AS locale;
 
 -- name: notification_insert_lock
--- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.
+-- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.  Taken right
+-- before the insert: whatever else the transaction writes comes before it (fan-out: the deliveries
+-- and jobs of the whole page), so the lock is held for the insert and the commit only.
 SELECT pg_advisory_xact_lock(7957911069121085795);
 
 -- name: delivery_load
