@@ -49,7 +49,27 @@ def _compact(sql: str) -> str:
     code = [line for line in lines if line and not line.startswith("--")]
     if "$$" in sql or any(line.count("'") % 2 for line in code):
         return sql
-    return "\n".join(code)
+    return "\n".join(_tight(line) for line in code)
+
+
+_ESCAPE_STRING = re.compile(r"(?<![\w'])[eE]'")
+#: ``=``, ``<>``, ``<=`` or ``>=`` between spaces, where neither neighbour could join
+#: it into another operator (a ``%(name)s`` placeholder is sent as ``$n``).
+_SPACED_OPERATOR = re.compile(r"(?<![-+*/<>=~!@#%^&|`?]) (=|<>|<=|>=) (?![-+*/<>=~!@#^&|`?]|%[^(])")
+
+
+def _tight(line: str) -> str:
+    """``line`` without the spaces after commas and around ``=``, outside string
+    literals (the claim is kept under the cache's 4,096 bytes this way).  A line
+    with an identifier or string that could hold them quoted otherwise
+    (``"..."``, ``E'...'``) is kept as it is."""
+    if '"' in line or _ESCAPE_STRING.search(line):
+        return line
+    parts = line.split("'")
+    # Even parts are outside quotes (a doubled quote inside a literal splits off an empty part).
+    for i in range(0, len(parts), 2):
+        parts[i] = _SPACED_OPERATOR.sub(r"\1", parts[i].replace(", ", ","))
+    return "'".join(parts)
 
 
 def load_queries(directory: Path = SQL_DIR) -> dict[str, str]:

@@ -33,7 +33,7 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
             "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
-            "limit_group_limits": list(limits.group_limits)}
+            "limit_group_limits": list(limits.group_limits), "locked": True}
 
 
 def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float, *,
@@ -45,7 +45,8 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     back ``next_after_tenant``); each gives at most its weighted share.  When
     the queue has job types or providers with concurrency limits, the claim
     first takes their advisory locks so that check-and-claim is atomic across
-    every worker on every host.
+    every worker on every host; on an autocommit connection, only once the fair
+    order reaches a candidate that needs them (see below).
 
     Held work (:mod:`opsboard.pauses`) is never claimed: pass the ``holds`` in
     force (the worker keeps them fresh), or the claim reads them first.
@@ -60,59 +61,93 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     max_tenants = max_tenants or max(1, limit)
     params = claim_params(queue, worker_id, limit, lease_seconds, after_tenant=after_tenant,
                           max_tenants=max_tenants, now=now, holds=holds)
-
-    def run() -> list[dict]:
-        rows = db.all_rows(conn, "job_claim_many", params)
-        if not rows and params["after_tenant"] != ZERO_TENANT:
-            # The walk started after the last tenant with due work: wrap around
-            # now, or a worker with one free slot idles a whole poll interval
-            # every other claim.
-            rows = db.all_rows(conn, "job_claim_many", {**params, "after_tenant": ZERO_TENANT})
-        return rows
-
-    if not lock_names and conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        # No advisory lock to hold: each statement is its own short transaction
-        # (the wrap-around claim is a claim of its own), without the BEGIN and
-        # COMMIT round trips.
-        rows = run()
-    elif conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE \
-            and psycopg.Pipeline.is_supported():
-        # The limit locks: BEGIN, the locks, the claim and COMMIT go out in one
-        # round trip (pipeline mode; the rows are read after it), so the locks
-        # are held only while the server works, never while this process
-        # waits for its turn to read an answer.  Still separate statements:
-        # the claim's snapshot is taken after the locks are held.
-        # (Explicit BEGIN/COMMIT: psycopg's transaction() syncs on entering
-        # and on leaving, three round trips.)
-        def locked_claim(p: dict) -> list[dict]:
-            try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
-                    cur = db.execute(conn, "job_claim_many", p)
-                    conn.execute("COMMIT")
-            except BaseException:
-                # A failed statement leaves the explicit transaction aborted (the
-                # COMMIT behind it was skipped): end it before the pool gets the connection.
-                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.rollback()
-                raise
-            return cur.fetchall()
-
-        rows = locked_claim(params)
-        if not rows and params["after_tenant"] != ZERO_TENANT:
-            rows = locked_claim({**params, "after_tenant": ZERO_TENANT})  # the wrap-around (see run)
-    else:
+    idle = conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    if not idle:
         with conn.transaction():
             if lock_names:
                 db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
-            rows = run()
+            return _result(_claim_wrapping(conn, params), max_tenants)
+    if not lock_names:
+        # No advisory lock to hold: each statement is its own short transaction
+        # (the wrap-around claim is a claim of its own), without the BEGIN and
+        # COMMIT round trips.
+        return _result(_claim_wrapping(conn, params), max_tenants)
+    # First without the limit locks (its own short transaction): the claim then
+    # takes only the candidates ahead of the first one that needs them (of a
+    # limited type, or of a tenant with a concurrency limit), so that workers'
+    # claims do not queue on the locks while no limited work is due (they
+    # serialised every claim: during `opsboard bench --scenario process_2` the
+    # second worker waited on the lock about as long as the first claimed).
+    # When such a candidate was in the way, or nothing came, the claim goes on
+    # under the locks, in the same fair order, for the rest of the batch.
+    free = _claim_wrapping(conn, {**params, "locked": False})
+    rest = limit - len(free)
+    if (free and not free[0]["lim"]) or rest <= 0:
+        return _result(free, max_tenants)
+    rest_params = claim_params(queue, worker_id, rest, lease_seconds, after_tenant=after_tenant,
+                               max_tenants=max_tenants, now=now, holds=holds)
+    try:
+        if psycopg.Pipeline.is_supported():
+            locked = _claim_locked_pipelined(conn, lock_names, rest_params)
+        else:
+            with conn.transaction():
+                db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
+                locked = _claim_wrapping(conn, rest_params)
+    except psycopg.Error:
+        if not free:
+            raise
+        # The jobs claimed already are this worker's: hand them over (a lasting
+        # error shows again at the connection's next use).
+        return _result(free, max_tenants)
+    return _result(locked + free, max_tenants)
+
+
+def _claim_wrapping(conn: psycopg.Connection, params: dict) -> list[dict]:
+    """``job_claim_many``, and once more from the first tenant when the walk started
+    after the last tenant with due work (else a worker with one free slot idles a
+    whole poll interval every other claim)."""
+    rows = db.all_rows(conn, "job_claim_many", params)
+    if not rows and params["after_tenant"] != ZERO_TENANT:
+        rows = db.all_rows(conn, "job_claim_many", {**params, "after_tenant": ZERO_TENANT})
+    return rows
+
+
+def _claim_locked_pipelined(conn: psycopg.Connection, lock_names: list[str], params: dict) -> list[dict]:
+    """The claim under the limit locks: BEGIN, the locks, the claim and COMMIT in one
+    round trip (pipeline mode; the rows are read after it), so the locks are held
+    only while the server works, never while this process waits for its turn to
+    read an answer.  Still separate statements: the claim's snapshot is taken after
+    the locks are held.  (Explicit BEGIN/COMMIT: psycopg's transaction() syncs on
+    entering and on leaving, three round trips.)"""
+    def once(p: dict) -> list[dict]:
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                db.execute(conn, "job_claim_lock_limits", {"names": lock_names})
+                cur = db.execute(conn, "job_claim_many", p)
+                conn.execute("COMMIT")
+        except BaseException:
+            # A failed statement leaves the explicit transaction aborted (the
+            # COMMIT behind it was skipped): end it before the pool gets the connection.
+            if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+            raise
+        return cur.fetchall()
+
+    rows = once(params)
+    if not rows and params["after_tenant"] != ZERO_TENANT:
+        rows = once({**params, "after_tenant": ZERO_TENANT})  # the wrap-around (see _claim_wrapping)
+    return rows
+
+
+def _result(rows: list[dict], max_tenants: int) -> Claim:
+    """The claimed rows without the statement's bookkeeping columns, and the cursor for
+    the next claim (read from the first row: the last statement's when two ran)."""
     if not rows:
         return Claim([], ZERO_TENANT)
-    seen, last = rows[0].pop("tenants_seen"), rows[0].pop("last_tenant")
-    for r in rows[1:]:
-        r.pop("tenants_seen", None)
-        r.pop("last_tenant", None)
+    seen, last = rows[0]["tenants_seen"], rows[0]["last_tenant"]
+    for r in rows:
+        del r["tenants_seen"], r["last_tenant"], r["lim"]
     # Visited as many tenants as allowed: continue after the last one next time;
     # otherwise the walk reached the end of the tenants: wrap around.
     nxt = uuid.UUID(last) if seen >= max_tenants and last else ZERO_TENANT

@@ -158,13 +158,13 @@ WITH RECURSIVE tenants_ready AS (
     (SELECT j.tenant_id FROM jobs j
      WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
        AND j.tenant_id > %(after_tenant)s::uuid
-       AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
+       AND j.available_at <= coalesce(%(now)s, statement_timestamp())
      ORDER BY j.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT j.tenant_id FROM jobs j
             WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
               AND j.tenant_id > t.tenant_id
-              AND j.available_at <= coalesce(%(now)s::timestamptz, statement_timestamp())
+              AND j.available_at <= coalesce(%(now)s, statement_timestamp())
             ORDER BY j.tenant_id LIMIT 1)
     FROM tenants_ready t WHERE t.tenant_id IS NOT NULL
 ), picked AS (
@@ -196,32 +196,38 @@ WITH RECURSIVE tenants_ready AS (
 ), limits AS (
     -- Remaining room per limited type and per limited provider.
     SELECT l.type, l.grp,
-           l.lim - coalesce((SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = l.type), 0)
-               AS type_room
+           l.lim - (SELECT count(*) FROM jobs r WHERE r.status = 'running' AND r.type = l.type) AS type_room
     FROM unnest(%(limit_types)s::text[], %(limit_type_limits)s::int[], %(limit_type_groups)s::text[])
          AS l(type, lim, grp)
 ), group_room AS (
-    SELECT g.grp, g.lim - coalesce((SELECT count(*) FROM jobs r JOIN limits l2 ON l2.type = r.type
-                                    WHERE r.status = 'running' AND l2.grp = g.grp), 0) AS room
+    SELECT g.grp, g.lim - (SELECT count(*) FROM jobs r JOIN limits l2 ON l2.type = r.type
+                           WHERE r.status = 'running' AND l2.grp = g.grp) AS room
     FROM unnest(%(limit_groups)s::text[], %(limit_group_limits)s::int[]) AS g(grp, lim)
+), lim AS (
+    -- Candidates whose claim needs the limit locks: of a limited type, or of a
+    -- tenant with a concurrency limit.
+    SELECT round, priority, available_at, id FROM cand
+    WHERE type = ANY (%(limit_types)s::text[]) OR %(tenant_caps)s::jsonb ? tenant_id::text
 ), allowed AS (
     -- Candidates of types without a limit, as they are; those of limited
     -- types (usually none) ranked per type and per provider, and kept while
-    -- there is room.  Only the second arm sorts.
+    -- there is room.  Only the second arm sorts.  Without the limit locks
+    -- (%(locked)s false): only the candidates ahead of every one in lim, so
+    -- that the locked claim that follows (opsboard.jobqueue.claim) goes on in
+    -- the same fair order.
     SELECT id, round, priority, available_at FROM cand
     WHERE cand.type <> ALL (%(limit_types)s::text[])
+      AND (%(locked)s OR (round, priority, available_at, id) < ALL (SELECT * FROM lim))
     UNION ALL
     SELECT id, round, priority, available_at FROM (
         SELECT cand.*, l.type_room, gr.room AS group_room,
-               row_number() OVER (PARTITION BY cand.type
-                                  ORDER BY cand.round, cand.priority, cand.available_at, cand.id) AS type_rank,
-               row_number() OVER (PARTITION BY l.grp
-                                  ORDER BY cand.round, cand.priority, cand.available_at, cand.id) AS group_rank
+               row_number() OVER (PARTITION BY cand.type ORDER BY round, priority, available_at, id) AS type_rank,
+               row_number() OVER (PARTITION BY l.grp ORDER BY round, priority, available_at, id) AS group_rank
         FROM cand
         JOIN limits l ON l.type = cand.type
         LEFT JOIN group_room gr ON gr.grp = l.grp AND l.grp <> ''
     ) ranked
-    WHERE (type_room IS NULL OR type_rank <= type_room)
+    WHERE %(locked)s AND (type_room IS NULL OR type_rank <= type_room)
       AND (group_room IS NULL OR group_rank <= group_room)
 ), locked AS (
     -- Lock candidates in order, one primary-key probe each, until the batch is
@@ -247,8 +253,8 @@ UPDATE jobs j
 SET status = 'running',
     attempts = j.attempts + 1,
     locked_by = %(worker)s,
-    locked_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + make_interval(secs => %(lease)s),
-    started_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+    locked_until = coalesce(%(now)s, statement_timestamp()) + make_interval(secs => %(lease)s),
+    started_at = coalesce(%(now)s, statement_timestamp())
 -- By the locked rows' ctids (a TID scan, no second index descent per job).
 -- Each is the row's latest version, locked above after its status was read:
 -- no one can change it any more; were it newer than this statement's
@@ -258,7 +264,7 @@ RETURNING j.id, j.type, j.version, j.tenant_id, j.queue, j.priority, j.payload, 
           j.idempotency_key, j.group_key, j.correlation_id, j.event_id, j.expires_at, j.created_at,
           j.started_at, j.locked_until,
           (SELECT count(*) FROM picked) AS tenants_seen,
-          (SELECT max(tenant_id::text) FROM picked) AS last_tenant;
+          (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim;
 
 -- name: job_claim_lock_limits
 -- Serialise claims that check the same concurrency limits (released at commit).

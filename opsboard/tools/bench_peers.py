@@ -402,12 +402,28 @@ def print_table(rows: list[Row]) -> None:
     print("opsboard / peer (above 1.00x is opsboard ahead; latency: peer's p99 / opsboard's p99):")
     for o in ops:
         for p in peers:
-            print(f"  {o.system} vs {p.system}: batch {_ratio(o.batch, p.batch)}, single {_ratio(o.single, p.single)}, "
-                  f"1 worker {_ratio(o.p1, p.p1)}, 2 workers {_ratio(o.p2, p.p2)}, "
+            bare = p.system.startswith("bare")
+            goals = PEER_GOALS["bare" if bare else "pgqueuer"]
+            print(f"  {o.system} vs {p.system}: batch {_ratio(o.batch, p.batch)}{_goal(o.batch, p.batch, goals, 'batch')}, "
+                  f"single {_ratio(o.single, p.single)}{_goal(o.single, p.single, goals, 'single')}, "
+                  f"1 worker {_ratio(o.p1, p.p1)}, 2 workers {_ratio(o.p2, p.p2)}{_goal(o.p2, p.p2, goals, 'p2')}, "
                   f"idle p99 {_ratio(o.p99, p.p99, lower_is_better=True)}")
     for o in ops:
         fair = (o.split[0] / o.split[-1]) if len(o.split) == 2 and o.split[-1] else float("inf")
-        print(f"  {o.system}: 2 workers / 1 worker {_ratio(o.p2, o.p1)}; busiest worker / other {fair:.2f}")
+        print(f"  {o.system}: 2 workers / 1 worker {_ratio(o.p2, o.p1)}{_goal(o.p2, o.p1, PEER_GOALS['self'], 'p2')}; "
+              f"busiest worker / other {fair:.2f}")
+
+
+#: Issue 24's goals for opsboard's ratios (opsboard / peer, higher is better), printed beside them.
+PEER_GOALS = {"pgqueuer": {"batch": 1.5, "single": 1.2}, "bare": {"p2": 0.5}, "self": {"p2": 1.3}}
+
+
+def _goal(a: float | None, b: float | None, goals: dict, key: str) -> str:
+    """`` (goal >= 1.30x: met)`` for a ratio with a goal, else ``""``."""
+    goal = goals.get(key)
+    if goal is None or not a or not b:
+        return ""
+    return f" (goal >= {goal:.2f}x: {'met' if a / b >= goal else 'not met'})"
 
 
 def run_peers(config: Config, jobs: int | None = None, json_path: str | None = None,

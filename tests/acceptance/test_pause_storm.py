@@ -82,9 +82,11 @@ def test_a_storm_of_holds_and_sigkills_loses_nothing_runs_nothing_twice_and_no_h
         for i in range(total):
             t = tenants[slugs[i % 3]]
             if i % 4 == 0:
-                jobs.append(NewJob("test.slow", {"key": f"k{i}", "ms": 30}, t, max_attempts=20))
+                jobs.append(NewJob("test.slow", {"key": f"k{i}", "ms": 60}, t, max_attempts=20))
             else:
-                jobs.append(NewJob("test.record", {"key": f"k{i}", "ms": 25}, t, max_attempts=20))
+                # Long enough that the fleet cannot finish before the storm has held enough
+                # (at 25 ms, claims without the limit locks' queue ended the run in 5 s).
+                jobs.append(NewJob("test.record", {"key": f"k{i}", "ms": 50}, t, max_attempts=20))
         jobqueue.enqueue_many(db, jobs)
         things = [("queue", "default"), ("type", "test.record"), ("type", "test.slow")] + \
                  [("tenant", s) for s in slugs]

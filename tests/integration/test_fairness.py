@@ -141,3 +141,27 @@ def test_a_claim_that_fails_under_its_limit_locks_leaves_the_connection_idle_and
             assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         c.execute("SET statement_timeout = 0")
         assert [r["type"] for r in jobqueue.claim(c, "default", "w1", 10, 30).rows] == ["test.limited"]
+
+
+def test_a_claim_takes_unlimited_work_without_the_limit_locks_and_stops_at_the_first_limited_job(db_url):
+    """Work that no limit covers is claimed without waiting for the limit locks (two workers'
+    claims queued on them); the claim stops at the first job that needs them, so the claim under
+    the locks goes on in the same fair order (the job behind the limited one does not pass it)."""
+    names = jobtypes.concurrency_limits("default").lock_names
+    with connect(db_url) as holder, connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        first = jobqueue.enqueue(c, "test.span", {"key": "a", "ms": 1}, tenant=t)
+        limited = jobqueue.enqueue(c, "test.limited", {"key": "b", "ms": 1}, tenant=t)
+        behind = jobqueue.enqueue(c, "test.span", {"key": "c", "ms": 1}, tenant=t)
+        assert first["priority"] == limited["priority"] == behind["priority"]
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || %s, 0))",
+                           (names[0],))
+            c.execute("SET statement_timeout = 300")  # the claim under the locks is cancelled
+            got = jobqueue.claim(c, "default", "w1", 10, 30)
+            # What was claimed before that is handed over, not left running until its lease ends.
+            assert [r["id"] for r in got.rows] == [first["id"]]
+            assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        c.execute("SET statement_timeout = 0")
+        rest = jobqueue.claim(c, "default", "w1", 10, 30).rows
+        assert [r["id"] for r in rest] == [limited["id"], behind["id"]]

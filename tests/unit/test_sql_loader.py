@@ -29,7 +29,7 @@ ORDER BY id;
 """)
     queries = db.load_queries(tmp_path)
     assert list(queries) == ["thing_get", "thing_list"]
-    assert queries["thing_get"] == "SELECT * FROM things WHERE id = %(id)s"
+    assert queries["thing_get"] == "SELECT * FROM things WHERE id=%(id)s"  # spaces around = are not sent
     # Whole-line comments inside the body are not sent (see test_query_text.py).
     assert queries["thing_list"] == "SELECT id FROM things\nWHERE name LIKE 'a%%'\nORDER BY id"
     assert "A file header" not in queries["thing_get"]
