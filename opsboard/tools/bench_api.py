@@ -204,12 +204,38 @@ def _cpu(pid: int) -> float:
     return total
 
 
+def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: float = 120.0,
+              **env: str) -> tuple[subprocess.Popen, str]:
+    """gunicorn serving ``wsgi:app`` on a free loopback port over the bench's database, in production
+    mode with JSON logs, started and answering ``probe`` (``timeout``: several workers importing the
+    app on a loaded machine); returns the process (in ``b.procs``, stopped with the bench) and its URL."""
+    from .bench import _stderr
+    from ..config import ROOT
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
+               OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT), **env)
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", *gunicorn_args, "-b", f"127.0.0.1:{port}",
+                            "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    b.procs.append(web)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url + probe, timeout=5).read()
+            return web, url
+        except OSError:
+            if time.monotonic() > deadline or web.poll() is not None:
+                raise RuntimeError("gunicorn did not start: " + _stderr([web]))
+            time.sleep(0.2)
+
+
 def api_worker(b) -> None:
     """POST /api/v1/events (wrk, Idempotency-Key per request) through gunicorn while a real worker relays,
     fans out and delivers each event to a sandbox receiver; then 4x the admitted rate."""
-    from .bench import _stderr
     from .bench_webhooks import _Receiver
-    from ..config import ROOT
     from ..catalogue import active
 
     if shutil.which("wrk") is None:
@@ -221,30 +247,12 @@ def api_worker(b) -> None:
     script.write(_LUA)
     script.close()
     try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
-                   OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT), OPSBOARD_JOB_MODULES=MODULE)
-        web = subprocess.Popen([sys.executable, "-m", "gunicorn", *GUNICORN.split(), "-b", f"127.0.0.1:{port}",
-                                "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        b.procs.append(web)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120  # four workers importing the app on a loaded machine
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=5).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline or web.poll() is not None:
-                    raise RuntimeError("gunicorn did not start: " + _stderr([web]))
-                time.sleep(0.2)
+        web, url = start_web(b, GUNICORN.split(), OPSBOARD_JOB_MODULES=MODULE)
         (worker,) = b.start_workers(1, WORKER_QUEUES, OPSBOARD_JOB_MODULES=MODULE, OPSBOARD_WEBHOOK_ALLOW="127.0.0.1")
 
-        secret, tenant = _tenant(b, "bench-api-warm", receiver.url)
+        secret, tenant = _tenant(b, "bench-apiw-warm", receiver.url)
         wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
-        secret, tenant = _tenant(b, "bench-api", receiver.url)
+        secret, tenant = _tenant(b, "bench-apiw", receiver.url)
         web_cpu0, worker_cpu0, t0 = _cpu(web.pid), _cpu(worker.pid), time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
         wall = time.monotonic() - t0
@@ -275,7 +283,7 @@ def api_worker(b) -> None:
 
         # Overload: the tenant may enqueue a quarter of what phase 2 sustained; 32 connections offer 4x that.
         admitted = max(1.0, rate / 4)
-        secret, tenant = _tenant(b, "bench-api-over", receiver.url, rate=admitted)
+        secret, tenant = _tenant(b, "bench-apiw-over", receiver.url, rate=admitted)
         res = wrk(url, secret, seconds, 32, script.name, delay_ms=32 / (4 * admitted) * 1000)
         codes = res["statuses"]
         fivexx = sum(v for k, v in codes.items() if k >= 500 and k != 503)

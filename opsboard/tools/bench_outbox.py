@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-import uuid
 
 from .. import auth
-from ..config import ROOT
 from . import bench_api
-from .bench import Bench, _stderr, percentile
+from .bench import Bench, percentile
 
 def relay(b: Bench) -> None:
     """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
@@ -80,7 +76,6 @@ def _publishers(b: Bench, tenant, threads: int, seconds: float) -> float:
     """Commits per second of ``threads`` sessions each publishing one event per transaction (the notify lock)."""
     import threading
     from .. import outbox
-    from ..catalogue import active
     counts = [0] * threads
     go, end = threading.Barrier(threads + 1), [0.0]
 
@@ -172,33 +167,14 @@ def _cpu_seconds(parent: int) -> float:
 
 def api(b: Bench) -> None:
     """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x that rate."""
-    import socket
     from .. import apikeys, audit
     seconds = float(os.environ.get("OPSBOARD_BENCH_API_SECONDS", "10"))
     with b.conn() as c:
         tenant = auth.ensure_tenant(c, "bench-api")
         c.execute("UPDATE tenants SET enqueue_rate = 1000000, enqueue_burst = 1000000 WHERE id = %s", (tenant["id"],))
         secret, _ = apikeys.create(c, tenant["id"], "bench", audit.Actor("bench"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
-               OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT), OPSBOARD_JOB_MODULES=bench_api.MODULE)
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "4", "--threads", "4", "-b", f"127.0.0.1:{port}",
-                            "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
-    b.procs.append(web)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/api/v1/openapi.json", timeout=2).read()
-            break
-        except OSError:
-            if time.monotonic() > deadline or web.poll() is not None:
-                raise RuntimeError("gunicorn did not start: " + _stderr([web]))
-            time.sleep(0.2)
+    web, url = bench_api.start_web(b, ["-w", "4", "--threads", "4"], probe="/api/v1/openapi.json",
+                                   timeout=120, OPSBOARD_JOB_MODULES=bench_api.MODULE)
     _load(url, secret, 2, 8)  # warm-up: pools, imports
     cpu0 = _cpu_seconds(web.pid)
     res = _load(url, secret, seconds, 8)
