@@ -79,6 +79,14 @@ GOALS: dict[tuple[str, str], Goal] = {
     ("api", "POST /events, 8 clients: throughput"): Goal(">=", 1000),
     ("api", "POST /events, 8 clients: p99"): Goal("<", 50),
     ("api", "4x overload: 5xx other than 503 / errors"): Goal("==", 0),
+    # the events API beside its worker (wrk, a real worker draining to the sandbox)
+    ("api_worker", "POST /events, 8 conns: accepted"): Goal(">=", 1000),
+    ("api_worker", "POST /events, 8 conns: p99"): Goal("<", 50),
+    ("api_worker", "accepted events not delivered to the sandbox"): Goal("==", 0),
+    ("api_worker", "2xx whose event is missing"): Goal("==", 0),
+    ("api_worker", "4x overload: 5xx (not 503) + socket errors"): Goal("==", 0),
+    ("api_worker", "4x overload: 429/503 without Retry-After"): Goal("==", 0),
+    ("api_worker", "4x overload: 2xx whose event is missing"): Goal("==", 0),
     # webhooks (the scenario runs 2 workers)
     ("webhooks", "signed deliveries, 100 endpoints, 10% down"): Goal(">=", 2000),
     # issue 24: the queue beside the bare loop and pgqueuer (ratios of one --peers run)
