@@ -308,6 +308,26 @@ WHERE j.status = 'dead'
   AND d.channel IN ('email', 'sms') AND d.status = 'queued'
 RETURNING d.id;
 
+-- name: delivery_settle_dead_push_jobs
+-- The same safety net for Web Push: a push delivery still queued whose push.send job went dead
+-- without its handler saying so (the reaper after a crash on the last attempt) is failed.  Found
+-- through the inbox row the job names (its notification_id; a push that is not of an inbox row
+-- names none and moves nothing).  A later acceptance by another device of the same recipient
+-- still moves it to sent (delivery_push_confirm lets "sent" win over "failed").
+UPDATE deliveries d SET status = 'failed', error_code = coalesce(j.last_error_code, 'dead'),
+       updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+JOIN notifications n
+  ON n.id = CASE WHEN j.payload->>'notification_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                 THEN (j.payload->>'notification_id')::uuid END
+ AND n.tenant_id = j.tenant_id
+WHERE j.status = 'dead'
+  AND j.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND j.type = 'push.send'
+  AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.tenant_id = j.tenant_id
+  AND d.channel = 'push' AND d.status = 'queued'
+RETURNING d.id;
+
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
 SELECT d.*, u.email AS recipient_email, j.status AS job_status

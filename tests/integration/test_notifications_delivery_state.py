@@ -388,6 +388,26 @@ def test_push_out_of_retries_is_failed(db_url, sandbox, runner, push_settings):
     assert _state(_delivery(db_url, ev, "push")) == ("failed", "push_503")
 
 
+def test_push_whose_worker_died_on_the_last_attempt_is_failed(db_url, sandbox, runner, push_settings):
+    """As for email: the reaper makes the push.send job dead and the safety net
+    (delivery_settle_dead_push_jobs) fails the push delivery instead of leaving it queued."""
+    from opsboard import jobqueue
+    from worker.services.reaper import Reaper
+    _, ev, _ = _fan_out(db_url, sandbox, device=True)
+    job = _hand_over(db_url, runner, ev, "push")
+    _last_attempt(db_url, job)
+    with connect(db_url) as c:
+        claimed = jobqueue.claim_batch(c, job["queue"], "doomed-worker", 200, 30)
+        assert job["id"] in [r["id"] for r in claimed]
+        c.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job["id"],))
+        Reaper().run_once(c)
+        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "dead"
+        assert _state(_delivery(db_url, ev, "push")) == ("queued", None)
+        Expiry().run_once(c)
+    assert _state(_delivery(db_url, ev, "push")) == ("failed", "lease_expired")
+    assert sandbox.records("push") == []                                  # nothing reached the push service
+
+
 # ---------------------------------------------------------------- where people see it
 
 

@@ -4,7 +4,8 @@ In the same transaction, a notification delivery whose email or SMS job expired 
 becomes ``expired`` (``delivery_expire_for_jobs``): its time to live passed before it was sent.
 Then, as a safety net, a delivery still ``queued`` whose provider job went dead without its
 handler saying so (the reaper after a crash on the last attempt, a timeout on the last attempt)
-becomes ``failed`` (``delivery_settle_dead_jobs``, over the jobs dead for ``settle_window``).
+becomes ``failed`` (``delivery_settle_dead_jobs`` for email and SMS,
+``delivery_settle_dead_push_jobs`` for Web Push, over the jobs dead for ``settle_window``).
 """
 from __future__ import annotations
 
@@ -47,5 +48,7 @@ class Expiry:
             if n < self.config.batch:
                 break
         with conn.transaction():
-            db.all_rows(conn, "delivery_settle_dead_jobs", {"now": now, "window": self.config.settle_window})
+            params = {"now": now, "window": self.config.settle_window}
+            db.all_rows(conn, "delivery_settle_dead_jobs", params)
+            db.all_rows(conn, "delivery_settle_dead_push_jobs", params)
         return total
