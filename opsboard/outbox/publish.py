@@ -86,14 +86,15 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
 
 
 def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
-                  now: datetime | None) -> dict:
+                  now: datetime | None, validated: bool = False) -> dict:
     """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
     if kind != et.aggregate:
         raise EventRefused("invalid_aggregate", f"{type} events belong to a {et.aggregate!r} aggregate, "
                            f"not {kind!r}", "aggregate.type")
-    validate_payload(et, payload)
+    if not validated:
+        validate_payload(et, payload)
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
     return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
@@ -103,17 +104,19 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
 
 def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                      payload: dict, correlation_id: str | None = None, queue_name: str,
-                     high_water: dict[str, int] | None = None, now: datetime | None = None):
+                     high_water: dict[str, int] | None = None, now: datetime | None = None,
+                     validated: bool = False):
     """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event.
 
     For a producer with no transaction of its own (the HTTP API), on an autocommit connection: the
     token is taken in a short transaction of its own (:func:`take_admission`), then the event is
     inserted and committed; if the insert fails, the token is given back.  Returns ``(admission,
     envelope)``, the envelope ``None`` when refused (429/503).  Raises :class:`EventRefused` before
-    sending anything.
+    sending anything; ``validated=True`` says the caller has run :func:`validate_payload` on this payload
+    already (the HTTP API, before it takes a connection), so it is not checked twice.
     """
     from .. import backpressure
-    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     row = take_admission(conn, adm)
     verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
@@ -178,7 +181,7 @@ class Published:
 def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                  payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
                  answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
-                 now: datetime | None = None) -> Published:
+                 now: datetime | None = None, validated: bool = False) -> Published:
     """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
     ``request_hash`` of the request), in two round trips on an autocommit connection:
 
@@ -191,10 +194,10 @@ def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate
     stored answer without taking a token or writing anything (``replayed``), or ``conflict`` for another
     ``request_hash``; a refused request stores nothing.  A request that took a token and then finds the
     key claimed by a concurrent one (which it waited for), or fails, gives its token back.  Raises
-    :class:`EventRefused` before sending anything.
+    :class:`EventRefused` before sending anything (``validated`` as in :func:`publish_admitted`).
     """
     from .. import backpressure
-    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     ids = {"key": key, "request_hash": request_hash, "status": status}
     row = take_admission(conn, adm, key)

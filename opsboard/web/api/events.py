@@ -69,7 +69,8 @@ def publish_event():
                 # the event's commit), then the insert; the token goes back if the insert fails.
                 verdict, event = outbox.publish_admitted(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
-                    correlation_id=corr, queue_name=queue, high_water=get_config().high_water)
+                    correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
+                    validated=True)
                 done = None
             else:
                 # The same with the key's claim, its stored answer and a replay (two round trips).
@@ -77,7 +78,7 @@ def publish_event():
                 done = outbox.publish_once(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
-                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted))
+                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted), validated=True)
                 verdict = done.verdict
         except outbox.EventRefused as exc:
             raise Problem(422, exc.code, str(exc), exc.field) from None
