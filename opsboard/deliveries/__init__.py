@@ -66,7 +66,9 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
     define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
     define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
+    # A claimed batch of fan-outs is done in one transaction (webhook_fanout_prepare).
     define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(uuid.UUID)},
+           prepare_batch="worker.handlers.deliveries:webhook_fanout_prepare",
            max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
            description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
     # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started

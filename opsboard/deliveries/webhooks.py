@@ -195,6 +195,27 @@ def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
     return jobs
 
 
+def fanout_many(conn: psycopg.Connection, event_ids: list) -> dict:
+    """:func:`fanout` of many events at once: one statement finds every event's subscribed endpoints
+    and the keys already held (``webhook_fanout_targets``), one inserts the missing deliveries
+    (``enqueue_many``).  Returns ``{event_id: number of endpoints}`` for the events found (a gone
+    event is left out).  Idempotent as :func:`fanout`; run it inside the caller's transaction.
+    """
+    targets = db.all_rows(conn, "webhook_fanout_targets", {"event_ids": list(event_ids)})
+    counts: dict = {}
+    new, keys = [], set()
+    for t in targets:
+        counts[t["event_id"]] = counts.get(t["event_id"], 0) + 1
+        if not t["held"] and t["key"] not in keys:
+            keys.add(t["key"])
+            new.append(jobqueue.NewJob("webhook.deliver", {"endpoint_id": str(t["endpoint_id"]),
+                                                           "event_id": str(t["event_id"])},
+                                       t["tenant_id"], idempotency_key=t["key"], event_id=t["event_id"]))
+    if new:
+        jobqueue.enqueue_many(conn, new)
+    return counts
+
+
 def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: str, *,
                      now: datetime | None = None) -> dict | None:
     """Disable an endpoint and tell the tenant's admins and ops: an alert and an audit row.

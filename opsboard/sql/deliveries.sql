@@ -43,6 +43,24 @@ WHERE tenant_id = %(tenant_id)s AND enabled
   AND (event_types @> ARRAY[%(type)s::text] OR event_types @> ARRAY['*'])
 ORDER BY id;
 
+-- name: webhook_fanout_targets
+-- The fan-out of a claimed batch of events at once (webhooks.fanout_many): each
+-- event's tenant's enabled endpoints that take its type, and whether a
+-- webhook.deliver job already holds the pair's key, dead ones included (two
+-- NOT EXISTS, each matching one partial index: jobs_idempotency_idx for live
+-- jobs, jobs_dead_key_idx for dead ones).  An event that is gone has no row.
+SELECT e.id AS event_id, e.tenant_id, ep.id AS endpoint_id, k.key,
+       EXISTS (SELECT 1 FROM jobs j WHERE j.tenant_id = e.tenant_id AND j.type = 'webhook.deliver'
+                 AND j.idempotency_key = k.key AND j.idempotency_key IS NOT NULL AND j.status <> 'dead')
+       OR EXISTS (SELECT 1 FROM jobs j WHERE j.tenant_id = e.tenant_id AND j.type = 'webhook.deliver'
+                    AND j.idempotency_key = k.key AND j.idempotency_key IS NOT NULL AND j.status = 'dead') AS held
+FROM outbox_events e
+JOIN webhook_endpoints ep ON ep.tenant_id = e.tenant_id AND ep.enabled
+     AND (ep.event_types @> ARRAY[e.type] OR ep.event_types @> ARRAY['*'])
+CROSS JOIN LATERAL (SELECT e.id::text || ':' || ep.id::text AS key) k
+WHERE e.id = ANY(%(event_ids)s::uuid[])
+ORDER BY e.id, ep.id;
+
 -- name: webhook_event_get
 -- The outbox event a webhook carries (read by the delivery side only).
 SELECT id, type, version, tenant_id, occurred_at, payload FROM outbox_events WHERE id = %(id)s;

@@ -6,6 +6,12 @@ SELECT granted, tokens, wait_seconds
 FROM opsboard_take_token(%(name)s::text, %(capacity)s::float8, %(rate)s::float8,
                          coalesce(%(now)s::timestamptz, now()));
 
+-- name: rate_limit_refund
+-- Give one token back to a bucket (never above its capacity): a request whose
+-- token was taken in a transaction of its own and whose work then did not
+-- happen (publish.publish_once, publish.publish_admitted).
+UPDATE rate_limits SET tokens = least(capacity, tokens + 1) WHERE name = %(name)s;
+
 -- name: queue_depth_fold
 -- Fold the appended per-statement changes (job_count_deltas, migration 0044)
 -- into queue_depth, deleting them in the same statement: run in the fold's

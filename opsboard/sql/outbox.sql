@@ -124,63 +124,23 @@ SELECT (SELECT count(*) FROM outbox_events
         WHERE action = 'outbox.park' AND at > coalesce(%(now)s::timestamptz, now()) - interval '24 hours'
           AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[])))::bigint AS parked_24h;
 
--- name: outbox_event_publish_admitted
--- Admission (as limits.sql admission_take: the queue's sampled depth against its
--- mark, the tenant's rate and burst, one token) and, only when admitted, the
--- event's insert: one statement, so in autocommit one round trip and one commit
--- (the HTTP API's POST /events without an Idempotency-Key).  occurred_at is
--- NULL when the event was not admitted.
-WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
-depth AS (
-    SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
-    FROM queue_depth_totals WHERE queue = %(queue)s  -- the fold's totals: a few rows per queue
-), lim AS (
-    SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
-           coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
-), admitted AS (
-    -- OFFSET 0 keeps this a separate step: the token is taken (below) only for
-    -- a row that passed the queue's mark, never when the queue is full.
-    SELECT lim.rate, lim.burst, now_.t FROM now_, lim, depth
-    WHERE %(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint
-    OFFSET 0
-), take AS (
-    SELECT tk.granted, tk.wait_seconds
-    FROM admitted a
-    CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
-), ins AS (
-    INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
-                               correlation_id, payload)
-    SELECT %(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s, now_.t,
-           %(correlation_id)s, %(payload)s
-    FROM now_, take WHERE take.granted
-    RETURNING occurred_at
-)
-SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
-       (SELECT occurred_at FROM ins) AS occurred_at
-FROM depth CROSS JOIN lim LEFT JOIN take ON true;
-
--- name: outbox_event_publish_once
--- POST /events with an Idempotency-Key in ONE statement (one round trip, one
--- commit in autocommit), so that the tenant's token bucket row is locked only
--- for this statement and its commit, not across a transaction's round trips
--- (which serialised one tenant's requests: 75 % of a request's wall time was
--- the wait for the previous request's bucket lock).  In order:
---   prior: the answer stored for this (tenant, key) by an earlier request:
---          nothing else happens (no token, no event); the caller replays it;
---   admission as outbox_event_publish_admitted (depth, limits, one token);
---   claim: the key, stored with its answer (%(answer)s plus occurred_at), only
---          when admitted; a concurrent request holding the same key makes this
---          insert wait until it commits (then nothing is inserted: the caller
---          reads the stored answer) or rolls back;
---   ins:   the event, only when the key was claimed.
--- A refused request (429/503) stores nothing, so a retry with the same key is
--- admitted later.
+-- name: outbox_event_admit
+-- POST /events, step 1 of 2 (publish.take_admission): with an Idempotency-Key
+-- (%(key)s, else NULL), the answer stored for this (tenant, key) by an earlier
+-- request (prior); only when there is none, admission as limits.sql
+-- admission_take (the queue's sampled depth against its mark, the tenant's rate
+-- and burst, one token).  Run alone in autocommit: it is its own transaction,
+-- committed without waiting for its WAL flush (the set_config below), so the
+-- tenant's bucket row is locked for this statement only, never through the
+-- event's durable commit (which serialised one tenant's requests on the disk's
+-- flush time: the bench's one tenant waited 137 ms per request on it).
+-- granted is NULL for a key already answered or a full queue.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 prior AS (
     SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s
 ), depth AS (
     SELECT coalesce(sum(jobs) FILTER (WHERE status IN ('pending', 'retryable')), 0)::bigint AS waiting
-    FROM queue_depth WHERE queue = %(queue)s
+    FROM queue_depth_totals WHERE queue = %(queue)s  -- the fold's totals: a few rows per queue
 ), lim AS (
     SELECT coalesce((SELECT nullif(enqueue_rate, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_rate)s::float8) AS rate,
            coalesce((SELECT nullif(enqueue_burst, 0) FROM tenants WHERE id = %(tenant_id)s), %(default_burst)s::int) AS burst
@@ -195,12 +155,27 @@ prior AS (
     SELECT tk.granted, tk.wait_seconds
     FROM admitted a
     CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
-), claim AS (
+)
+SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
+       prior.request_hash AS prior_hash, prior.status AS prior_status, prior.response AS prior_response,
+       -- This transaction only (is_local), read at its commit: the token is not worth a flush.
+       set_config('synchronous_commit', 'off', true) AS synchronous_commit
+FROM depth CROSS JOIN lim LEFT JOIN take ON true LEFT JOIN prior ON true;
+
+-- name: outbox_event_insert_once
+-- POST /events with an Idempotency-Key, step 2 of 2 (without one, step 2 is outbox_event_insert), after a granted token: the
+-- key's claim with its answer (%(answer)s plus occurred_at) and, only when the
+-- key was claimed, the event; one statement, committed (durably) in autocommit.
+-- A concurrent request holding the same key makes the claim wait until it
+-- commits (then nothing is inserted and response is NULL: the caller reads the
+-- stored answer and gives the token back) or rolls back.
+WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
+claim AS (
     INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response)
     SELECT %(tenant_id)s, %(key)s, %(request_hash)s, %(status)s,
            %(answer)s::jsonb || jsonb_build_object(
                'occurred_at', to_char(now_.t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
-    FROM now_, take WHERE take.granted
+    FROM now_
     ON CONFLICT (tenant_id, key) DO NOTHING
     RETURNING response
 ), ins AS (
@@ -211,7 +186,4 @@ prior AS (
     FROM now_, claim
     RETURNING occurred_at
 )
-SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
-       (SELECT occurred_at FROM ins) AS occurred_at, (SELECT response FROM claim) AS response,
-       prior.request_hash AS prior_hash, prior.status AS prior_status, prior.response AS prior_response
-FROM depth CROSS JOIN lim LEFT JOIN take ON true LEFT JOIN prior ON true;
+SELECT (SELECT occurred_at FROM ins) AS occurred_at, (SELECT response FROM claim) AS response;

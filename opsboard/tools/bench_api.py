@@ -204,6 +204,27 @@ def _cpu(pid: int) -> float:
     return total
 
 
+def _pg_cpu(b) -> tuple[float, float]:
+    """CPU seconds of the bench database's backends (``pg_stat_activity`` of this database, from /proc), and
+    the machine's busy CPU seconds (``/proc/stat``: every process, other users' too).  A backend that exits
+    between two readings loses what it spent since the first; the pools keep theirs open."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with b.conn() as c:
+        pids = [r["pid"] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                                            " AND pid <> pg_backend_pid()").fetchall()]
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # not on this machine (a remote server) or gone
+        total += (int(fields[11]) + int(fields[12])) / tick
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    busy = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    return total, busy
+
+
 def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: float = 120.0,
               **env: str) -> tuple[subprocess.Popen, str]:
     """gunicorn serving ``wsgi:app`` on a free loopback port over the bench's database, in production
@@ -253,10 +274,12 @@ def api_worker(b) -> None:
         secret, tenant = _tenant(b, "bench-apiw-warm", receiver.url)
         wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
         secret, tenant = _tenant(b, "bench-apiw", receiver.url)
-        web_cpu0, worker_cpu0, t0 = _cpu(web.pid), _cpu(worker.pid), time.monotonic()
+        (pg_cpu0, busy0), web_cpu0, worker_cpu0 = _pg_cpu(b), _cpu(web.pid), _cpu(worker.pid)
+        t0 = time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
         wall = time.monotonic() - t0
         web_cpu, worker_cpu = _cpu(web.pid) - web_cpu0, _cpu(worker.pid) - worker_cpu0
+        pg_cpu, busy = (a - z for a, z in zip(_pg_cpu(b), (pg_cpu0, busy0)))
         ok = res["statuses"].get(202, 0)
         rate = ok / seconds
         other = {k: v for k, v in res["statuses"].items() if k != 202}
@@ -272,6 +295,10 @@ def api_worker(b) -> None:
               f"{os.cpu_count()} CPUs")
         b.add("api_worker", "worker CPU per accepted event", worker_cpu / max(1, ok) * 1000, "ms",
               f"{worker_cpu / wall * 100:.0f} % of a core ({WORKER_QUEUES})")
+        b.add("api_worker", "PostgreSQL CPU per accepted event", pg_cpu / max(1, ok) * 1000, "ms",
+              f"{pg_cpu / wall * 100:.0f} % of a core (this database's backends, from /proc)")
+        b.add("api_worker", "machine CPU per accepted event", busy / max(1, ok) * 1000, "ms",
+              f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too)")
         b.add("api_worker", "relayed / delivered by the end of the load", at_end["relayed"] / max(1, ok) * 100, "%",
               f"{at_end['relayed']} relayed, {at_end['delivered']} delivered of {ok} accepted")
         b.add("api_worker", "backlog drained after the load", drained, "s",

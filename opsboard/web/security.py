@@ -83,16 +83,22 @@ def reject_nul() -> None:
     PostgreSQL text (and jsonb) cannot hold NUL: psycopg would refuse the value
     deep in a query and the user would see a 500.  Checked once here, for every route.
     """
-    refused = ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
-    for source in (request.args, request.form if request.method not in _SAFE_METHODS else None):
+    # The error (its translated message: the locale, the user, the session) is built only to refuse, and a
+    # JSON body has no form to parse: an API request pays for neither (issue 27: 15 % of a POST's Python).
+    body_json = request.method not in _SAFE_METHODS and request.is_json
+    for source in (request.args, request.form if request.method not in _SAFE_METHODS and not body_json else None):
         if source is None:
             continue
         for key, values in source.lists():
             # A multipart part can come without a name (key None): nothing to check there.
             if "\x00" in (key or "") or any("\x00" in (v or "") for v in values):
-                raise refused
-    if request.method not in _SAFE_METHODS and request.is_json and _JSON_NUL.search(request.get_data(cache=True)):
-        raise refused
+                raise _nul_refused()
+    if body_json and _JSON_NUL.search(request.get_data(cache=True)):
+        raise _nul_refused()
+
+
+def _nul_refused() -> ApiError:
+    return ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
 
 
 #: A NUL in JSON text: the escape ``\u0000`` not itself escaped (an even run of backslashes before it).

@@ -126,3 +126,49 @@ def test_a_breaker_past_its_cool_down_or_with_its_probe_out_is_left_to_admit_or_
                                 (f"endpoint:{probing['id']}",)).fetchone()["probe_until"]
         assert by_ep[str(probing["id"])]["prepared"] == {"wait_until": probe_until}
         assert _effects(c) == {}
+
+
+def test_a_claimed_batch_of_fanouts_is_done_in_one_transaction(db_url, sandbox, provider_settings):
+    """webhook_fanout_prepare: every event's subscribed endpoints of its own tenant get one delivery
+    each, a key already held (a dead delivery too) gets none, a gone event is left to its handler,
+    and a prepared fan-out's handler only reports what was done."""
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        other = auth.ensure_tenant(c, "other")["id"]
+        a = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/a", ["order.paid"])
+        webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/b", ["order.refunded"])
+        star = webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/c")
+        theirs = webhooks.create_endpoint(c, other, f"{sandbox.url}/hooks/d")
+        ev1, ev2, ev3 = insert_event(c, t), insert_event(c, t), insert_event(c, other)
+        # ev2's delivery to `a` exists already and is dead: never made again.
+        dead = jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(a["id"]), "event_id": str(ev2)},
+                                tenant=t, idempotency_key=f"{ev2}:{a['id']}", event_id=ev2)
+        c.execute("UPDATE jobs SET status = 'dead' WHERE id = %s", (dead["id"],))
+        gone = "00000000-0000-7000-8000-000000000000"
+        fans = [jobqueue.enqueue(c, "webhook.fanout", {"event_id": str(e)}, tenant=tt)
+                for e, tt in ((ev1, t), (ev2, t), (ev3, other), (gone, t))]
+        rows = [r for r in jobqueue.claim_batch(c, "default", "w1", 100, 60) if r["type"] == "webhook.fanout"]
+        assert len(rows) == 4
+        deliveries.webhook_fanout_prepare(c, "w1", rows)
+        by_event = {r["payload"]["event_id"]: r for r in rows}
+        assert [by_event[str(e)].get("prepared") for e in (ev1, ev2, ev3)] == [
+            {"endpoints": 2}, {"endpoints": 2}, {"endpoints": 1}]
+        assert "prepared" not in by_event[gone]
+        made = {(r["tenant_id"], r["idempotency_key"], r["status"]) for r in c.execute(
+            "SELECT tenant_id, idempotency_key, status FROM jobs WHERE type = 'webhook.deliver'").fetchall()}
+        assert made == {(t, f"{ev1}:{a['id']}", "pending"), (t, f"{ev1}:{star['id']}", "pending"),
+                        (t, f"{ev2}:{a['id']}", "dead"), (t, f"{ev2}:{star['id']}", "pending"),
+                        (other, f"{ev3}:{theirs['id']}", "pending")}
+        # Again (the batch claimed once more after a crash): nothing new.
+        deliveries.webhook_fanout_prepare(c, "w1", [dict(r) for r in rows])
+        assert c.execute("SELECT count(*) AS n FROM jobs WHERE type = 'webhook.deliver'").fetchone()["n"] == 5
+    pool = ConnectionPool(db_url, min_size=1, max_size=2, open=True,
+                          kwargs={"autocommit": True, "row_factory": dict_row, "options": db.SESSION_OPTIONS})
+    try:
+        ok = deliveries.webhook_fanout(_ctx(by_event[str(ev1)], pool, provider_settings))
+        assert isinstance(ok, retry.Success) and ok.ref == "2 endpoint(s)"
+        # The gone event's job: its handler runs as before (nothing to fan out).
+        assert isinstance(deliveries.webhook_fanout(_ctx(by_event[gone], pool, provider_settings)), retry.Success)
+    finally:
+        pool.close()
+    assert {f["id"] for f in fans} == {r["id"] for r in rows}

@@ -26,7 +26,7 @@ def _envelope(event: dict, redacted: list[str] | None = None) -> dict:
 
 
 def _iso(at: datetime) -> str:
-    """``occurred_at`` as the database writes it into a stored answer (outbox_event_publish_once): UTC, with
+    """``occurred_at`` as the database writes it into a stored answer (outbox_event_insert_once): UTC, with
     microseconds, so the answers with and without an Idempotency-Key read alike."""
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
@@ -65,18 +65,20 @@ def publish_event():
     with get_db().connection() as conn:
         try:
             if idem is None:
-                # Admission and the insert in one statement: one round trip, one commit.
+                # The token in a short transaction of its own (the bucket row is never locked through
+                # the event's commit), then the insert; the token goes back if the insert fails.
                 verdict, event = outbox.publish_admitted(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
-                    correlation_id=corr, queue_name=queue, high_water=get_config().high_water)
+                    correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
+                    validated=True)
                 done = None
             else:
-                # The same with the key's claim, its stored answer and a replay: also one statement.
+                # The same with the key's claim, its stored answer and a replay (two round trips).
                 stored_key, digest = idempotency_digest(idem, body)
                 done = outbox.publish_once(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
-                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted))
+                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted), validated=True)
                 verdict = done.verdict
         except outbox.EventRefused as exc:
             raise Problem(422, exc.code, str(exc), exc.field) from None
