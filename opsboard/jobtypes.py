@@ -157,16 +157,30 @@ class Provider:
     #: Token bucket: sustained calls per second and burst size (None: no rate limit).
     rate_per_second: float | None = None
     burst: int | None = None
+    #: Of ``concurrency``, the share that is the ``critical`` queue's own (None: no share, one
+    #: limit for all queues).  See :func:`concurrency_limits`.
+    critical_concurrency: int | None = None
 
 
 def define_provider(cat: _catalogue.Catalogue, name: str, *, concurrency: int | None = None,
-                    rate_per_second: float | None = None, burst: int | None = None) -> Provider:
-    """Register a provider's limits in ``cat``; redefining replaces them."""
+                    rate_per_second: float | None = None, burst: int | None = None,
+                    critical_concurrency: int | None = None) -> Provider:
+    """Register a provider's limits in ``cat``; redefining replaces them.
+
+    ``critical_concurrency``: of the ``concurrency`` limit, how many jobs of the
+    ``critical`` queue may talk to the provider at once, apart from the other
+    queues' (which get the rest).  Critical claims then check and take their
+    share under a lock of their own, never under the one default and bulk
+    claims hold (see :func:`concurrency_limits`).
+    """
     if concurrency is not None and concurrency < 1:
         raise ValueError("provider concurrency must be at least 1")
     if rate_per_second is not None and rate_per_second <= 0:
         raise ValueError("provider rate must be positive")
-    p = Provider(name, concurrency, rate_per_second, burst or (max(1, int(rate_per_second)) if rate_per_second else None))
+    if critical_concurrency is not None and (concurrency is None or not 1 <= critical_concurrency < concurrency):
+        raise ValueError("a provider's critical share must be at least 1 and below its concurrency")
+    p = Provider(name, concurrency, rate_per_second, burst or (max(1, int(rate_per_second)) if rate_per_second else None),
+                 critical_concurrency)
     cat.providers[name] = p
     cat.changed()
     return p
@@ -187,6 +201,9 @@ class ConcurrencyLimits:
     type_groups: tuple[str, ...]
     groups: tuple[str, ...]
     group_limits: tuple[int, ...]
+    #: Per group, whose running jobs count: ``""`` every queue's, ``"critical"`` the critical
+    #: queue's only, ``"other"`` every other queue's (a provider with a critical share).
+    group_sides: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -204,6 +221,18 @@ def concurrency_limits(queue: str, overrides: tuple[tuple[str, str, int], ...] =
     ``overrides``: limits an operator set live (``(kind, target, value)``,
     kind ``type`` or ``provider``; see :mod:`opsboard.pauses`), which replace
     the catalogue's for that type or provider.
+
+    A provider with a critical share (``critical_concurrency``, R of its limit
+    L) is two limits: the critical queue's claims check R against the
+    provider's jobs running in the critical queue, under the lock
+    ``provider:NAME@critical``; every other queue's claims check L - R against
+    the rest, under ``provider:NAME``.  Together they never exceed L, and no
+    critical claim waits on the lock a default or bulk claim holds through its
+    statement and commit (during a 100,000-member broadcast, default claims held
+    ``provider:sms_gateway`` most of the time and the OTP claim queued behind
+    them: `opsboard bench --scenario broadcast`).  An operator's live limit L'
+    keeps the split while L' >= 2 (the critical share: min(R, L' - 1)); at 1,
+    one shared limit again.
     """
     cat = _catalogue.active()
     return cat.derived(("concurrency_limits", queue, overrides), lambda: _concurrency_limits(cat, queue, overrides))
@@ -213,8 +242,9 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
                         overrides: tuple[tuple[str, str, int], ...] = ()) -> ConcurrencyLimits:
     live = {(k, t): v for k, t, v in overrides}
     types: dict[str, tuple[int, str]] = {}
-    groups: dict[str, int] = {}
+    groups: dict[str, tuple[int, str]] = {}
     locks: set[str] = set()
+    critical = queue == "critical"
     for jt in cat.job_types.values():
         prov_name = jt.policy.provider
         prov = cat.providers.get(prov_name) if prov_name else None
@@ -225,22 +255,31 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
         limited_prov = prov_limit is not None
         if not (limited_type or limited_prov):
             continue
+        group = ""
+        if limited_prov:
+            share = getattr(prov, "critical_concurrency", None)
+            if share and prov_limit >= 2:
+                # This queue's side of the split provider: its own group, lock and count.
+                share = min(share, prov_limit - 1)
+                group = prov_name + "@critical" if critical else prov_name
+                groups[group] = (share, "critical") if critical else (prov_limit - share, "other")
+            else:
+                group = prov_name
+                groups[group] = (prov_limit, "")
         limit = type_limit if limited_type else 1_000_000
         previous = types.get(jt.name)
-        types[jt.name] = (min(limit, previous[0]) if previous else limit, prov_name if limited_prov else "")
-        if limited_prov:
-            groups[prov_name] = prov_limit
+        types[jt.name] = (min(limit, previous[0]) if previous else limit, group)
         if jt.policy.queue == queue:
             if limited_type:
                 locks.add("type:" + jt.name)
             if limited_prov:
-                locks.add("provider:" + prov_name)
+                locks.add("provider:" + group)
     if not locks:
         return ConcurrencyLimits((), (), (), (), (), ())
     names = sorted(types)
     return ConcurrencyLimits(tuple(sorted(locks)), tuple(names), tuple(types[n][0] for n in names),
                              tuple(types[n][1] for n in names), tuple(sorted(groups)),
-                             tuple(groups[g] for g in sorted(groups)))
+                             tuple(groups[g][0] for g in sorted(groups)), tuple(groups[g][1] for g in sorted(groups)))
 
 
 _HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")

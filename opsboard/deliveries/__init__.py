@@ -63,7 +63,9 @@ def register(cat: _catalogue.Catalogue) -> None:
     """The delivery providers with their limits, the delivery job types and the built-in message texts."""
     # Per-provider limits across all workers (token buckets in rate_limits; see docs/deliveries.md).
     define_provider(cat, "smtp", concurrency=8, rate_per_second=50, burst=100)
-    define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40)
+    # Half of the SMS gateway is the OTPs' own (sms.otp, critical queue): a backlog of sms.send never
+    # takes it, and the OTP claim never waits on the default queue's limit lock (jobtypes.concurrency_limits).
+    define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40, critical_concurrency=4)
     define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
     define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
     # A claimed batch of fan-outs is done in one transaction (webhook_fanout_prepare).

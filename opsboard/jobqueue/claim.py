@@ -33,7 +33,8 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
             "after_tenant": after_tenant or ZERO_TENANT, "max_tenants": max_tenants or max(1, limit),
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
-            "limit_group_limits": list(limits.group_limits), "locked": True}
+            "limit_group_limits": list(limits.group_limits), "limit_group_sides": list(limits.group_sides),
+            "locked": True}
 
 
 def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, lease_seconds: float, *,

@@ -200,9 +200,14 @@ WITH RECURSIVE tenants_ready AS (
     FROM unnest(%(limit_types)s::text[], %(limit_type_limits)s::int[], %(limit_type_groups)s::text[])
          AS l(type, lim, grp)
 ), group_room AS (
+    -- A provider with a critical share (opsboard.jobtypes.concurrency_limits) is one group per
+    -- side: side 'critical' counts the provider's jobs running in the critical queue, 'other'
+    -- those running in every other queue, '' all of them.
     SELECT g.grp, g.lim - (SELECT count(*) FROM jobs r JOIN limits l2 ON l2.type = r.type
-                           WHERE r.status = 'running' AND l2.grp = g.grp) AS room
-    FROM unnest(%(limit_groups)s::text[], %(limit_group_limits)s::int[]) AS g(grp, lim)
+                           WHERE r.status = 'running' AND l2.grp = g.grp
+                             AND (g.side = '' OR (r.queue = 'critical') = (g.side = 'critical'))) AS room
+    FROM unnest(%(limit_groups)s::text[], %(limit_group_limits)s::int[], %(limit_group_sides)s::text[])
+         AS g(grp, lim, side)
 ), lim AS (
     -- Candidates whose claim needs the limit locks: of a limited type, or of a
     -- tenant with a concurrency limit.

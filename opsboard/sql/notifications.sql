@@ -98,8 +98,11 @@ texts AS (
           FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL) y
 ),
 existing AS (
-    SELECT n.id, n.recipient_id FROM notifications n
-    WHERE n.event_id = %(event_id)s AND n.recipient_id = ANY(%(user_ids)s::uuid[])
+    -- One probe of the (recipient, event) key per recipient (LIMIT 1 keeps the LATERAL a nested
+    -- loop): a read by event took every row the event's earlier pages wrote (migration 0047).
+    SELECT n.id, n.recipient_id FROM chunk c
+    CROSS JOIN LATERAL (SELECT n.id, n.recipient_id FROM notifications n
+                        WHERE n.recipient_id = c.user_id AND n.event_id = %(event_id)s LIMIT 1) n
 ),
 new_inbox AS (
     -- The inbox rows notification_inbox_insert will write (a previous relay's stay).

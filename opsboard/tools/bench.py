@@ -470,7 +470,7 @@ def claim_cost(b: Bench) -> None:
                     "queue": "default", "worker": "bench", "limit": 64, "lease": 30, "now": None,
                     "after_tenant": jobqueue.ZERO_TENANT, "max_tenants": 64, "limit_types": [],
                     "limit_type_limits": [], "limit_type_groups": [], "limit_groups": [],
-                    "limit_group_limits": [], "queue_held": False, "held_tenants": [], "held_types": [],
+                    "limit_group_limits": [], "limit_group_sides": [], "queue_held": False, "held_tenants": [], "held_types": [],
                     "tenant_caps": None, "locked": True}).fetchone()
                 doc = plan["QUERY PLAN"] if isinstance(plan, dict) else plan[0]
                 times.append(float(doc[0]["Execution Time"]))

@@ -165,3 +165,63 @@ def test_a_claim_takes_unlimited_work_without_the_limit_locks_and_stops_at_the_f
         c.execute("SET statement_timeout = 0")
         rest = jobqueue.claim(c, "default", "w1", 10, 30).rows
         assert [r["id"] for r in rest] == [limited["id"], behind["id"]]
+
+
+def _running(c, provider_types):
+    return c.execute("SELECT queue, count(*) AS n FROM jobs WHERE status = 'running' AND type = ANY(%s) "
+                     "GROUP BY queue ORDER BY queue", (list(provider_types),)).fetchall()
+
+
+def test_a_providers_critical_share_is_claimed_apart_from_the_default_queue_and_the_limit_holds(db_url):
+    """sms_gateway: 8 at once, 4 of them the critical queue's (sms.otp).  A critical claim takes
+    its share under a lock of its own, so it does not wait while a default claim holds
+    ``provider:sms_gateway`` (the OTP queued behind the broadcast's claims); a backlog of sms.send
+    never takes the OTPs' share; together they never pass the provider's limit."""
+    prov = jobtypes.provider("sms_gateway")
+    share, total = prov.critical_concurrency, prov.concurrency
+    assert 1 <= share < total
+    with connect(db_url) as holder, connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("sms.send", {"message_id": str(uuid.uuid4())}, t)
+                                  for _ in range(3 * total)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("sms.otp", {"message_id": str(uuid.uuid4())}, t)
+                                  for _ in range(3 * total)])
+        got = jobqueue.claim(c, "default", "w1", 100, 30).rows
+        assert [r["type"] for r in got] == ["sms.send"] * (total - share)
+        with holder.transaction():
+            # A default claim holds the provider's lock (as through its statement and commit).
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || %s, 0))",
+                           ("provider:sms_gateway",))
+            c.execute("SET statement_timeout = 2000")  # waiting on that lock would fail the claim
+            otp = jobqueue.claim(c, "critical", "w1", 100, 30).rows
+            c.execute("SET statement_timeout = 0")
+        assert [r["type"] for r in otp] == ["sms.otp"] * share
+        # Both sides full: nothing more from either, the provider at its limit and no further.
+        assert jobqueue.claim(c, "default", "w2", 100, 30).rows == []
+        assert jobqueue.claim(c, "critical", "w2", 100, 30).rows == []
+        assert [(r["queue"], r["n"]) for r in _running(c, ("sms.send", "sms.otp"))] == \
+            [("critical", share), ("default", total - share)]
+        # An sms.send that runs in the critical queue (a producer's queue override) counts
+        # against the critical share, not beside it.
+        jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded",
+                                                                  r["started_at"]) for r in otp[:1]])
+        jobqueue.enqueue(c, "sms.send", {"message_id": str(uuid.uuid4())}, tenant=t, queue="critical", priority=-1)
+        more = jobqueue.claim(c, "critical", "w2", 100, 30).rows
+        assert [r["type"] for r in more] == ["sms.send"]
+        assert jobqueue.claim(c, "critical", "w2", 100, 30).rows == []
+        assert sum(r["n"] for r in _running(c, ("sms.send", "sms.otp"))) == total
+    crit_locks = jobtypes.concurrency_limits("critical").lock_names
+    default_locks = jobtypes.concurrency_limits("default").lock_names
+    assert "provider:sms_gateway@critical" in crit_locks and "provider:sms_gateway" in default_locks
+    assert not set(crit_locks) & set(default_locks)
+
+
+def test_a_live_provider_limit_keeps_the_critical_share_below_it_and_one_shared_limit_at_one():
+    live = (("provider", "sms_gateway", 3),)
+    crit, default = jobtypes.concurrency_limits("critical", live), jobtypes.concurrency_limits("default", live)
+    assert dict(zip(crit.groups, crit.group_limits))["sms_gateway@critical"] == 2
+    assert dict(zip(default.groups, default.group_limits))["sms_gateway"] == 1
+    one = (("provider", "sms_gateway", 1),)
+    crit, default = jobtypes.concurrency_limits("critical", one), jobtypes.concurrency_limits("default", one)
+    assert "provider:sms_gateway" in crit.lock_names and "provider:sms_gateway" in default.lock_names
+    assert dict(zip(crit.groups, zip(crit.group_limits, crit.group_sides)))["sms_gateway"] == (1, "")
