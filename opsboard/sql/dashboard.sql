@@ -15,7 +15,18 @@
 -- normalised detail_search column of 0014, the term normalised the same way), then fetches those rows by
 -- primary key: "= ANY(ARRAY(...))" keeps the planner from walking the whole
 -- table backwards testing each row against the matches, which an IN (...)
--- invites (it guesses that half the rows match).
+-- invites (it guesses that half the rows match).  The attempts searched are
+-- those finished in [%(detail_since)s, %(detail_until)s) (the BRIN index on
+-- finished_at beside the trigram index): every match's heap page is read, so
+-- the window bounds the cost (opsboard.dashboard.SEARCH_DETAIL_WINDOW unless
+-- the filter's own time range says otherwise: then the planner's choice).
+-- In the default window opsboard.dashboard turns the test into one the
+-- trigram index cannot serve: the planner, guessing one match, read the
+-- trigram index's every match (the whole table's) and filtered them by time;
+-- the BRIN range alone reads the window's attempts and nothing older (coalesce:
+-- a strict test would let the partial trigram index stand for "IS NOT NULL",
+-- a read of the whole index).  Error codes are matched
+-- apart (dashboard_error_codes_matching, then this query once per code).
 -- A search for the beginning of a job id is a primary-key range instead
 -- (%(id_from)s..%(id_to)s, opsboard.dashboard.id_prefix_range).
 -- Never OFFSET: the cursor is the last id shown.
@@ -35,12 +46,28 @@ WHERE (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
   AND (%(since)s::timestamptz IS NULL OR (j.id >= %(since_id)s::uuid AND j.created_at >= %(since)s))
   AND (%(until)s::timestamptz IS NULL OR (j.id < %(until_id)s::uuid AND j.created_at < %(until)s))
   AND (%(pattern)s::text IS NULL OR j.id = ANY(ARRAY(
-          SELECT e.id FROM jobs e WHERE e.last_error_code ILIKE %(pattern)s
-          UNION
-          SELECT a.job_id FROM job_attempts a WHERE a.detail_search ILIKE %(pattern)s)))
+          SELECT a.job_id FROM job_attempts a
+          WHERE a.detail_search ILIKE %(pattern)s  -- detail_search_test
+            AND a.finished_at >= %(detail_since)s::timestamptz
+            AND (%(detail_until)s::timestamptz IS NULL OR a.finished_at < %(detail_until)s))))
   AND (%(id_from)s::uuid IS NULL OR j.id BETWEEN %(id_from)s AND %(id_to)s::uuid)
   AND (%(before)s::uuid IS NULL OR j.id < %(before)s)
 ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_error_codes_matching
+-- The distinct error codes that contain the search term (%(pattern)s, an
+-- ILIKE pattern), read by skipping through jobs_error_code_idx one code at a
+-- time: one probe per distinct code, however many jobs carry each (the
+-- trigram index on jobs read every matching job's heap page instead).
+WITH RECURSIVE c AS (
+    (SELECT last_error_code AS code FROM jobs WHERE last_error_code IS NOT NULL ORDER BY last_error_code LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.last_error_code FROM jobs j WHERE j.last_error_code > c.code
+            ORDER BY j.last_error_code LIMIT 1)
+    FROM c WHERE c.code IS NOT NULL
+)
+SELECT code FROM c WHERE code IS NOT NULL AND code ILIKE %(pattern)s
 LIMIT %(limit)s;
 
 -- name: dashboard_job_get
