@@ -247,7 +247,14 @@ def _list_rows(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, 
     if lead:
         column, test, replacement = lead
         if test:
-            sql = sql.replace(test, replacement)
+            # The named queries are sent compacted (db._compact: no spaces around "="):
+            # the test is looked for in that form.  Not found, the lead would be dropped
+            # silently and the list walk the primary key past the backlog again (it did:
+            # 452 ms for the cancelled list at ten million jobs), so a miss is an error.
+            sent = db._compact(test)
+            if sent not in sql:
+                raise RuntimeError(f"dashboard_job_list has no {sent!r} to replace")
+            sql = sql.replace(sent, replacement)
         sql = sql.replace("ORDER BY j.id DESC", f"ORDER BY {column} DESC, j.id DESC")
     return conn.execute(sql, {"detail_since": None, "detail_until": None, **params}, prepare=False).fetchall()
 
