@@ -13,6 +13,7 @@ serves the same numbers to Prometheus at ``/metrics``.
 from __future__ import annotations
 
 import bisect
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -275,6 +276,57 @@ def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
             tenants[tid].depth["running"] = n
             tenants[tid].running_share = n / total if total else 0.0
     return sorted(tenants.values(), key=lambda t: (-(t.depth["pending"] + t.depth["retryable"]), t.name))
+
+
+#: Tenants on one page of the tenants page.
+TENANT_PAGE = 100
+
+
+@dataclass
+class TenantPage:
+    rows: list[TenantBacklog]
+    #: Tenants in scope with any job waiting, running or dead.
+    total: int
+    #: The cursor of the next page (waiting jobs, tenant id of the last row), or None on the last page.
+    next_after: tuple[int, uuid.UUID] | None
+
+
+def tenant_backlog_page(conn: psycopg.Connection, scope: TenantScope, *, after: tuple[int, uuid.UUID] | None = None,
+                        limit: int | None = None, now: datetime | None = None) -> TenantPage:
+    """One page of tenants by waiting jobs, most first (keyset ``after``: the previous page's
+    ``next_after``), with :func:`tenant_backlog`'s figures: read from ``tenant_depth``, kept by
+    triggers on ``queue_depth`` (migration 0049), so that a page costs the same at any number of
+    tenants; running jobs and shares counted live as :func:`tenant_backlog` does."""
+    now = db_now(conn, now)
+    limit = limit or TENANT_PAGE
+    found = conn.execute(db.queries["metrics_tenant_page"], {
+        **scope.params, "after_waiting": after[0] if after else None, "after_id": after[1] if after else None,
+        "limit": limit + 1}, prepare=False).fetchall()
+    more = len(found) > limit
+    found = found[:limit]
+    rows = []
+    for r in found:
+        tb = TenantBacklog(r["tenant_id"], r["slug"], r["name"], r["weight"])
+        tb.depth.update(pending=int(r["pending"]), retryable=int(r["retryable"]), dead=int(r["dead"]), running=0)
+        rows.append(tb)
+    if rows:
+        oldest = {r["tenant_id"]: r["oldest_ready"] for r in db.all_rows(
+            conn, "metrics_oldest_ready_by_tenant", {"ids": [t.tenant_id for t in rows], "now": now})}
+        for tb in rows:
+            if oldest.get(tb.tenant_id) is not None:
+                tb.oldest_age_seconds = max(0.0, (now - oldest[tb.tenant_id]).total_seconds())
+    # Shares among the tenants in scope only: a tenant's staff learn nothing of the others.
+    running = [r for r in db.all_rows(conn, "metrics_running_by_tenant") if scope.allows(r["tenant_id"])]
+    total_running = sum(int(r["running"]) for r in running)
+    by_id = {tb.tenant_id: tb for tb in rows}
+    for r in running:
+        if r["tenant_id"] in by_id:
+            by_id[r["tenant_id"]].depth["running"] += int(r["running"])
+    for tb in rows:
+        tb.running_share = tb.depth["running"] / total_running if total_running else 0.0
+    total = int(db.one(conn, "metrics_tenant_page_count", scope.params)["n"])
+    last = found[-1] if found else None
+    return TenantPage(rows, total, (int(last["waiting"]), last["tenant_id"]) if more and last else None)
 
 
 def tenant_detail(conn: psycopg.Connection, scope: TenantScope, tenant_id, now: datetime | None = None) -> dict | None:

@@ -34,6 +34,37 @@ FROM (SELECT tenant_id, status::text AS status, sum(jobs)::bigint AS jobs,
       GROUP BY tenant_id, status) d
 JOIN tenants t ON t.id = d.tenant_id;
 
+-- name: metrics_tenant_page
+-- One page of tenants by backlog (waiting jobs), most first, inside a scope:
+-- tenant_depth (0049, kept from queue_depth by triggers) in the order of
+-- tenant_depth_waiting_idx, from the keyset cursor (%(after_waiting)s,
+-- %(after_id)s): the last row of the previous page.  Tenants whose counts are
+-- all zero are left out.  Never OFFSET.
+SELECT d.tenant_id, t.slug, t.name, t.weight, d.pending, d.running, d.retryable, d.dead, d.waiting
+FROM tenant_depth d
+JOIN tenants t ON t.id = d.tenant_id
+WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (d.pending > 0 OR d.running > 0 OR d.retryable > 0 OR d.dead > 0)
+  AND (%(after_waiting)s::bigint IS NULL OR (d.waiting, d.tenant_id) < (%(after_waiting)s, %(after_id)s::uuid))
+ORDER BY d.waiting DESC, d.tenant_id DESC
+LIMIT %(limit)s;
+
+-- name: metrics_tenant_page_count
+-- How many tenants in scope have jobs waiting, running or dead: one row per
+-- tenant at most (the page's "of N").
+SELECT count(*) AS n FROM tenant_depth
+WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+  AND (pending > 0 OR running > 0 OR retryable > 0 OR dead > 0);
+
+-- name: metrics_oldest_ready_by_tenant
+-- The oldest due waiting job of each of the tenants %(ids)s (a page's), from
+-- their queue_depth groups: one probe of queue_depth_tenant_idx per tenant (a
+-- plain "tenant_id = ANY" was planned as a scan of every tenant's groups).
+SELECT i.tenant_id,
+       (SELECT min(q.oldest_ready) FILTER (WHERE q.oldest_ready <= coalesce(%(now)s::timestamptz, now()))
+        FROM queue_depth q WHERE q.tenant_id = i.tenant_id) AS oldest_ready
+FROM unnest(%(ids)s::uuid[]) AS i(tenant_id);
+
 -- name: metrics_depth_by_tenant_queue_type
 -- One tenant's maintained depth per queue, type and status.
 SELECT queue, type, status::text AS status, jobs,

@@ -395,9 +395,14 @@ def pages(c, shape: dict, *, tenant_scoped: bool) -> list[tuple[str, str]]:
                     (heavy,)).fetchone()["id"]
     deep = c.execute("SELECT id FROM jobs WHERE tenant_id = %s AND id < %s ORDER BY id DESC LIMIT 1",
                      (heavy, _uuid7_of(shape["base"] - FINISHED_SPAN / 2, 0))).fetchone()["id"]
+    # The tenants page's keyset cursor after its first page (tenant_depth, migration 0049).
+    cut = c.execute("SELECT waiting, tenant_id FROM tenant_depth ORDER BY waiting DESC, tenant_id DESC"
+                    " OFFSET 99 LIMIT 1").fetchone()
     out = [("queue health, full page", "/queues/"), ("queue health (htmx)", "/queues/_health"),
            ("throughput charts", "/queues/_charts"),
            ("tenants, full page", "/tenants/"), ("tenants backlog (htmx)", "/tenants/_backlog"),
+           ("tenants, page 2 (keyset)", f"/tenants/_backlog?after={cut['waiting']}.{cut['tenant_id']}" if cut
+            else "/tenants/_backlog"),
            ("tenant detail, largest", f"/tenants/{heavy}"),
            ("job list, full page", "/jobs/"), ("job list, newest", "/jobs/_rows"),
            ("job list, page 2 (keyset)", f"/jobs/_rows?before={mid}"),
@@ -415,9 +420,13 @@ def pages(c, shape: dict, *, tenant_scoped: bool) -> list[tuple[str, str]]:
            ("search: q=Persian detail", "/jobs/_rows?q=" + "نامعتبر"),
            ("search: q=id prefix", f"/jobs/_rows?q={str(dead)[:13]}"),
            ("search: q=no match", "/jobs/_rows?q=zzqx-nothing"),
+           # The detail window set by hand (24 hours instead of the default hour): the planner's choice.
+           ("search: q=410 Gone, created from 24 h back", "/jobs/_rows?q=410%20Gone&since="
+            + (shape["base"] + WAITING_SPAN - timedelta(hours=24)).isoformat()[:19]),
            ("search: last hour", "/jobs/_rows?since=" + (shape["base"] + WAITING_SPAN / 2).isoformat()[:19])]
     if not tenant_scoped:
-        out += [("search: tenant=largest", f"/jobs/_rows?tenant_id={heavy}"),
+        out += [("dead-letter groups, tenant=small", f"/dead/_groups?tenant_id={light}"),
+                ("search: tenant=largest", f"/jobs/_rows?tenant_id={heavy}"),
                 ("search: tenant=small", f"/jobs/_rows?tenant_id={light}"),
                 ("search: tenant=small + status=dead", f"/jobs/_rows?tenant_id={light}&status=dead")]
     out += [("job detail (dead)", f"/jobs/{dead}"), ("job payload", f"/jobs/{dead}/payload"),
@@ -425,6 +434,7 @@ def pages(c, shape: dict, *, tenant_scoped: bool) -> list[tuple[str, str]]:
             ("replay-many preview, group", "/jobs/replay-many/confirm?type=email.send&error_code=smtp_550"),
             ("dead letters, full page", "/dead/"), ("dead-letter groups (htmx)", "/dead/_groups"),
             ("dead-letter groups, all", "/dead/_groups?show=all"),
+            ("dead-letter groups, queue=bulk", "/dead/_groups?queue=bulk"),
             ("audit, full page", "/audit/"), ("audit rows (htmx)", "/audit/_rows"),
             ("audit, action=job", "/audit/_rows?action=job"),
             ("alerts", "/alerts/")]

@@ -27,10 +27,11 @@ def _context() -> dict:
     include_handled = request.args.get("show") == "all"
     scope = current_scope("jobs.view")
     with read_connection() as conn:
-        groups = dashboard.dead_letter_groups(conn, scope, queue_name=queue_name, tenant_id=tenant_id,
-                                              include_handled=include_handled)
+        found = dashboard.dead_letter_groups(conn, scope, queue_name=queue_name, tenant_id=tenant_id,
+                                             include_handled=include_handled)
         tenants = dashboard.tenant_options(conn, scope)
-    return {"groups": groups, "queues": QUEUE_NAMES, "tenants": tenants,
+    groups = found.groups
+    return {"groups": groups, "window": found, "queues": QUEUE_NAMES, "tenants": tenants,
             "args": forms.link_args(PAGE_ARGS),
             "queue_name": queue_name, "tenant_id": tenant_id, "include_handled": include_handled,
             "total_open": sum(g["open"] for g in groups)}

@@ -99,3 +99,28 @@ def test_dead_count_matches_what_bulk_replay_selects(conn):
             **ALL.params, "type": f.type, "queue": f.queue, "tenant_id": f.tenant_id, "error_code": f.error_code,
             "since": f.since, "until": f.until, "open_only": f.open_only, "limit": 1000})
         assert dashboard.count_dead(conn, ALL, f) == len(selected), f
+
+
+def test_groups_count_the_newest_dead_jobs_and_say_how_far_back(client, login_as, seeded, monkeypatch):
+    """Bounded at any size: the groups count the newest DEAD_WINDOW dead jobs (in the scope and
+    filters), and the page says so and links to the job list for the older ones."""
+    login_as("ops")
+    html = client.get("/dead/").get_data(as_text=True)
+    assert "data-dead-window" not in html  # 45 dead jobs: all counted
+    monkeypatch.setattr(dashboard, "DEAD_WINDOW", 4)
+    html = client.get("/dead/").get_data(as_text=True)
+    # The 4 newest: the 3 mails (1 min ago) and globex's newest hook (5 min ago).
+    assert _groups(html) == {("test.raise", "smtp_timeout"): 3, ("test.permanent", "http_410"): 1}
+    assert 'data-dead-window="4"' in html and "status=dead" in html
+
+
+def test_the_window_follows_the_tenant_filter(conn):
+    t1, t2 = seed.tenant(conn), seed.tenant(conn)
+    now = seed.db_now(conn)
+    old = seed.jobs(conn, t1, 3, "test.permanent")
+    seed.kill(conn, old, "http_410", at=now - timedelta(hours=1))
+    seed.kill(conn, seed.jobs(conn, t2, 5, "test.raise"), "http_500", at=now)
+    found = dashboard.dead_letter_groups(conn, ALL, tenant_id=t1, window=2)
+    assert [(g["type"], g["total"]) for g in found.groups] == [("test.permanent", 2)] and found.full
+    found = dashboard.dead_letter_groups(conn, TenantScope(all=False, ids=(t1,)), window=5)
+    assert [(g["type"], g["total"]) for g in found.groups] == [("test.permanent", 3)] and not found.full

@@ -1,6 +1,8 @@
 """Queue health, tenants and their partials against seeded jobs and statistics."""
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, timezone
 
 from psycopg.types.json import Jsonb
@@ -104,19 +106,56 @@ def test_tenant_scoped_ops_sees_only_its_tenant(app, client, login_as):
     assert client.get("/metrics").status_code == 403
 
 
-def test_tenants_page_lists_the_largest_backlogs_only(app, client, login_as, monkeypatch):
-    """At 10,000 tenants the page took seconds to render: it lists the TENANT_ROWS with the most
-    waiting jobs and says how many have jobs (issue 24)."""
-    from opsboard.web import tenants as tenants_view
+def test_tenants_page_is_paged_by_backlog_with_a_keyset(app, client, login_as, monkeypatch):
+    """At 10,000 tenants the page took seconds: it shows TENANT_PAGE tenants by waiting jobs, most
+    first, read from tenant_depth (0049), and links to the next page by a keyset cursor (issue 24)."""
     with connect(app.extensions["test_db_url"]) as c:
         acme, globex, _ = _seed(c)
         rows = metrics.tenant_backlog(c, TenantScope(all=True))
-    assert len(rows) >= 2
-    monkeypatch.setattr(tenants_view, "TENANT_ROWS", 1)
+    assert [r.slug for r in rows] == ["acme", "globex"]  # acme: 8 waiting, globex: 3 (or 2 and one running)
+    monkeypatch.setattr(metrics, "TENANT_PAGE", 1)
     login_as("ops")
     html = client.get("/tenants/_backlog").get_data(as_text=True)
-    assert html.count("data-tenant=") == 1 and f'data-tenant="{rows[0].slug}"' in html
-    assert 'data-tenants-shown="1"' in html
-    monkeypatch.setattr(tenants_view, "TENANT_ROWS", 100)
+    assert html.count("data-tenant=") == 1 and 'data-tenant="acme"' in html
+    assert 'data-tenants-shown="1"' in html and "data-first-page" not in html
+    after = re.search(r'href="/tenants/\?after=([^"]+)" data-next-page', html).group(1)
+    page2 = client.get(f"/tenants/?after={after}").get_data(as_text=True)
+    assert page2.count("data-tenant=") == 1 and 'data-tenant="globex"' in page2
+    assert "data-first-page" in page2 and "data-next-page" not in page2
+    assert f'hx-get="/tenants/_backlog?after={after}"' in page2  # the refresh stays on this page
+    # The figures are tenant_backlog's (the whole list's) for the same tenant.
+    assert f">{rows[0].depth['pending']}<" in html
+    assert client.get("/tenants/?after=x.y").status_code == 400
+    monkeypatch.setattr(metrics, "TENANT_PAGE", 100)
     html = client.get("/tenants/_backlog").get_data(as_text=True)
-    assert html.count("data-tenant=") == len(rows) and "data-tenants-shown" not in html
+    assert html.count("data-tenant=") == 2 and "data-next-page" not in html
+
+
+def test_tenant_depth_follows_queue_depth(db_url):
+    """tenant_depth (0049) is queue_depth summed per tenant, through every writer of queue_depth:
+    the leader's fold, a repair, a group dropped at zero, TRUNCATE."""
+    def sums(c):
+        want = {r["tenant_id"]: (r["p"], r["r"], r["q"], r["d"]) for r in c.execute(
+            "SELECT tenant_id, sum(jobs) FILTER (WHERE status = 'pending') AS p,"
+            " sum(jobs) FILTER (WHERE status = 'running') AS r, sum(jobs) FILTER (WHERE status = 'retryable') AS q,"
+            " sum(jobs) FILTER (WHERE status = 'dead') AS d FROM queue_depth GROUP BY tenant_id").fetchall()}
+        want = {k: tuple(int(x or 0) for x in v) for k, v in want.items()}
+        got = {r["tenant_id"]: (r["pending"], r["running"], r["retryable"], r["dead"]) for r in c.execute(
+            "SELECT * FROM tenant_depth WHERE pending + running + retryable + dead > 0").fetchall()}
+        return want, got
+
+    with connect(db_url) as c:
+        acme, globex, _ = _seed(c)
+        want, got = sums(c)
+        assert want == got and got[acme][0] >= 7 and got[acme][3] == 1
+        # Jobs leave: the next fold's updates and the dropped empty groups follow.
+        c.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() WHERE tenant_id = %s AND status = 'pending'",
+                  (globex,))
+        DepthSampler().run_once(c)
+        want, got = sums(c)
+        assert want == got and globex not in got
+        c.execute("DELETE FROM queue_depth WHERE tenant_id = %s", (acme,))
+        want, got = sums(c)
+        assert want == got and got == {}
+        c.execute("TRUNCATE queue_depth")
+        assert c.execute("SELECT count(*) AS n FROM tenant_depth").fetchone()["n"] == 0

@@ -221,7 +221,7 @@ def test_bulk_replay_of_dead_jobs_sharing_a_key_counts_each_dead_job_once(conn, 
         assert [str(r["id"]) for r in replays] == [named[str(d["id"])]], d["idempotency_key"]
     # None is open any more: the groups say so, and another bulk replay finds nothing.
     groups = dashboard.dead_letter_groups(conn, auth.TenantScope(all=True, ids=()), tenant_id=tenant["id"],
-                                          include_handled=True)
+                                          include_handled=True).groups
     assert [(g["total"], g["open"]) for g in groups] == [(7, 0)]
     again = jobqueue.replay_many(conn, DeadFilter(type="test.record", open_only=True), OPS, "again", "bulk-2")
     assert again.matched == 0 and again.replayed == []
