@@ -131,8 +131,10 @@ def depth_drift(conn: psycopg.Connection) -> list[dict]:
     """The self-check of the maintained depth: the (queue, type, tenant, status)
     groups whose full recount differs from ``queue_depth`` plus the changes not
     folded yet, both read in one statement's snapshot (empty when they agree).  Reads every
-    waiting and dead job: for ``opsboard depth-check`` and the tests."""
-    return db.all_rows(conn, "queue_depth_recount")  # one statement: one snapshot
+    waiting and dead job: for ``opsboard depth-check`` and the tests.  Then each tenant's
+    row of ``tenant_depth`` against ``queue_depth`` summed per tenant (queue and type ``*``)."""
+    drift = db.all_rows(conn, "queue_depth_recount")  # one statement: one snapshot
+    return drift + db.all_rows(conn, "tenant_depth_recount")
 
 
 def depth_repair(conn: psycopg.Connection) -> int:
@@ -144,6 +146,8 @@ def depth_repair(conn: psycopg.Connection) -> int:
         conn.execute("LOCK TABLE jobs IN SHARE MODE")
         conn.execute("DELETE FROM job_count_deltas")
         conn.execute("DELETE FROM queue_depth")
+        # queue_depth's triggers keep tenant_depth in step from here on: start it from zero.
+        conn.execute("DELETE FROM tenant_depth")
         conn.execute("DELETE FROM queue_depth_totals")
         n = db.execute(conn, "queue_depth_rebuild").rowcount
         db.execute(conn, "queue_depth_totals_rebuild")

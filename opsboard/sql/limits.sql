@@ -132,6 +132,25 @@ FROM fresh f FULL JOIN kept k
 WHERE coalesce(f.jobs, 0) <> coalesce(k.jobs, 0)
 ORDER BY 1, 2, 3, 4;
 
+-- name: tenant_depth_recount
+-- The self-check of tenant_depth (0049): each tenant's row against queue_depth
+-- summed per tenant and status (both maintained; queue_depth_recount checks
+-- queue_depth against the jobs).  Returns only the tenants and statuses that differ.
+WITH summed AS (
+    SELECT tenant_id, status::text AS status, sum(jobs) AS jobs FROM queue_depth GROUP BY tenant_id, status
+), kept AS (
+    SELECT t.tenant_id, s.status, s.jobs
+    FROM tenant_depth t
+    CROSS JOIN LATERAL (VALUES ('pending', t.pending), ('running', t.running), ('retryable', t.retryable),
+                               ('dead', t.dead)) AS s(status, jobs)
+)
+SELECT '*' AS queue, '*' AS type, coalesce(s.tenant_id, k.tenant_id) AS tenant_id,
+       coalesce(s.status, k.status) AS status,
+       coalesce(s.jobs, 0)::bigint AS counted, coalesce(k.jobs, 0)::bigint AS maintained
+FROM summed s FULL JOIN kept k ON (s.tenant_id, s.status) = (k.tenant_id, k.status)
+WHERE coalesce(s.jobs, 0) <> coalesce(k.jobs, 0)
+ORDER BY 3, 4;
+
 -- name: queue_depth_rebuild
 -- The repair after a failed self-check: queue_depth from a full count of the
 -- waiting and dead jobs (the caller has emptied it and job_count_deltas,

@@ -143,3 +143,21 @@ def test_a_fold_cut_short_counts_nothing_twice(db_url):
         DepthSampler().run_once(c)
         assert _kept(c) == {("diag.noop", "pending"): 8}
         assert metrics.depth_drift(c) == []
+
+
+def test_depth_check_finds_and_repairs_a_drifted_count(conn, tenant):
+    """``opsboard depth-check``'s two halves: a maintained count that drifted from the recount
+    (queue_depth against the jobs, tenant_depth against queue_depth) is reported, and the repair
+    rebuilds both from the jobs."""
+    jobqueue.enqueue_many(conn, [jobqueue.NewJob("diag.noop", {}, tenant["id"]) for _ in range(4)])
+    _check(conn)
+    conn.execute("UPDATE queue_depth SET jobs = jobs + 2 WHERE tenant_id = %s AND status = 'pending'",
+                 (tenant["id"],))
+    conn.execute("UPDATE tenant_depth SET dead = dead + 3 WHERE tenant_id = %s", (tenant["id"],))
+    drift = {(r["queue"], r["status"]): (r["counted"], r["maintained"]) for r in metrics.depth_drift(conn)}
+    assert drift[("default", "pending")] == (4, 6)            # queue_depth against the jobs
+    assert drift[("*", "dead")] == (0, 3)                     # tenant_depth against queue_depth
+    metrics.depth_repair(conn)
+    assert metrics.depth_drift(conn) == []
+    row = conn.execute("SELECT pending, dead FROM tenant_depth WHERE tenant_id = %s", (tenant["id"],)).fetchone()
+    assert (row["pending"], row["dead"]) == (4, 0)
