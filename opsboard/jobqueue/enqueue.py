@@ -158,7 +158,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
     checks the result against ``SELECT *``, so a column added to jobs cannot
     be missed here.
     """
-    got = db.one(conn, "job_insert", row)
+    got = db.one(conn, "job_insert" if row["idempotency_key"] is not None else "job_insert_new", row)
     if got is None:
         return None
     return {
