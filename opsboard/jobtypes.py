@@ -372,7 +372,8 @@ def validate_json(jt: JobType, payload: Any) -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # jsonb cannot store a NUL character: refuse it here, not as a database error at insert.
         raise InvalidPayload(f"{jt.name}: payload contains a NUL character")
-    size = len(text.encode())
+    # UTF-8 takes at most 4 bytes a character: a text that short is under the limit without encoding it.
+    size = len(text.encode()) if len(text) > MAX_PAYLOAD_BYTES // 4 else 0
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidPayload(f"{jt.name}: payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} "
                              "(store large data elsewhere and pass its id)")

@@ -79,17 +79,8 @@ def prepare_row(job: NewJob, types: dict | None = None) -> dict:
         raise jobtypes.InvalidPayload("group_key must be 1 to 200 characters")
     if job.queue is not None and job.queue not in QUEUE_NAMES:
         raise jobtypes.InvalidPayload(f"queue {job.queue!r} is not one of {', '.join(QUEUE_NAMES)}")
-    for name, moment in (("run_at", job.run_at), ("expires_at", job.expires_at)):
-        if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
-            # A naive time would be read in the session's time zone: refuse it.
-            raise jobtypes.InvalidPayload(f"{name} must be timezone-aware")
-        if moment is not None:
-            try:
-                # 9999-12-31T23:59:59-14:00 is a valid ISO time but lies past datetime.max in UTC: comparing or
-                # storing it would raise OverflowError (a 500) instead of this refusal.
-                moment.astimezone(timezone.utc)
-            except OverflowError:
-                raise jobtypes.InvalidPayload(f"{name} is out of range (years 1 to 9999 in UTC)") from None
+    if job.run_at is not None or job.expires_at is not None:  # most jobs have neither (the bulk path)
+        _check_times(job)
     if job.expires_at is not None and job.run_at is not None and job.expires_at <= job.run_at:
         raise jobtypes.InvalidPayload("expires_at must be after run_at")
     # Checked here rather than by the database, whose error would abort the caller's transaction.
@@ -107,6 +98,20 @@ def prepare_row(job: NewJob, types: dict | None = None) -> dict:
         "expires_at": job.expires_at, "correlation_id": job.correlation_id, "event_id": job.event_id,
         "payload_json": payload_json,
     }
+
+
+def _check_times(job: NewJob) -> None:
+    for name, moment in (("run_at", job.run_at), ("expires_at", job.expires_at)):
+        if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
+            # A naive time would be read in the session's time zone: refuse it.
+            raise jobtypes.InvalidPayload(f"{name} must be timezone-aware")
+        if moment is not None:
+            try:
+                # 9999-12-31T23:59:59-14:00 is a valid ISO time but lies past datetime.max in UTC: comparing or
+                # storing it would raise OverflowError (a 500) instead of this refusal.
+                moment.astimezone(timezone.utc)
+            except OverflowError:
+                raise jobtypes.InvalidPayload(f"{name} is out of range (years 1 to 9999 in UTC)") from None
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -158,7 +163,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
     checks the result against ``SELECT *``, so a column added to jobs cannot
     be missed here.
     """
-    got = db.one(conn, "job_insert", row)
+    got = db.one(conn, "job_insert" if row["idempotency_key"] is not None else "job_insert_new", row)
     if got is None:
         return None
     return {
@@ -251,16 +256,20 @@ def _copy_text(value) -> str:
 def _copy_jobs(conn: psycopg.Connection, rows: list[dict]) -> None:
     """Insert prepared jobs (none with an idempotency key or a run_at) with one COPY."""
     lines = []
+    hexes: dict = {}  # tenant id -> its 32 hex digits: a batch names few tenants, each many times
     for r in rows:
+        tenant = hexes.get(r["tenant_id"])
+        if tenant is None:
+            tenant = hexes[r["tenant_id"]] = r["tenant_id"].hex
         payload = r["payload_json"]
         if "\\" in payload:  # JSON text has no raw tab, newline or CR; its escapes are backslashes
             payload = payload.replace("\\", "\\\\")
         if (r["group_key"] is None and r["expires_at"] is None and r["correlation_id"] is None
                 and r["event_id"] is None):
-            lines.append(f'{r["id"].hex}\t{_copy_text(r["type"])}\t{r["version"]}\t{r["tenant_id"].hex}\t'
+            lines.append(f'{r["id"].hex}\t{_copy_text(r["type"])}\t{r["version"]}\t{tenant}\t'
                          f'{r["queue"]}\t{r["priority"]}\t\\N\t{payload}\t{r["max_attempts"]}\t\\N\t\\N\t\\N\n')
         else:
-            lines.append(f'{r["id"].hex}\t{_copy_text(r["type"])}\t{r["version"]}\t{r["tenant_id"].hex}\t'
+            lines.append(f'{r["id"].hex}\t{_copy_text(r["type"])}\t{r["version"]}\t{tenant}\t'
                          f'{r["queue"]}\t{r["priority"]}\t{_copy_text(r["group_key"])}\t{payload}\t'
                          f'{r["max_attempts"]}\t{_copy_text(_iso(r["expires_at"]))}\t'
                          f'{_copy_text(r["correlation_id"])}\t{_copy_text(r["event_id"])}\n')

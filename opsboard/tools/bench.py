@@ -306,6 +306,13 @@ def enqueue_many(b: Bench) -> None:
     b.reset()
 
 
+def enqueue_cost(b: Bench) -> None:
+    """Per job: WAL bytes and records, server and producer CPU of single enqueues (--jobs N, default 2,000)
+    and enqueue_many (20 x 1,000); pgqueuer's beside them when installed."""
+    from .bench_enqueue import enqueue_cost as run
+    run(b)
+
+
 def _process(b: Bench, workers: int, queues: str | None = None) -> None:
     queues = queues or BENCH_QUEUES
     n = b.jobs or 20_000
@@ -848,6 +855,7 @@ def prune(b: Bench) -> None:
 SCENARIOS: dict[str, Callable[[Bench], None]] = {
     "enqueue_single": enqueue_single,
     "enqueue_many": enqueue_many,
+    "enqueue_cost": enqueue_cost,
     "process_1": process_1,
     "process_2": process_2,
     "latency_idle": latency_idle,

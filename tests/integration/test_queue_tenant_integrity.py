@@ -162,6 +162,9 @@ def test_enqueue_returns_exactly_the_stored_row(conn, tenant):
         {"idempotency_key": "k-1", "group_key": "g\t1", "correlation_id": "req\\1", "event_id": str(uuid.uuid4()),
          "run_at": run_at, "expires_at": run_at + timedelta(days=1), "priority": -3, "max_attempts": 7,
          "queue": "bulk"},
+        # Every option but a key: job_insert_new, the plain INSERT.
+        {"group_key": "g\t2", "correlation_id": "req\\2", "event_id": str(uuid.uuid4()), "run_at": run_at,
+         "expires_at": run_at + timedelta(days=1), "priority": 4, "max_attempts": 2, "queue": "critical"},
     ]
     for i, options in enumerate(cases):
         payload = {"key": f"k{i}", "n": 1e16, "text": "a\\b\"c\nد"}

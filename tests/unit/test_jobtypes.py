@@ -86,6 +86,10 @@ def test_payload_size_is_limited_in_utf8_bytes():
     # Persian letters are two bytes each in UTF-8.
     with pytest.raises(InvalidPayload, match="bytes"):
         validate(free, {"s": "س" * (limit // 2)})
+    # Four bytes each: a quarter of the limit in characters is already over it with the JSON around.
+    with pytest.raises(InvalidPayload, match="bytes"):
+        validate(free, {"s": "😀" * (limit // 4)})
+    assert validate(free, {"s": "😀" * ((limit - overhead) // 4)})
 
 
 def test_a_type_without_fields_takes_any_object():
