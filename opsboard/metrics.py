@@ -134,7 +134,7 @@ def depth_drift(conn: psycopg.Connection) -> list[dict]:
     waiting and dead job: for ``opsboard depth-check`` and the tests.  Then each tenant's
     row of ``tenant_depth`` against ``queue_depth`` summed per tenant (queue and type ``*``)."""
     drift = db.all_rows(conn, "queue_depth_recount")  # one statement: one snapshot
-    return drift + db.all_rows(conn, "tenant_depth_recount")
+    return drift + db.all_rows(conn, "queue_depth_tenant_recount")
 
 
 def depth_repair(conn: psycopg.Connection) -> int:

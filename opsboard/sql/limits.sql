@@ -132,7 +132,7 @@ FROM fresh f FULL JOIN kept k
 WHERE coalesce(f.jobs, 0) <> coalesce(k.jobs, 0)
 ORDER BY 1, 2, 3, 4;
 
--- name: tenant_depth_recount
+-- name: queue_depth_tenant_recount
 -- The self-check of tenant_depth (0049): each tenant's row against queue_depth
 -- summed per tenant and status (both maintained; queue_depth_recount checks
 -- queue_depth against the jobs).  Returns only the tenants and statuses that differ.
