@@ -123,6 +123,22 @@ def _state(d):
     return d["status"], d["error_code"]
 
 
+def _dies_on_its_last_attempt(db_url, job, event_id, channel):
+    """A worker claims the provider job's last attempt and dies: the reaper makes it dead
+    (lease_expired) while its delivery is still queued; then the expiry service's safety net runs."""
+    from opsboard import jobqueue
+    from worker.services.reaper import Reaper
+    _last_attempt(db_url, job)
+    with connect(db_url) as c:
+        claimed = jobqueue.claim_batch(c, job["queue"], "doomed-worker", 200, 30)
+        assert job["id"] in [r["id"] for r in claimed]
+        c.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job["id"],))
+        Reaper().run_once(c)
+        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "dead"
+        assert _state(_delivery(db_url, event_id, channel)) == ("queued", None)
+        Expiry().run_once(c)
+
+
 # ---------------------------------------------------------------- inbox
 
 
@@ -171,19 +187,8 @@ def test_email_out_of_retries_is_failed(db_url, sandbox, runner, provider_settin
 def test_email_whose_worker_died_on_the_last_attempt_is_failed(db_url, sandbox, runner, provider_settings):
     """No handler said anything: the reaper makes the job dead (lease_expired) and the expiry service's
     safety net (delivery_settle_dead_jobs) fails the delivery instead of leaving it queued."""
-    from opsboard import jobqueue
-    from worker.services.reaper import Reaper
     _, ev, _ = _fan_out(db_url, sandbox)
-    job = _hand_over(db_url, runner, ev, "email")
-    _last_attempt(db_url, job)
-    with connect(db_url) as c:
-        claimed = jobqueue.claim_batch(c, job["queue"], "doomed-worker", 200, 30)
-        assert job["id"] in [r["id"] for r in claimed]
-        c.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job["id"],))
-        Reaper().run_once(c)
-        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "dead"
-        assert _state(_delivery(db_url, ev, "email")) == ("queued", None)
-        Expiry().run_once(c)
+    _dies_on_its_last_attempt(db_url, _hand_over(db_url, runner, ev, "email"), ev, "email")
     assert _state(_delivery(db_url, ev, "email")) == ("failed", "lease_expired")
 
 
@@ -391,19 +396,8 @@ def test_push_out_of_retries_is_failed(db_url, sandbox, runner, push_settings):
 def test_push_whose_worker_died_on_the_last_attempt_is_failed(db_url, sandbox, runner, push_settings):
     """As for email: the reaper makes the push.send job dead and the safety net
     (delivery_settle_dead_push_jobs) fails the push delivery instead of leaving it queued."""
-    from opsboard import jobqueue
-    from worker.services.reaper import Reaper
     _, ev, _ = _fan_out(db_url, sandbox, device=True)
-    job = _hand_over(db_url, runner, ev, "push")
-    _last_attempt(db_url, job)
-    with connect(db_url) as c:
-        claimed = jobqueue.claim_batch(c, job["queue"], "doomed-worker", 200, 30)
-        assert job["id"] in [r["id"] for r in claimed]
-        c.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job["id"],))
-        Reaper().run_once(c)
-        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "dead"
-        assert _state(_delivery(db_url, ev, "push")) == ("queued", None)
-        Expiry().run_once(c)
+    _dies_on_its_last_attempt(db_url, _hand_over(db_url, runner, ev, "push"), ev, "push")
     assert _state(_delivery(db_url, ev, "push")) == ("failed", "lease_expired")
     assert sandbox.records("push") == []                                  # nothing reached the push service
 
