@@ -2,11 +2,11 @@
 field, admission (backpressure) and Idempotency-Key replay.
 
 A POST view hands :func:`respond` the validated request and a function doing
-the work on a connection inside one transaction; ``respond`` checks the
-Idempotency-Key (replaying the first answer, or 409 for another body), asks
-the core's admission (429/503 with Retry-After, decided in one
-statement, never a wait), then runs the work and stores its answer in the
-same transaction.
+the work on a connection inside one transaction; ``respond`` asks the core's
+admission (429/503 with Retry-After, decided in one statement of its own,
+never a wait) together with the Idempotency-Key's stored answer (replaying the
+first answer, or 409 for another body), then runs the work and stores its
+answer in one transaction, giving the token back when nothing is stored.
 """
 from __future__ import annotations
 
@@ -147,23 +147,37 @@ def idempotency_key() -> str | None:
 
 
 def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connection], tuple[int, dict]]):
-    """Run ``work`` under admission and Idempotency-Key semantics; returns the Flask response."""
-    tenant_id = key["tenant_id"]
+    """Run ``work`` under admission and Idempotency-Key semantics; returns the Flask response.
 
-    def admit(conn):
-        # Admission inside the request's transaction: one commit per request, and a request that
-        # fails later (422) gives its token back.  The bucket's row stays locked until this commit,
-        # which serialises one tenant's requests only for the length of their insert and commit.
-        verdict = backpressure.admission(conn, tenant_id, queue, high_water=get_config().high_water)
+    Admission (the queue's mark, the tenant's token) is one statement in a short transaction of its
+    own, committed without waiting for its WAL flush (:func:`opsboard.outbox.publish.take_admission`,
+    the same as ``POST /events``): the tenant's bucket row is locked for that statement only, never
+    through the work's insert and durable commit, which serialised one tenant's concurrent requests
+    on the disk's flush time.  With an Idempotency-Key the same statement reads the key's stored
+    answer, and then takes no token.  A request that took a token and then stores nothing (its work
+    fails: 4xx or 5xx, or a concurrent request with the same key wins) gives the token back.
+    """
+    from ...outbox.publish import refund_token, take_admission
+    tenant_id = key["tenant_id"]
+    adm = backpressure.admission_params(tenant_id, queue, high_water=get_config().high_water)
+
+    def admit(conn, stored_key):
+        row = take_admission(conn, adm, stored_key)
+        if row["prior_hash"] is not None:
+            return {"request_hash": row["prior_hash"], "status": row["prior_status"],
+                    "response": row["prior_response"]}
+        verdict = backpressure.admission_verdict(row, queue, adm["mark"])
         if not verdict.accepted:
             raise Problem(verdict.status, verdict.code, verdict.message, headers=verdict.headers())
-        g.admitted_at = verdict.at  # the transaction's clock: views may write it instead of reading it back
+        g.admitted_at = verdict.at  # the admission's clock: views may write it instead of reading it back
+        return None
 
-    return idempotent(tenant_id, body, work, before=admit)
+    return idempotent(tenant_id, body, work, admit=admit, refund=lambda conn: refund_token(conn, adm["name"]))
 
 
 def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, dict]], *, namespace: str = "",
-               before: Callable[[psycopg.Connection], None] | None = None, not_replayed: tuple[str, ...] = (),
+               admit: Callable[[psycopg.Connection, str | None], dict | None] | None = None,
+               refund: Callable[[psycopg.Connection], None] | None = None, not_replayed: tuple[str, ...] = (),
                still_there: Callable[[psycopg.Connection, dict], bool] | None = None):
     """The one Idempotency-Key helper of every create endpoint: run ``work`` in one transaction and, with
     a key, remember its answer.  The same key with the same body (and method and path) answers the
@@ -172,6 +186,11 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
     ``body`` is what identifies the request (the JSON body, or form fields and upload digests);
     ``namespace`` separates keys of different callers of one tenant (a user token's user id);
     fields named in ``not_replayed`` (a secret shown once) are not stored, so a replay lacks them.
+
+    ``admit(conn, stored key or None)``, when given, runs before the transaction in place of the
+    stored-answer lookup: it returns the key's stored answer (a row with ``request_hash``, ``status``
+    and ``response``) or None, or raises a refusal; ``refund(conn)`` undoes what it took when the
+    transaction then stores nothing (it raised, or a concurrent request with the same key won).
 
     ``still_there(conn, stored answer)`` says whether the resource the first request created
     still exists; when it was deleted since, a replay answers 409 ``idempotency_key_resource_gone``
@@ -185,26 +204,36 @@ def idempotent(tenant_id, body, work: Callable[[psycopg.Connection], tuple[int, 
         stored_key, digest = idempotency_digest(idem, body, namespace)
     database = get_db()
     with database.connection() as conn:
-        if idem is not None:
+        if admit is not None:
+            stored = admit(conn, stored_key)
+        elif idem is not None:
             stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
-            if stored is not None:
-                return _replay(stored, digest, conn, still_there)
-        # Pipeline mode: BEGIN travels with the admission statement, saving a round trip.
-        with (conn.pipeline() if before is not None else contextlib.nullcontext()), conn.transaction():
-            if before is not None:
-                before(conn)
-            if idem is not None:
-                # Waits for a concurrent request holding the same key to finish.
-                if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": stored_key,
-                                                          "request_hash": digest}) is None:
-                    stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
-                    return _replay(stored, digest, conn, still_there)
-            status, answer = work(conn)
-            if idem is not None:
-                db.execute(conn, "api_idempotency_store", {"tenant_id": tenant_id, "key": stored_key,
-                                                           "status": status, "response": Jsonb(
-                                                               {k: v for k, v in answer.items()
-                                                                if k not in not_replayed})})
+        else:
+            stored = None
+        if stored is not None:
+            return _replay(stored, digest, conn, still_there)
+        try:
+            # Pipeline mode: BEGIN travels with the first statement of the work, saving a round trip.
+            with (conn.pipeline() if admit is not None else contextlib.nullcontext()), conn.transaction():
+                if idem is not None:
+                    # Waits for a concurrent request holding the same key to finish.
+                    if db.one(conn, "api_idempotency_claim", {"tenant_id": tenant_id, "key": stored_key,
+                                                              "request_hash": digest}) is None:
+                        stored = db.one(conn, "api_idempotency_get", {"tenant_id": tenant_id, "key": stored_key})
+                if stored is None:
+                    status, answer = work(conn)
+                    if idem is not None:
+                        db.execute(conn, "api_idempotency_store", {
+                            "tenant_id": tenant_id, "key": stored_key, "status": status,
+                            "response": Jsonb({k: v for k, v in answer.items() if k not in not_replayed})})
+        except BaseException:
+            if refund is not None:
+                refund(conn)
+            raise
+        if stored is not None:
+            if refund is not None:
+                refund(conn)
+            return _replay(stored, digest, conn, still_there)
     resp = jsonify(answer)
     resp.status_code = status
     return resp
