@@ -145,6 +145,12 @@ class JobType:
     #: Producers may enqueue it over ``POST /api/v1/jobs``.  Internal types (a delivery, a fan-out,
     #: a report slice) are enqueued only by the product itself, which makes the rows they read.
     public: bool = False
+    #: The name of a query (``opsboard/sql``) run in an operator's replay of a dead job of this type,
+    #: in the replay's transaction, with the dead job's ``tenant_id`` and ``payload`` (jsonb): it
+    #: puts back what the dead job's failure settled for good (the message and the notification
+    #: delivery it failed go back to queued), so the replay's outcome is the one recorded.  It
+    #: returns one row per thing reopened (``id``), which the replay's audit row lists.
+    on_replay: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,12 +305,13 @@ def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
            description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,
-           public: bool = False, **policy: Any) -> JobType:
+           public: bool = False, on_replay: str | None = None, **policy: Any) -> JobType:
     """Register a job type in ``cat``; redefining the same (name, version) replaces it.
 
     ``handler`` (and ``prepare_batch``) are ``"module:function"`` paths, resolved by the
     worker when it starts (it refuses to start when one points nowhere).  ``public`` types
-    may be enqueued over the HTTP API; the others only by the product's own code.
+    may be enqueued over the HTTP API; the others only by the product's own code.  ``on_replay``
+    names the query an operator's replay of a dead job runs (see :attr:`JobType.on_replay`).
     """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -312,7 +319,7 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
         if path is not None and not (isinstance(path, str) and _HANDLER_RE.fullmatch(path)):
             raise ValueError(f"job type {name!r}: {what} {path!r} must be 'module:function'")
     jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description,
-                 prepare_batch, bool(relaxed_effects), bool(public))
+                 prepare_batch, bool(relaxed_effects), bool(public), on_replay)
     cat.job_types[(jt.name, jt.version)] = jt
     cat.changed()
     return jt

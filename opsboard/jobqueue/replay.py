@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import audit, db
+from .. import audit, db, jobtypes
 from ..auth import TenantScope
 from ..schema import JobStatus, new_id
 from .enqueue import _insert_one, ALL_TENANTS, QueueError
@@ -58,9 +58,12 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
             # or the producer enqueued it again): that job is the replay.
             inserted = db.one(conn, "job_get_live_by_key", row)
             db.execute(conn, "job_replay_link_insert", {"dead_job_id": dead["id"], "job_id": inserted["id"]})
+        after = {"job_id": str(inserted["id"])}
+        reopened = _reopen(conn, dead)
+        if reopened:
+            after["reopened"] = reopened
         ctx.write(tenant_id=dead["tenant_id"],
-                  before={"status": "dead", "last_error_code": dead["last_error_code"]},
-                  after={"job_id": str(inserted["id"])})
+                  before={"status": "dead", "last_error_code": dead["last_error_code"]}, after=after)
         return {**inserted, "created": created, "repeated": False, "dead_job_id": dead["id"]}
 
     def repeat(previous: dict) -> dict:
@@ -72,6 +75,19 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
     return audit.operator_action(
         conn, actor, "job.replay", target_type="job", target_id=jid, reason=reason, request_key=request_key,
         perform=perform, repeat=repeat)
+
+
+def _reopen(conn: psycopg.Connection, dead: dict) -> list[str]:
+    """Run the dead job's type's ``on_replay`` query (:attr:`opsboard.jobtypes.JobType.on_replay`): what
+    the dead job's failure settled for good goes back to waiting for the replay.  The ids it reopened."""
+    try:
+        query = jobtypes.get(dead["type"], dead["version"]).on_replay
+    except jobtypes.UnknownJobType:
+        return []  # a type no longer in the catalogue: its handler is gone too, nothing to reopen
+    if query is None:
+        return []
+    rows = db.all_rows(conn, query, {"tenant_id": dead["tenant_id"], "payload": Jsonb(dead["payload"]), "now": None})
+    return [str(r["id"]) for r in rows]
 
 
 @dataclass

@@ -224,6 +224,26 @@ WITH m AS (
 )
 SELECT id FROM m;
 
+-- name: outbound_message_reopen
+-- An operator replays a dead email.send / sms.send / sms.otp job (jobtypes' on_replay, in the
+-- replay's transaction; %(payload)s is the dead job's): its message, failed by that job, goes
+-- back to queued, and so does the notification delivery that handed it (failed, or expired when
+-- the job ran out of time), so the replay's answer (sent, or failed again) is the one recorded.
+-- Nothing else moves: a message sent, or a delivery past sent (delivered, bounced), stays.
+WITH m AS (
+    UPDATE outbound_messages SET status = 'queued'
+    WHERE id = (%(payload)s::jsonb ->> 'message_id')::uuid AND tenant_id = %(tenant_id)s AND status = 'failed'
+    RETURNING id, tenant_id, channel
+), d AS (
+    UPDATE deliveries d SET status = 'queued', error_code = NULL, updated_at = coalesce(%(now)s::timestamptz, now())
+    FROM outbound_messages o
+    WHERE o.id = (%(payload)s::jsonb ->> 'message_id')::uuid AND o.tenant_id = %(tenant_id)s
+      AND d.provider_ref = o.id::text AND d.tenant_id = o.tenant_id AND d.channel = o.channel
+      AND d.status IN ('failed', 'expired')
+    RETURNING d.id
+)
+SELECT id FROM m UNION ALL SELECT id FROM d;
+
 -- name: push_subscription_upsert
 -- Store a browser's subscription; the same endpoint again replaces its keys and revives it.  Only its
 -- owner's (or, once the owner revoked it, anyone's): another user's endpoint returns no row (refused).

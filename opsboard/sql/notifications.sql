@@ -285,6 +285,22 @@ WHERE n.id = %(notification_id)s AND n.tenant_id = %(tenant_id)s
   AND (d.status = 'queued' OR (d.status IN ('failed', 'expired') AND %(status)s = 'sent'))
 RETURNING d.id, d.status;
 
+-- name: delivery_push_reopen
+-- An operator replays a dead push.send job (jobtypes' on_replay, in the replay's transaction;
+-- %(payload)s is the dead job's): the push delivery of its inbox row, failed (by that job or by
+-- another device's), goes back to queued, so the replay's answer is the one recorded (sent, or
+-- failed again; the safety net fails it if the replay dies unheard).  A push of no inbox row, or a
+-- delivery expired (the device is gone), moves nothing.
+UPDATE deliveries d SET status = 'queued', error_code = NULL, updated_at = coalesce(%(now)s::timestamptz, now())
+FROM notifications n
+WHERE n.id = CASE WHEN %(payload)s::jsonb ->> 'notification_id'
+                       ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                  THEN (%(payload)s::jsonb ->> 'notification_id')::uuid END
+  AND n.tenant_id = %(tenant_id)s
+  AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.tenant_id = n.tenant_id
+  AND d.channel = 'push' AND d.status = 'failed'
+RETURNING d.id;
+
 -- name: delivery_expire_for_jobs
 -- The expiry service made these jobs dead as expired: an email or SMS delivery whose provider
 -- job never ran before its time to live is expired (it was never sent).  Only from queued.

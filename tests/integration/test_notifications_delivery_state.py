@@ -20,7 +20,7 @@ from opsboard import auth, db, outbox
 from opsboard.deliveries import messages
 from opsboard.notifications import fanout, policy, preferences
 from opsboard.outbox import EventField
-from tests.conftest import CATALOGUE, connect, make_config
+from tests.conftest import CATALOGUE, connect, make_config, wait_for
 from tests.integration.test_email_push import push_settings  # noqa: F401
 from tests.support.delivery import provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
@@ -400,6 +400,73 @@ def test_push_whose_worker_died_on_the_last_attempt_is_failed(db_url, sandbox, r
     _dies_on_its_last_attempt(db_url, _hand_over(db_url, runner, ev, "push"), ev, "push")
     assert _state(_delivery(db_url, ev, "push")) == ("failed", "lease_expired")
     assert sandbox.records("push") == []                                  # nothing reached the push service
+
+
+# ---------------------------------------------------------------- an operator's replay
+
+
+def _replay(db_url, dead_job):
+    """An operator replays the dead provider job (as the dead-letter page does): the new job and the
+    audit row's ``after``."""
+    from opsboard import audit, jobqueue
+    with connect(db_url) as c:
+        with c.transaction():
+            replayed = jobqueue.replay(c, dead_job["id"], audit.Actor("ops@example.test"), "provider is back", None)
+        after = c.execute("SELECT after FROM audit_log WHERE action = 'job.replay' AND target_id = %s",
+                          (str(dead_job["id"]),)).fetchone()["after"]
+    return replayed, after
+
+
+@pytest.mark.parametrize("channel, route, refused", [("email", "smtp", "smtp_550"),
+                                                     ("sms", "/sms/messages", "sms_400"),
+                                                     ("push", "/push/", "push_400")])
+def test_a_replayed_provider_job_that_succeeds_makes_its_delivery_sent(db_url, sandbox, runner, push_settings,
+                                                                       channel, route, refused):
+    """The provider refused for good (the job dead, the delivery failed); the provider is fixed and an
+    operator replays the dead job: the delivery goes back to queued with the replay and ends sent --
+    before, it stayed failed while the message reached the recipient."""
+    _, ev, _ = _fan_out(db_url, sandbox, device=channel == "push")
+    job = _hand_over(db_url, runner, ev, channel)
+    sandbox.fault(route, status=550 if channel == "email" else 400)
+    assert _run(runner, job)["status"] == "dead"
+    failed = _delivery(db_url, ev, channel)
+    assert _state(failed) == ("failed", refused)
+    sandbox.clear_faults()
+    replayed, after = _replay(db_url, job)
+    assert _state(_delivery(db_url, ev, channel)) == ("queued", None)
+    assert str(failed["id"]) in after["reopened"]                       # the audit row says what it reopened
+    assert _run(runner, replayed)["status"] == "succeeded"
+    assert _state(_delivery(db_url, ev, channel)) == ("sent", None)
+    if channel != "push":
+        with connect(db_url) as c:
+            assert c.execute("SELECT status FROM outbound_messages WHERE id = %s::uuid",
+                             (failed["provider_ref"],)).fetchone()["status"] == "sent"
+
+
+def test_a_replayed_provider_job_that_fails_again_leaves_its_delivery_failed(db_url, sandbox, runner,
+                                                                             provider_settings):
+    _, ev, _ = _fan_out(db_url, sandbox)
+    job = _hand_over(db_url, runner, ev, "email")
+    sandbox.fault("smtp", status=550)
+    assert _run(runner, job)["status"] == "dead"
+    replayed, _ = _replay(db_url, job)
+    sandbox.fault("smtp", status=554)
+    assert _run(runner, replayed)["status"] == "dead"
+    assert _state(_delivery(db_url, ev, "email")) == ("failed", "smtp_554")
+
+
+def test_replaying_a_provider_job_never_moves_a_delivery_past_sent(db_url, sandbox, runner, provider_settings, web):
+    """A bounce (a DSN) is final: replaying a dead job of the same message does not reopen it."""
+    _, ev, email = _fan_out(db_url, sandbox)
+    sandbox.email_outcome(email, "failed")
+    job = _hand_over(db_url, runner, ev, "email")
+    assert _run(runner, job)["status"] == "succeeded"
+    wait_for(lambda: _delivery(db_url, ev, "email")["status"] == "bounced", timeout=10, message="the DSN")
+    with connect(db_url) as c:
+        c.execute("UPDATE jobs SET status = 'dead', last_error_code = 'smtp_550' WHERE id = %s", (job["id"],))
+    replayed, after = _replay(db_url, job)
+    assert "reopened" not in after
+    assert _delivery(db_url, ev, "email")["status"] == "bounced"
 
 
 # ---------------------------------------------------------------- where people see it
