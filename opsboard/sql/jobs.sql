@@ -47,6 +47,14 @@ SELECT * FROM jobs
 WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND idempotency_key = %(idempotency_key)s
   AND status <> 'dead';
 
+-- name: job_unfinished_by_key
+-- Whether a job of one of %(types)s holding an idempotency key is still to run or running
+-- (pending, running, retryable: not yet succeeded, dead or cancelled).
+SELECT id, status FROM jobs
+WHERE tenant_id = %(tenant_id)s AND type = ANY(%(types)s::text[]) AND idempotency_key = %(idempotency_key)s
+  AND status IN ('pending', 'running', 'retryable')
+LIMIT 1;
+
 -- name: job_replay_link_insert
 -- A dead job's replay is a live job that does not name it in replay_of (it
 -- held the dead job's idempotency key already): recorded so that the dead job

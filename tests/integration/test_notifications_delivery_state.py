@@ -312,6 +312,52 @@ def test_sms_still_on_its_way_is_asked_again_and_a_late_report_never_moves_a_fin
     assert _state(_delivery(db_url, ev, "sms")) == ("delivered", None)
 
 
+def _status_job(db_url, ev):
+    with connect(db_url) as c:
+        return c.execute("SELECT * FROM jobs WHERE type = 'notifications.sms_status' AND idempotency_key = %s",
+                         (f"sms_status:{_delivery(db_url, ev, 'sms')['id']}",)).fetchone()
+
+
+def test_the_receipt_query_waits_for_an_sms_not_sent_yet_without_spending_attempts(
+        db_url, sandbox, runner, provider_settings):
+    """The gateway is down, so sms.send retries (for minutes, or for as long as an operator holds the
+    provider): the receipt query snoozes meanwhile instead of spending its attempts -- before, it went
+    dead with sms_not_sent_yet -- and asks once the SMS is sent."""
+    _, ev, _ = _fan_out(db_url, sandbox, phone="+989121110009")
+    send = _hand_over(db_url, runner, ev, "sms")
+    sandbox.fault("/sms/messages", status=503)
+    assert _run(runner, send)["status"] == "retryable"
+    status_job = _status_job(db_url, ev)
+    with connect(db_url) as c:      # its last attempt: a Retryable would make it dead
+        c.execute("UPDATE jobs SET max_attempts = 1 WHERE id = %s", (status_job["id"],))
+    runner.make_due(status_job["id"])
+    waited = _run(runner, status_job)
+    assert (waited["status"], waited["last_error_code"], waited["attempts"]) == ("pending", "sms_not_sent_yet", 0)
+    assert waited["available_at"] > waited["started_at"]
+    sandbox.clear_faults()
+    runner.make_due(send["id"])
+    assert _run(runner, send)["status"] == "succeeded"
+    runner.make_due(status_job["id"])
+    assert _run(runner, status_job)["status"] == "succeeded"
+    assert _state(_delivery(db_url, ev, "sms")) == ("delivered", None)
+
+
+def test_the_receipt_query_ends_when_its_sms_job_was_cancelled(db_url, sandbox, runner, provider_settings):
+    """An operator cancelled the sms.send job before it sent anything: no SMS will be sent, so the
+    receipt query has nothing to ask and ends at once (it snoozes only while a send is to come)."""
+    from opsboard import audit, jobqueue
+    _, ev, _ = _fan_out(db_url, sandbox, phone="+989121110010")
+    send = _hand_over(db_url, runner, ev, "sms")
+    with connect(db_url) as c:
+        jobqueue.cancel(c, send["id"], actor=audit.Actor("ops@example.test"), reason="wrong number")
+    status_job = _status_job(db_url, ev)
+    with connect(db_url) as c:
+        c.execute("UPDATE jobs SET max_attempts = 1 WHERE id = %s", (status_job["id"],))
+    runner.make_due(status_job["id"])
+    assert _run(runner, status_job)["status"] == "succeeded"
+    assert sandbox.records("sms") == []                                   # nothing sent, nothing asked
+
+
 def test_sms_refused_by_the_gateway_is_failed(db_url, sandbox, runner, provider_settings):
     _, ev, _ = _fan_out(db_url, sandbox, phone="+989121110006")
     job = _hand_over(db_url, runner, ev, "sms")

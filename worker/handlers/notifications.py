@@ -39,6 +39,9 @@ from worker.providers import sms as sms_provider
 GENERIC_TITLE = "New notification"
 #: First look at an SMS's fate this long after the deliver job (then the job type's backoff).
 SMS_STATUS_AFTER = timedelta(seconds=30)
+#: How long the receipt query waits, without spending an attempt, while its SMS's provider job has
+#: not sent it yet (retrying a gateway fault, or held by an operator's pause).
+SMS_NOT_SENT_SNOOZE = 60.0
 #: The gateway's delivery report -> the delivery's final state.  "undeliverable": the network
 #: took it and the handset's side returned it (a bounce); "expired": its validity period ran out
 #: before the handset took it; "failed"/"rejected": refused.
@@ -140,8 +143,10 @@ def sms_status(job):
     """A sent SMS delivery -> delivered / bounced / expired / failed from the gateway's delivery
     report, asked by client id (:data:`SMS_REPORT_STATES`).
 
-    Retryable while the provider job has not sent it yet or the gateway has it
-    on its way; a delivery in a final state is left alone (idempotent).
+    Retryable while the gateway has it on its way; snoozed (no attempt spent) while its provider
+    job has not sent it yet, however long that job retries or is held, and done when that job ended
+    without sending it (its end settled the delivery); a delivery in a final state is left alone
+    (idempotent).
     """
     delivery_id = _uuid(job.payload["delivery_id"], "delivery_id")
     with job.connection() as conn:
@@ -156,8 +161,13 @@ def sms_status(job):
             return retry.Permanent("message_gone")
         if msg["status"] == "failed":            # sms.send ended it (outbound_message_failed moved the delivery)
             return None
-    if msg["status"] != "sent" or d["status"] != "sent":
-        return retry.Retryable("sms_not_sent_yet")
+        if msg["status"] != "sent" or d["status"] != "sent":
+            # Not sent yet: wait for the provider job (sms.send / sms.otp, keyed by the delivery)
+            # without spending attempts; when it has ended without sending, there is nothing to ask.
+            if db.one(conn, "job_unfinished_by_key", {"tenant_id": d["tenant_id"], "types": ["sms.send", "sms.otp"],
+                                                      "idempotency_key": f"delivery:{d['id']}"}):
+                return retry.Snooze(seconds=SMS_NOT_SENT_SNOOZE, code="sms_not_sent_yet")
+            return None
     try:
         found = sms_provider.lookup(job.settings, str(msg["id"]))
     except sms_provider.StatusUnavailable as exc:
