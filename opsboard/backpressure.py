@@ -34,10 +34,11 @@ class Token:
 
 
 def take_token(conn: psycopg.Connection, name: str, rate_per_second: float, burst: int,
-               now: datetime | None = None) -> Token:
-    """Take one token from bucket ``name`` (capacity ``burst``, refilled at ``rate_per_second``)."""
+               now: datetime | None = None, floor: float = 0.0) -> Token:
+    """Take one token from bucket ``name`` (capacity ``burst``, refilled at ``rate_per_second``), only
+    while at least ``floor`` tokens stay in it (a reserve kept for takers without a floor)."""
     row = db.one(conn, "rate_limit_take", {"name": name, "capacity": float(max(1, burst)),
-                                           "rate": float(rate_per_second), "now": now})
+                                           "rate": float(rate_per_second), "now": now, "floor": float(floor)})
     return Token(bool(row["granted"]), max(0.0, float(row["wait_seconds"])))
 
 

@@ -167,6 +167,14 @@ class Provider:
     #: limit for all queues).  See :func:`concurrency_limits`.
     critical_concurrency: int | None = None
 
+    def rate_floor(self, queue: str) -> float:
+        """Tokens a job of ``queue`` must leave in the provider's bucket: with a critical share,
+        the other queues leave the same share of the burst to the critical queue, so a bulk send
+        never takes the token an OTP needs (0 for the critical queue, or without a share)."""
+        if queue == "critical" or not self.critical_concurrency or not self.concurrency or not self.burst:
+            return 0.0
+        return max(1.0, self.burst * self.critical_concurrency / self.concurrency)
+
 
 def define_provider(cat: _catalogue.Catalogue, name: str, *, concurrency: int | None = None,
                     rate_per_second: float | None = None, burst: int | None = None,
@@ -177,7 +185,9 @@ def define_provider(cat: _catalogue.Catalogue, name: str, *, concurrency: int | 
     ``critical`` queue may talk to the provider at once, apart from the other
     queues' (which get the rest).  Critical claims then check and take their
     share under a lock of their own, never under the one default and bulk
-    claims hold (see :func:`concurrency_limits`).
+    claims hold (see :func:`concurrency_limits`).  The same share of the rate
+    bucket's burst is kept for them: the other queues' jobs take a token only
+    while that reserve stays (:meth:`Provider.rate_floor`).
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError("provider concurrency must be at least 1")

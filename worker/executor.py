@@ -219,7 +219,7 @@ class Executor:
                 # From here on a crash may be this job's doing (the supervisor reads it).
                 w.running_file.mark(slot.record, row["id"])
             try:
-                waiting = self.rate_limited(jt)
+                waiting = self.rate_limited(jt, row["queue"])
                 if waiting is not None:
                     outcome = waiting
                 else:
@@ -273,13 +273,15 @@ class Executor:
             for row in group:
                 row["batch"] = batch
 
-    def rate_limited(self, jt: jobtypes.JobType) -> retry.Snooze | None:
-        """Take the provider's token; without one, snooze until the next (attempt not counted)."""
+    def rate_limited(self, jt: jobtypes.JobType, queue: str) -> retry.Snooze | None:
+        """Take the provider's token (a job of a queue other than ``critical`` leaves the critical
+        queue's reserve); without one, snooze until the next (attempt not counted)."""
         prov = jobtypes.provider(jt.policy.provider)
         if prov is None or prov.rate_per_second is None:
             return None
         with self.worker.handler_pool.connection() as conn:
-            token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1)
+            token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1,
+                               floor=prov.rate_floor(queue))
         if token.granted:
             return None
         return retry.Snooze(seconds=token.wait_seconds, code="rate_limited")

@@ -1,10 +1,12 @@
 -- name: rate_limit_take
 -- Take one token from a bucket, atomically, creating the bucket full on first use
--- (opsboard_take_token, migration 0016: the one copy of the refill arithmetic).
--- Returns whether it granted and, when not, the seconds until the next token.
+-- (opsboard_take_token, migrations 0016 and 0054: the one copy of the refill
+-- arithmetic), granting only while %(floor)s tokens would stay (0: any token; a
+-- provider's non-critical jobs leave the critical queue's reserve).  Returns
+-- whether it granted and, when not, the seconds until it would.
 SELECT granted, tokens, wait_seconds
 FROM opsboard_take_token(%(name)s::text, %(capacity)s::float8, %(rate)s::float8,
-                         coalesce(%(now)s::timestamptz, now()));
+                         coalesce(%(now)s::timestamptz, now()), %(floor)s::float8);
 
 -- name: rate_limit_refund
 -- Give one token back to a bucket (never above its capacity): a request whose

@@ -358,6 +358,34 @@ def test_the_receipt_query_ends_when_its_sms_job_was_cancelled(db_url, sandbox, 
     assert sandbox.records("sms") == []                                   # nothing sent, nothing asked
 
 
+def test_a_bulk_sms_leaves_the_gateways_critical_reserve_of_tokens_to_an_otp(db_url, sandbox, runner,
+                                                                             provider_settings):
+    """sms_gateway keeps a critical share (4 of its 8 at once): jobs of the other queues also leave that
+    share of its rate bucket's burst (20 of 40 tokens), so a broadcast's SMS can drain the bucket only
+    down to the reserve and an OTP still finds a token at once.  The bucket is set at the reserve and
+    frozen (its clock an hour ahead: no refill during the test)."""
+    from opsboard import jobtypes
+    _, ev, _ = _fan_out(db_url, sandbox, phone="+989121110011")
+    bulk = _hand_over(db_url, runner, ev, "sms")
+    _, ev2, _ = _fan_out(db_url, sandbox, phone="+989121110012", event="test_receipt.security")
+    otp = _hand_over(db_url, runner, ev2, "sms")
+    assert (bulk["type"], bulk["queue"], otp["type"], otp["queue"]) == ("sms.send", "default", "sms.otp", "critical")
+    reserve = jobtypes.provider("sms_gateway").rate_floor("default")
+    assert reserve == 20 and jobtypes.provider("sms_gateway").rate_floor("critical") == 0
+    with connect(db_url) as c:
+        c.execute("INSERT INTO rate_limits (name, capacity, refill_rate, tokens, last_granted, updated_at)"
+                  " VALUES ('provider:sms_gateway', 40, 20, %s, true, now() + interval '1 hour')"
+                  " ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at",
+                  (reserve,))
+    waited = _run(runner, bulk)
+    assert (waited["status"], waited["last_error_code"], waited["attempts"]) == ("pending", "rate_limited", 0)
+    assert _run(runner, otp)["status"] == "succeeded"
+    assert [r["to"] for r in sandbox.records("sms")] == ["+989121110012"]
+    with connect(db_url) as c:
+        assert c.execute("SELECT tokens FROM rate_limits WHERE name = 'provider:sms_gateway'").fetchone()["tokens"] \
+            == pytest.approx(reserve - 1)
+
+
 def test_sms_refused_by_the_gateway_is_failed(db_url, sandbox, runner, provider_settings):
     _, ev, _ = _fan_out(db_url, sandbox, phone="+989121110006")
     job = _hand_over(db_url, runner, ev, "sms")
