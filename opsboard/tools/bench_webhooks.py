@@ -18,6 +18,9 @@ DOWN_EVERY = 10          # every 10th endpoint answers 503: 10 %
 WINDOW = float(os.environ.get("OPSBOARD_BENCH_WINDOW", "60"))
 #: Receiver processes (the endpoints spread over them); 0 runs one sandbox in the benchmark's process.
 RECEIVERS = int(os.environ.get("OPSBOARD_BENCH_RECEIVERS", "2"))
+#: ``lean`` (default): :mod:`.bench_receiver`, asyncio, every signature verified; ``sandbox``: the
+#: provider sandbox's ``http.server`` receivers (the figures before 2026-12-02, session 2).
+RECEIVER = os.environ.get("OPSBOARD_BENCH_RECEIVER", "lean")
 #: Signed deliveries per second the platform aims at with two worker processes (issue 27).
 GOAL = 2000
 
@@ -37,6 +40,16 @@ class _Receiver:
         if not self.url.startswith("http://"):
             raise RuntimeError("a bench sandbox process did not start")
 
+    def expect(self, route: str, secret: str, status: int = 200) -> None:
+        if status != 200:
+            self.fault(route, status=status)
+
+    def attempts(self, route: str) -> int:
+        return len(self.records("webhook", route))
+
+    def verified(self) -> tuple[int, int] | None:
+        return None   # the sandbox records signatures, it does not check them
+
     def fault(self, route: str, **kw) -> None:
         req = urllib.request.Request(f"{self.url}/_sandbox/faults", json.dumps({"route": route, **kw}).encode(),
                                      {"Content-Type": "application/json"})
@@ -52,6 +65,39 @@ class _Receiver:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class _LeanReceiver:
+    """:mod:`.bench_receiver` in a process of its own: verifies every signature, answers at once."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "opsboard.tools.bench_receiver"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            raise RuntimeError("a bench receiver process did not start")
+        self._counts = None
+
+    def expect(self, route: str, secret: str, status: int = 200) -> None:
+        req = urllib.request.Request(f"{self.url}/_bench/routes",
+                                     json.dumps({route: {"secret": secret, "status": status}}).encode())
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def counts(self) -> dict:
+        if self._counts is None:
+            with urllib.request.urlopen(f"{self.url}/_bench/counts", timeout=30) as r:
+                self._counts = json.loads(r.read())
+        return self._counts
+
+    def attempts(self, route: str) -> int:
+        return self.counts().get(route, {}).get("requests", 0)
+
+    def verified(self) -> tuple[int, int]:
+        c = self.counts().values()
+        return sum(x["verified"] for x in c), sum(x["bad"] for x in c)
+
+    def stop(self) -> None:
+        _Receiver.stop(self)
 
 
 def _proc_cpu(pid: int) -> float | None:
@@ -122,8 +168,8 @@ def _statements(b, reset: bool = False) -> list[dict] | None:
             if reset:
                 c.execute("SELECT pg_stat_statements_reset(0, %s, 0)", (dbid,))
                 return []
-            return c.execute("SELECT calls, rows, query FROM pg_stat_statements WHERE dbid = %s"
-                             " ORDER BY calls DESC", (dbid,)).fetchall()
+            return c.execute("SELECT calls, rows, total_exec_time AS ms, query FROM pg_stat_statements"
+                             " WHERE dbid = %s ORDER BY calls DESC", (dbid,)).fetchall()
     except Exception:  # not loaded, or no right to create it: the figure is left out
         return None
 
@@ -142,7 +188,8 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
 
     total = b.jobs or 5000
     tenants = b.tenants(10)
-    receivers = [_Receiver() for _ in range(RECEIVERS)] or [Sandbox("127.0.0.1", 0, 0, smtp=False).start()]
+    kind = _LeanReceiver if RECEIVER == "lean" else _Receiver
+    receivers = [kind() for _ in range(RECEIVERS)] or [Sandbox("127.0.0.1", 0, 0, smtp=False).start()]
     try:
         endpoints = []
         with b.conn() as c:
@@ -151,7 +198,9 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
                 sb = receivers[i % len(receivers)]
                 ep = webhooks.create_endpoint(c, t, f"{sb.url}/hooks/ep{i}")
                 endpoints.append((t, ep["id"], i % DOWN_EVERY == 0))
-                if i % DOWN_EVERY == 0:
+                if hasattr(sb, "expect"):
+                    sb.expect(f"/hooks/ep{i}", ep["secrets"][0], 503 if i % DOWN_EVERY == 0 else 200)
+                elif i % DOWN_EVERY == 0:
                     sb.fault(f"/hooks/ep{i}", status=503)
             per_endpoint = max(1, total // ENDPOINTS)
             jobs = []
@@ -190,12 +239,18 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
             time.sleep(max(0.0, WINDOW - (time.monotonic() - start)))
             snoozed = c.execute("SELECT count(*) AS n FROM job_attempts WHERE outcome = 'snoozed'").fetchone()["n"]
         b.stop_workers()
-        down_attempts = [len(receivers[i % len(receivers)].records("webhook", f"/hooks/ep{i}"))
+        down_attempts = [receivers[i % len(receivers)].attempts(f"/hooks/ep{i}") if hasattr(receivers[0], "attempts")
+                         else len(receivers[i % len(receivers)].records("webhook", f"/hooks/ep{i}"))
                          for i in range(0, ENDPOINTS, DOWN_EVERY)]
+        checked = [r.verified() for r in receivers if hasattr(r, "verified")]
+        checked = [c for c in checked if c is not None]
+        verified_note = (f"; signatures verified by the receivers: {sum(c[0] for c in checked):,}, "
+                         f"bad: {sum(c[1] for c in checked)}" if checked else "; signatures not checked (sandbox)")
         b.add("webhooks", "signed deliveries, 100 endpoints, 10% down", row["n"] / float(row["secs"]),
               "deliv/s", f"{row['n']} delivered, {workers} worker processes --queues {slots}, "
-              + (f"{RECEIVERS} sandbox processes" if RECEIVERS else "sandbox in-process")
-              + f"; goal {GOAL:,}/s with 2 workers")
+              + (f"{RECEIVERS} {'lean receiver' if RECEIVER == 'lean' else 'sandbox'} processes" if RECEIVERS
+                 else "sandbox in-process")
+              + f"; goal {GOAL:,}/s with 2 workers" + verified_note)
         per = {k: v * 1000 / row["n"] for k, v in spent.items()}
         b.add("webhooks", "CPU per delivery: workers + db + receivers", sum(per.values()), "ms",
               f"workers {per['workers']:.3f}, database {per['database']:.3f}, receivers {per['receivers']:.3f} ms "
@@ -204,6 +259,9 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
             mine = [s for s in stmts if not any(o in s["query"] for o in _OWN)]
             calls = sum(s["calls"] for s in mine)
             top = "; ".join(f"{s['calls'] / row['n']:.3f} {' '.join(s['query'].split())[:60]}" for s in mine[:6])
+            for s in sorted(mine, key=lambda s: -s["ms"])[:8]:   # where the server's time went
+                print(f"    {s['ms'] * 1000 / row['n']:8.1f} µs/delivery {s['calls']:7d} calls  "
+                      f"{' '.join(s['query'].split())[:110]}", flush=True)
             b.add("webhooks", "statements per delivery", calls / row["n"], "stmts",
                   f"{calls / row['n']:.3f}: pg_stat_statements, every statement of the workers (BEGIN/COMMIT and "
                   f"trigger statements too), per healthy delivery: {top}")
