@@ -21,7 +21,9 @@ and urllib3's bare ``HTTPConnectionPool.urlopen`` about 175 µs (it sends the
 headers and the body in two writes, validates a ``Timeout`` and a ``Retry`` per
 call and wraps the response again), before any pinning or deadline; CPU is what
 bounds the webhooks throughput.  Both sit on :mod:`http.client`, which parses
-the answer.
+the answer; here its header block is read by :func:`parse_headers` instead of
+the :mod:`email` parser (45 -> 17 µs per answer, the same ``HTTPMessage``;
+2026-12-02, docs/performance.md, "Webhooks, part 2").
 """
 from __future__ import annotations
 
