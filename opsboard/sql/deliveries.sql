@@ -298,7 +298,7 @@ DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text;
 -- started it) as effect_begin_held does.  Committed before any request goes
 -- out.  The caller passes only the job ids and the attempts it holds them at:
 -- tenant, endpoint and event come from the job rows (a payload id that is not
--- a canonical uuid leaves the job to its handler), and a second job of the
+-- a uuid fails the statement), and a second job of the
 -- same effect key in the batch is left out (the first one in the batch's order
 -- is begun).  Rows come back only for held jobs whose endpoint exists;
 -- effect_state is NULL when no effect was begun; wait_until is set when the
@@ -313,19 +313,15 @@ WITH input AS (
     WHERE j.locked_by = %(worker)s AND j.attempts = i.attempt  -- running: locked_by is set (see job_still_held)
       AND j.locked_until > coalesce(%(now)s::timestamptz, now())
     FOR SHARE OF j
-), ids AS (
-    -- CASE: a payload id that is not a canonical uuid is never cast (its job is left to its handler).
-    SELECT l.job_id, l.attempt, l.ord, l.tenant_id,
-           CASE WHEN l.endpoint_text ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
-                THEN l.endpoint_text::uuid END AS endpoint_id,
-           CASE WHEN l.event_text ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
-                THEN l.event_text::uuid END AS event_id
-    FROM locked l
 ), held AS (
-    SELECT DISTINCT ON (k.key) i.job_id, i.attempt, i.tenant_id, i.endpoint_id, i.event_id, k.key
-    FROM ids i, LATERAL (SELECT 'webhook:' || i.event_id::text || ':' || i.endpoint_id::text AS key) k
-    WHERE i.endpoint_id IS NOT NULL AND i.event_id IS NOT NULL
-    ORDER BY k.key, i.ord
+    -- The payload's ids are cast as they are (a regular-expression check cost as much server CPU as
+    -- the rest of the statement): a batch with one that is not a uuid fails as a whole and the
+    -- caller sends it again without that job (see webhook_prepare).
+    SELECT DISTINCT ON (k.key) l.job_id, l.attempt, l.tenant_id, i.endpoint_id, i.event_id, k.key
+    FROM locked l,
+         LATERAL (SELECT l.endpoint_text::uuid AS endpoint_id, l.event_text::uuid AS event_id) i,
+         LATERAL (SELECT 'webhook:' || i.event_id::text || ':' || i.endpoint_id::text AS key) k
+    ORDER BY k.key, l.ord
 ), loaded AS (
     SELECT h.job_id, h.attempt, h.tenant_id, h.key, e.id, e.url,
            CASE WHEN e.previous_secrets_until <= coalesce(%(now)s::timestamptz, now()) THEN e.secrets[1:1]

@@ -101,8 +101,8 @@ def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox
         jobqueue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="two")
         ev2 = insert_event(c, t)
         jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)}, tenant=t)
-        # A payload whose id is not a uuid: never cast in the statement (which would fail the whole
-        # batch), left to its handler (which ends it invalid_event_id).
+        # A payload whose id is not a uuid fails the batch statement: the batch is begun again
+        # without it, and it is left to its handler (which ends it invalid_event_id).
         odd = jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)},
                                tenant=t, idempotency_key="odd")
         c.execute("UPDATE jobs SET payload = jsonb_set(payload, '{event_id}', to_jsonb(%s::text)) WHERE id = %s",

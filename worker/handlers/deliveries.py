@@ -21,6 +21,8 @@ import json
 import random
 import uuid
 
+import psycopg
+
 from opsboard import db, jobqueue, retry
 from opsboard.deliveries import breaker, webhooks
 from opsboard.deliveries.messages import render
@@ -123,18 +125,16 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
     """
     if not rows:
         return
-    params = {"job_ids": [r["id"] for r in rows], "attempts": [r["attempts"] for r in rows],
-              "worker": worker_id, "now": None}
-    # Committed before any POST, without waiting for the WAL flush (webhook.deliver has
-    # relaxed_effects: a started delivery is reconciled by sending again with the same
-    # webhook-id): SET LOCAL, the statement and COMMIT in one round trip.
-    with conn.pipeline():
-        with conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = off")
-            cur = db.execute(conn, "webhook_deliveries_begin", params)
+    try:
+        found = _begin_batch(conn, worker_id, rows)
+    except psycopg.errors.InvalidTextRepresentation:
+        # A payload id that is not a uuid (enqueue validates them; a row written otherwise) failed
+        # the statement, which began nothing: again without the jobs whose ids do not parse.
+        good = [r for r in rows if _ids_parse(r)]
+        found = _begin_batch(conn, worker_id, good) if good else []
     by_job: dict = {}
     bodies: dict = {}
-    for r in cur.fetchall():
+    for r in found:
         if r["wait_until"] is not None:
             # An endpoint whose breaker admits no call now: its jobs snooze until then with no
             # round trip (the admit of each one was three; see docs/performance.md, webhooks).
@@ -155,6 +155,30 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
         ep = by_job.get(row["id"])
         if ep is not None:
             row["prepared"] = ep
+
+
+def _begin_batch(conn, worker_id: str, rows: list[dict]) -> list[dict]:
+    params = {"job_ids": [r["id"] for r in rows], "attempts": [r["attempts"] for r in rows],
+              "worker": worker_id, "now": None}
+    # Committed before any POST, without waiting for the WAL flush (webhook.deliver has
+    # relaxed_effects: a started delivery is reconciled by sending again with the same
+    # webhook-id): SET LOCAL, the statement and COMMIT in one round trip.
+    with conn.pipeline():
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            cur = db.execute(conn, "webhook_deliveries_begin", params)
+    return cur.fetchall()
+
+
+def _ids_parse(row: dict) -> bool:
+    try:
+        for field in ("endpoint_id", "event_id"):
+            value = row["payload"].get(field)
+            if value is not None:
+                uuid.UUID(str(value))
+        return True
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def webhook_deliver(job):
