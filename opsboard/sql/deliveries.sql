@@ -316,18 +316,32 @@ DELETE FROM circuit_breakers WHERE name = 'endpoint:' || %(id)s::text;
 -- attempted (endpoint enabled, event of the job's tenant, breaker closed or
 -- absent), its effect recorded as started (or adopted when an earlier attempt
 -- started it) as effect_begin_held does.  Committed before any request goes
--- out.  The caller passes each effect key once.  Rows come back only for held
--- jobs whose endpoint exists; effect_state is NULL when no effect was begun;
--- wait_until is set when the endpoint's breaker admits no call now.
+-- out.  The caller passes only the job ids and the attempts it holds them at:
+-- tenant, endpoint and event come from the job rows (a payload id that is not
+-- a uuid fails the statement), and a second job of the
+-- same effect key in the batch is left out (the first one in the batch's order
+-- is begun).  Rows come back only for held jobs whose endpoint exists;
+-- effect_state is NULL when no effect was begun; wait_until is set when the
+-- endpoint's breaker admits no call now.  The event's payload comes back as
+-- text: the caller builds each event's body once (not once per job).
 WITH input AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[], %(tenant_ids)s::uuid[],
-                         %(endpoint_ids)s::uuid[], %(event_ids)s::uuid[], %(keys)s::text[])
-             AS i(job_id, attempt, tenant_id, endpoint_id, event_id, key)
-), held AS (
-    SELECT i.* FROM input i JOIN jobs j ON j.id = i.job_id
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[]) WITH ORDINALITY AS i(job_id, attempt, ord)
+), locked AS (
+    SELECT i.job_id, i.attempt, i.ord, j.tenant_id, j.payload->>'endpoint_id' AS endpoint_text,
+           j.payload->>'event_id' AS event_text
+    FROM input i JOIN jobs j ON j.id = i.job_id
     WHERE j.locked_by = %(worker)s AND j.attempts = i.attempt  -- running: locked_by is set (see job_still_held)
       AND j.locked_until > coalesce(%(now)s::timestamptz, now())
     FOR SHARE OF j
+), held AS (
+    -- The payload's ids are cast as they are (a regular-expression check cost as much server CPU as
+    -- the rest of the statement): a batch with one that is not a uuid fails as a whole and the
+    -- caller sends it again without that job (see webhook_prepare).
+    SELECT DISTINCT ON (k.key) l.job_id, l.attempt, l.tenant_id, i.endpoint_id, i.event_id, k.key
+    FROM locked l,
+         LATERAL (SELECT l.endpoint_text::uuid AS endpoint_id, l.event_text::uuid AS event_id) i,
+         LATERAL (SELECT 'webhook:' || i.event_id::text || ':' || i.endpoint_id::text AS key) k
+    ORDER BY k.key, l.ord
 ), loaded AS (
     SELECT h.job_id, h.attempt, h.tenant_id, h.key, e.id, e.url,
            CASE WHEN e.previous_secrets_until <= coalesce(%(now)s::timestamptz, now()) THEN e.secrets[1:1]
@@ -355,7 +369,9 @@ WITH input AS (
         WHERE effects.state = 'started' AND effects.tenant_id = excluded.tenant_id
     RETURNING key, state, provider_ref, (xmax = 0) AS created
 )
-SELECT l.*, coalesce(up.state, ex.state) AS effect_state, coalesce(up.provider_ref, ex.provider_ref) AS provider_ref,
+SELECT l.job_id, l.id, l.url, l.secrets, l.event_id, l.event_type, l.occurred_at, l.payload::text AS payload_text,
+       l.breaker_state, l.attempt_it, l.wait_until,
+       coalesce(up.state, ex.state) AS effect_state, coalesce(up.provider_ref, ex.provider_ref) AS provider_ref,
        coalesce(up.created, false) AS effect_created
 FROM loaded l
 LEFT JOIN up ON up.key = l.key

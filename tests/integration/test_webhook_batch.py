@@ -32,7 +32,7 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
     with connect(db_url) as c:
         t = auth.ensure_tenant(c, "acme")["id"]
         eps = [webhooks.create_endpoint(c, t, f"{sandbox.url}/hooks/b{i}") for i in range(4)]
-        ev = insert_event(c, t)
+        ev = insert_event(c, t, payload={"z": "ü ✓", "a": {"y": 1.5, "b": [1, None, "x"]}})
         webhooks.fanout(c, ev)
         # After the fan-out: one endpoint disabled, one with an open breaker.
         webhooks.disable_endpoint(c, t, eps[2]["id"], "test")
@@ -54,6 +54,12 @@ def test_a_claimed_batch_is_begun_in_one_statement(db_url, sandbox, provider_set
         assert set(eff) == {r["id"] for r in prepared}
         assert all(e["state"] == "started" and e["attempt"] == 1 for e in eff.values())
         assert sandbox.records("webhook") == []
+        # The body: the bytes the handler's own path sends (webhooks.body_of of the stored event), built
+        # once for the event and shared by every endpoint it goes to in the batch.
+        event = c.execute("SELECT type, occurred_at, payload FROM outbox_events WHERE id = %s", (ev,)).fetchone()
+        assert prepared[0]["prepared"]["body"] == webhooks.body_of(event)
+        assert prepared[0]["prepared"]["body"] is prepared[1]["prepared"]["body"]
+        assert {r["prepared"]["msg_id"] for r in prepared} == {webhooks.message_id(ev)}
 
     pool = ConnectionPool(db_url, min_size=1, max_size=2, open=True,
                           kwargs={"autocommit": True, "row_factory": dict_row, "options": db.SESSION_OPTIONS})
@@ -95,14 +101,21 @@ def test_only_jobs_this_worker_holds_are_begun_and_each_key_once(db_url, sandbox
         jobqueue.enqueue(c, "webhook.deliver", payload, tenant=t, idempotency_key="two")
         ev2 = insert_event(c, t)
         jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)}, tenant=t)
+        # A payload whose id is not a uuid fails the batch statement: the batch is begun again
+        # without it, and it is left to its handler (which ends it invalid_event_id).
+        odd = jobqueue.enqueue(c, "webhook.deliver", {"endpoint_id": str(ep["id"]), "event_id": str(ev2)},
+                               tenant=t, idempotency_key="odd")
+        c.execute("UPDATE jobs SET payload = jsonb_set(payload, '{event_id}', to_jsonb(%s::text)) WHERE id = %s",
+                  ("not-a-uuid", odd["id"]))
         rows = jobqueue.claim_batch(c, "default", "w1", 100, 60)
-        assert len(rows) == 3
+        assert len(rows) == 4
         # A worker that does not hold them begins nothing.
         deliveries.webhook_prepare(c, "someone-else", rows)
         assert not any(r.get("prepared") for r in rows) and _effects(c) == {}
         deliveries.webhook_prepare(c, "w1", rows)
         same = [r for r in rows if r["payload"]["event_id"] == str(ev)]
         assert sum(1 for r in same if r.get("prepared")) == 1      # the second one begins on its own
+        assert not next(r for r in rows if r["id"] == odd["id"]).get("prepared")
         assert len(_effects(c)) == 2
 
 

@@ -257,3 +257,13 @@ def test_a_repeated_fanout_never_recreates_a_dead_delivery(db_url, sandbox, runn
         replayed = jobqueue.replay(c, deliver["id"], audit.Actor(label="ops@example.test"), "receiver fixed", None)
         assert replayed["id"] != deliver["id"]
         assert [j["id"] for j in webhooks.fanout(c, ev)] == [replayed["id"]]
+
+
+def test_an_allowed_address_literal_is_kept_per_allow_list_only():
+    """The client keeps an address literal's allowed verdict (no DNS is involved), keyed by the
+    allow list: the same literal is still refused without it, before and after."""
+    loopback = (ipaddress.ip_network("127.0.0.0/8"),)
+    for _ in range(2):
+        assert http_provider.resolve_checked("127.0.0.1", 80, loopback) == "127.0.0.1"
+        with pytest.raises(http_provider.Refused):
+            http_provider.resolve_checked("127.0.0.1", 80)

@@ -17,8 +17,11 @@ are the worker's, handed to each job in its context: ``job.settings``.
 """
 from __future__ import annotations
 
+import json
 import random
 import uuid
+
+import psycopg
 
 from opsboard import db, jobqueue, retry
 from opsboard.deliveries import breaker, webhooks
@@ -109,29 +112,55 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
     For each job this worker holds whose delivery will be attempted (endpoint
     enabled, event there, breaker closed), the endpoint and event are loaded and
     the effect is recorded as started, committed before any request goes out;
-    the row gets ``prepared`` and its handler makes no database round trip
-    before the POST.  A job whose endpoint's breaker admits no call now gets
-    ``prepared = {"wait_until": t}`` and snoozes until ``t`` without one.  Any
-    other job (and a second job with the same effect key) is left as it is: its
-    handler loads and begins on its own, as before.
+    the row gets ``prepared`` (the URL, the secrets, the ``webhook-id`` and the
+    body, built once per event of the batch) and its handler makes no database
+    round trip before the POST.  A job whose endpoint's breaker admits no call
+    now gets ``prepared = {"wait_until": t}`` and snoozes until ``t`` without
+    one.  Any other job (a bad payload, and a second job with the same effect
+    key) is left as it is: its handler loads and begins on its own, as before.
+
+    Only the job ids and attempts are sent: the statement reads the tenant,
+    endpoint and event from the job rows it locks (six arrays of ids and keys
+    were dumped per batch, each id through ``UUID()``; see docs/performance.md,
+    "Webhooks, part 2").
     """
-    batch, keys = [], set()
-    for row in rows:
-        try:
-            endpoint_id = uuid.UUID(str(row["payload"]["endpoint_id"]))
-            event_id = uuid.UUID(str(row["payload"]["event_id"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        key = _webhook_key(event_id, endpoint_id)
-        if key not in keys:
-            keys.add(key)
-            batch.append((row, endpoint_id, event_id, key))
-    if not batch:
+    if not rows:
         return
-    params = {
-        "job_ids": [r["id"] for r, *_ in batch], "attempts": [r["attempts"] for r, *_ in batch],
-        "tenant_ids": [r["tenant_id"] for r, *_ in batch], "endpoint_ids": [b[1] for b in batch],
-        "event_ids": [b[2] for b in batch], "keys": [b[3] for b in batch], "worker": worker_id, "now": None}
+    try:
+        found = _begin_batch(conn, worker_id, rows)
+    except psycopg.errors.InvalidTextRepresentation:
+        # A payload id that is not a uuid (enqueue validates them; a row written otherwise) failed
+        # the statement, which began nothing: again without the jobs whose ids do not parse.
+        good = [r for r in rows if _ids_parse(r)]
+        found = _begin_batch(conn, worker_id, good) if good else []
+    by_job: dict = {}
+    bodies: dict = {}
+    for r in found:
+        if r["wait_until"] is not None:
+            # An endpoint whose breaker admits no call now: its jobs snooze until then with no
+            # round trip (the admit of each one was three; see docs/performance.md, webhooks).
+            by_job[r["job_id"]] = {"wait_until": r["wait_until"]}
+        elif r["attempt_it"] and r["effect_state"] is not None:
+            event_id = r["event_id"]
+            built = bodies.get(event_id)
+            if built is None:
+                # The body and the webhook-id once per event, not once per endpoint it goes to.
+                built = bodies[event_id] = (webhooks.message_id(event_id), webhooks.body_of(
+                    {"type": r["event_type"], "occurred_at": r["occurred_at"],
+                     "payload": json.loads(r["payload_text"])}))
+            by_job[r["job_id"]] = {
+                "endpoint_id": r["id"], "url": r["url"], "secrets": r["secrets"], "msg_id": built[0],
+                "body": built[1], "breaker_state": r["breaker_state"], "effect_state": r["effect_state"],
+                "provider_ref": r["provider_ref"]}
+    for row in rows:
+        ep = by_job.get(row["id"])
+        if ep is not None:
+            row["prepared"] = ep
+
+
+def _begin_batch(conn, worker_id: str, rows: list[dict]) -> list[dict]:
+    params = {"job_ids": [r["id"] for r in rows], "attempts": [r["attempts"] for r in rows],
+              "worker": worker_id, "now": None}
     # Committed before any POST, without waiting for the WAL flush (webhook.deliver has
     # relaxed_effects: a started delivery is reconciled by sending again with the same
     # webhook-id): SET LOCAL, the statement and COMMIT in one round trip.
@@ -139,32 +168,38 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
         with conn.transaction():
             conn.execute("SET LOCAL synchronous_commit = off")
             cur = db.execute(conn, "webhook_deliveries_begin", params)
-    found = cur.fetchall()
-    by_job = {r["job_id"]: r for r in found if r["attempt_it"] and r["effect_state"] is not None}
-    # An endpoint whose breaker admits no call now: its jobs snooze until then with no
-    # round trip (the admit of each one was three; see docs/performance.md, webhooks).
-    by_job.update((r["job_id"], {"wait_until": r["wait_until"]}) for r in found if r["wait_until"] is not None)
-    for row, *_ in batch:
-        ep = by_job.get(row["id"])
-        if ep is not None:
-            row["prepared"] = ep
+    return cur.fetchall()
+
+
+def _ids_parse(row: dict) -> bool:
+    try:
+        for field in ("endpoint_id", "event_id"):
+            value = row["payload"].get(field)
+            if value is not None:
+                uuid.UUID(str(value))
+        return True
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def webhook_deliver(job):
     cfg = job.settings
-    endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
-    event_id = _uuid(job.payload["event_id"], "event_id")
-    name = f"endpoint:{endpoint_id}"
-    key = _webhook_key(event_id, endpoint_id)
     ep = job.prepared
     if ep is not None and ep.get("wait_until") is not None:
         raise retry.Snooze(until=ep["wait_until"], code="circuit_open")
     if ep is not None:
-        # Loaded and begun with its claimed batch (webhook_prepare): the effect is already started.
+        # Loaded and begun with its claimed batch (webhook_prepare): the effect is already started,
+        # the body built (once for every endpoint of the event).
         job.has_effects = True
+        endpoint_id = ep["endpoint_id"]
         healthy = ep["breaker_state"] is None
-        eff = {"state": ep["effect_state"], "provider_ref": ep["provider_ref"]}
+        if ep["effect_state"] == "confirmed":
+            return retry.Success(ref=ep["provider_ref"])
+        # Started before without confirmation: resending with the same webhook-id is the reconciliation.
+        result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], ep["msg_id"], ep["body"])
     else:
+        endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
+        event_id = _uuid(job.payload["event_id"], "event_id")
         with job.connection() as conn:
             ep = db.one(conn, "webhook_delivery_load", {"endpoint_id": endpoint_id, "event_id": event_id,
                                                         "tenant_id": job.tenant_id})
@@ -176,14 +211,15 @@ def webhook_deliver(job):
             return retry.Permanent("event_gone")
         healthy = ep["breaker_state"] is None  # no breaker row: never failed, nothing to count on success
         if ep["breaker_state"] not in (None, "closed"):
-            _gate(job, name)
-        eff = job.begin_effect("webhooks", key=key)
-    if eff["state"] == "confirmed":
-        return retry.Success(ref=eff.get("provider_ref"))
-    # Started before without confirmation: resending with the same webhook-id is the reconciliation.
-    event = {"type": ep["event_type"], "occurred_at": ep["occurred_at"], "payload": ep["payload"]}
-    result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], webhooks.message_id(event_id),
-                                      webhooks.body_of(event))
+            _gate(job, f"endpoint:{endpoint_id}")
+        eff = job.begin_effect("webhooks", key=_webhook_key(event_id, endpoint_id))
+        if eff["state"] == "confirmed":
+            return retry.Success(ref=eff.get("provider_ref"))
+        # Started before without confirmation: resending with the same webhook-id is the reconciliation.
+        event = {"type": ep["event_type"], "occurred_at": ep["occurred_at"], "payload": ep["payload"]}
+        result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], webhooks.message_id(event_id),
+                                          webhooks.body_of(event))
+    name = f"endpoint:{endpoint_id}"
     outcome = result.outcome
     ok = isinstance(outcome, retry.Success)
     row = _count(job, name, result.far_side_unwell, ok and not healthy, getattr(outcome, "code", None),

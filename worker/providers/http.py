@@ -21,7 +21,9 @@ and urllib3's bare ``HTTPConnectionPool.urlopen`` about 175 µs (it sends the
 headers and the body in two writes, validates a ``Timeout`` and a ``Retry`` per
 call and wraps the response again), before any pinning or deadline; CPU is what
 bounds the webhooks throughput.  Both sit on :mod:`http.client`, which parses
-the answer.
+the answer; here its header block is read by :func:`parse_headers` instead of
+the :mod:`email` parser (45 -> 17 µs per answer, the same ``HTTPMessage``;
+2026-12-02, docs/performance.md, "Webhooks, part 2").
 """
 from __future__ import annotations
 
@@ -51,9 +53,25 @@ class Response:
 _blocked = targets.blocked
 
 
+#: Address literals already checked against an allow list: ``{(host, allow): address}``.  A literal's
+#: verdict depends on nothing else (no DNS), so it is decided once; a refusal is not kept (it raises).
+_literals: dict = {}
+_LITERALS_MAX = 4096
+
+
 def resolve_checked(host: str, port: int, allow=()) -> str:
-    """The checked address to connect to (see :func:`opsboard.deliveries.targets.resolve_checked`)."""
-    return targets.resolve_checked(host, port, allow)
+    """The checked address to connect to (see :func:`opsboard.deliveries.targets.resolve_checked`).
+
+    A name is resolved and checked on every call; an address literal's (allowed) verdict is kept.
+    """
+    key = (host, allow)
+    ip = _literals.get(key)
+    if ip is not None:
+        return ip
+    ip = targets.resolve_checked(host, port, allow)
+    if ip == host and len(_literals) < _LITERALS_MAX:
+        _literals[key] = ip
+    return ip
 
 
 def tls_context() -> ssl.SSLContext:
@@ -64,8 +82,90 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+#: Header lines and count of an answer at most (as :mod:`http.client`).
+_MAXLINE, _MAXHEADERS = 65536, 100
+
+
+def parse_headers(fp) -> http.client.HTTPMessage:
+    """An answer's header block, as :func:`http.client.parse_headers` returns it, without the
+    :mod:`email` parser (it was a third of the client's CPU per webhook; see docs/performance.md,
+    webhooks part 2).  Folded lines are joined; a line without a colon, or whose name holds a
+    space, is dropped (the email parser ends the headers there; here the rest still counts)."""
+    msg = http.client.HTTPMessage()
+    headers = []   # (name, value with its line ends) as the compat32 policy's header_source_parse
+    while True:
+        line = fp.readline(_MAXLINE + 1)
+        if len(line) > _MAXLINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            break
+        if len(headers) >= _MAXHEADERS:
+            raise http.client.HTTPException(f"got more than {_MAXHEADERS} headers")
+        text = line.decode("iso-8859-1")
+        if text[0] in " \t":
+            if headers:
+                headers[-1][1].append(text)
+            continue
+        name, sep, value = text.partition(":")
+        if sep and name and not any(c in name for c in " \t"):
+            headers.append((name, [value.lstrip(" \t")]))
+    # What Message.__setitem__ appends to under the compat32 policy, values as its parser leaves them.
+    msg._headers = [(name, "".join(parts).rstrip("\r\n")) for name, parts in headers]
+    return msg
+
+
+class _Response(http.client.HTTPResponse):
+    """:class:`http.client.HTTPResponse` with :func:`parse_headers`: ``begin`` is the standard
+    library's (Python 3.11), only the header parser differs."""
+
+    def begin(self):
+        if self.headers is not None:
+            return
+        while True:
+            version, status, reason = self._read_status()
+            if status != http.client.CONTINUE:
+                break
+            parse_headers(self.fp)   # the header of a 100 answer, skipped
+        self.code = self.status = status
+        self.reason = reason.strip()
+        if version in ("HTTP/1.0", "HTTP/0.9"):
+            self.version = 10
+        elif version.startswith("HTTP/1."):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        self.headers = self.msg = parse_headers(self.fp)
+        tr_enc = self.headers.get("transfer-encoding")
+        if tr_enc and tr_enc.lower() == "chunked":
+            self.chunked, self.chunk_left = True, None
+        else:
+            self.chunked = False
+        self.will_close = self._check_close()
+        self.length = None
+        length = self.headers.get("content-length")
+        if length and not self.chunked:
+            try:
+                self.length = int(length)
+            except ValueError:
+                self.length = None
+            else:
+                if self.length < 0:
+                    self.length = None
+        if status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED) or 100 <= status < 200 \
+                or self._method == "HEAD":
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            self.will_close = True
+
+
+class _HTTP(http.client.HTTPConnection):
+    response_class = _Response
+
+
 class _PinnedHTTPS(http.client.HTTPSConnection):
     """HTTPS to ``ip`` (the checked address) while TLS (SNI, certificate name) uses ``host``."""
+
+    response_class = _Response
 
     def __init__(self, host, ip, port, timeout):
         super().__init__(host, port, timeout=timeout, context=tls_context())
@@ -204,7 +304,7 @@ def _readable(sock) -> bool:
 def _connect(scheme: str, host: str, ip: str, port: int, timeout: float) -> http.client.HTTPConnection:
     if scheme == "https":
         return _PinnedHTTPS(host, ip, port, timeout)
-    return http.client.HTTPConnection(ip, port, timeout=timeout)
+    return _HTTP(ip, port, timeout=timeout)
 
 
 def request(method: str, url: str, body: bytes | None = None, headers: dict | None = None, *,
