@@ -110,7 +110,8 @@ _JOB_COLUMNS = ("id, type, version, tenant_id, queue, priority, idempotency_key,
 
 #: Attempt rows of the jobs in ``source`` (a table or temp table of jobs): earlier attempts failed.
 _ATTEMPTS_SQL = """
-INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail, duration_ms)
+INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail, duration_ms,
+                          tenant_id)
 SELECT j.id, a, 'worker-' || (1 + (hashint8extended(a, 3) & 7)) || '.' || (1 + abs(hashtext(j.id::text)) % 4),
        j.started_at + (a - 1) * interval '30 s', j.started_at + (a - 1) * interval '30 s' + interval '35 ms',
        CASE WHEN a < j.attempts THEN 'retryable'
@@ -128,7 +129,7 @@ SELECT j.id, a, 'worker-' || (1 + (hashint8extended(a, 3) & 7)) || '.' || (1 + a
             WHEN 'tls_handshake' THEN 'TLS handshake failed: certificate has expired'
             WHEN 'dns_nxdomain' THEN 'DNS lookup failed: NXDOMAIN'
             WHEN 'payload_invalid' THEN 'payload rejected: field "to" is not an address' END,
-       35
+       35, j.tenant_id
 FROM {source} j
 CROSS JOIN LATERAL generate_series(1, j.attempts) a
 CROSS JOIN LATERAL (SELECT CASE WHEN a < j.attempts THEN coalesce(j.last_error_code, 'http_503')
