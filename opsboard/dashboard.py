@@ -529,8 +529,9 @@ def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime 
 #: The queue health page's top error codes count the newest this many failed attempts of
 #: the last hour (inside the scope): all of the hour's were read and joined to their jobs,
 #: 40,938 in the scale seed's last hour (165,070 buffers, 250-450 ms at ten million jobs).
-#: The page says how far back they reach when the window is full.
-TOP_CODES_WINDOW = 2000
+#: The page says how far back they reach when the window is full.  Each one counted is an
+#: index entry and its job's row (about 4 buffers: 2,000 took 8,025 buffers, 24.6 ms under load).
+TOP_CODES_WINDOW = 1000
 
 
 @dataclass
@@ -569,10 +570,11 @@ def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: in
     return TopErrorCodes(rows[:limit], window, counted, oldest)
 
 
-#: A bulk replay's confirmation counts this many open dead jobs at most ("2,000+"): a
-#: request replays at most 1,000 (opsboard.web.jobs.BULK_LIMIT), and counting every match
-#: read three indexes per dead job (10,000 for one common filter at ten million jobs).
-REPLAY_COUNT_CAP = 2000
+#: A bulk replay's confirmation counts this many open dead jobs at most ("1,000+"): as
+#: many as a request replays (opsboard.web.jobs.BULK_LIMIT).  Counting every match read a
+#: dead job's row and three indexes for each, twice (65,696 buffers, 83-100 ms for one
+#: common filter at ten million jobs); 2,000 cost 9,252 buffers and 39-53 ms under load.
+REPLAY_COUNT_CAP = 1000
 
 
 def replay_preview(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter, *,
