@@ -56,6 +56,10 @@ def test_attempts_carry_their_tenant_and_a_tenants_failures_come_from_its_index(
     rows = conn.execute("SELECT a.tenant_id, j.tenant_id AS job_tenant FROM job_attempts a"
                         " JOIN jobs j ON j.id = a.job_id").fetchall()
     assert len(rows) == 12 and all(r["tenant_id"] == r["job_tenant"] for r in rows)
+    # The chart filters the window by the row's tenant (no attempt without one yet)...
+    assert not db.one(conn, "metrics_attempts_without_tenant", {"since": t0 - timedelta(hours=1)})["found"]
+    chart = metrics.tenant_chart(conn, a, "1h", now=t0)
+    assert sum(chart.processed) == 4 + 3 and sum(chart.failed) == 4
     # An attempt written without it (before 0050, or by the previous release's worker).
     [old] = seed.jobs(conn, a, 1, "test.record", {"key": "old"})
     seed.attempt(conn, old, "dead", "http_410", "gone", at=t0 - timedelta(minutes=5))
@@ -67,9 +71,14 @@ def test_attempts_carry_their_tenant_and_a_tenants_failures_come_from_its_index(
     assert len(metrics.tenant_recent_failures(conn, a, now=t0, limit=2)) == 2
     assert {f["error_code"] for f in metrics.tenant_recent_failures(conn, b, now=t0)} == {"smtp_550"}
 
-    # Its chart counts its own attempts, with or without the tenant on the row, and no other tenant's.
+    # ...then through the jobs: its own attempts, with or without the tenant on the row, no other tenant's.
+    assert db.one(conn, "metrics_attempts_without_tenant", {"since": t0 - timedelta(hours=1)})["found"]
     chart = metrics.tenant_chart(conn, a, "1h", now=t0)
     assert sum(chart.processed) == 4 + 3 + 1 and sum(chart.failed) == 4 + 1
+    # The tenant-carrying statement keeps such an attempt through its job too (exact either way).
+    rows = db.all_rows(conn, "metrics_tenant_chart", {"bucket_minutes": 1, "origin": t0 - timedelta(days=1),
+                                                      "since": t0 - timedelta(hours=1), "tenant_id": a})
+    assert sum(r["processed"] for r in rows) == 4 + 3 + 1 and sum(r["failed"] for r in rows) == 4 + 1
     chart_b = metrics.tenant_chart(conn, b, "1h", now=t0)
     assert sum(chart_b.processed) == 5 and sum(chart_b.failed) == 5
 
