@@ -229,7 +229,9 @@ def _search_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter
     earlier = start  # the window before ends where this one starts
     if filter.since is not None and filter.since >= start:
         start, earlier = filter.since, None
-    params["detail_since"], params["detail_until"] = start, end
+    # No upper bound without "created until": an attempt finished at the search's own now()
+    # (same transaction, or a host's clock a little ahead) is in the window.
+    params["detail_since"], params["detail_until"] = start, filter.until
     found = {r["id"]: r for r in _list_rows(conn, scope, filter, params, limit, bounded_detail=True)}
     codes = [r["code"] for r in conn.execute(db.queries["dashboard_error_codes_matching"],
                                              {"pattern": params["pattern"], "limit": SEARCH_MAX_CODES},
