@@ -127,12 +127,15 @@ def _like_pattern(term: str) -> str:
     return f"%{escaped}%"
 
 
-#: A text search reads the details of the attempts finished in this window
-#: before now, unless the filter's own time range (since / until) says
-#: otherwise: the page's cost follows the attempts of the window, not the table
-#: (2 s for "410 Gone" over ten million jobs before; each attempt's detail is
-#: tested, about 1.4 µs each under load: 37,500 attempts in an hour of the
-#: scale seed's busiest part took 54 ms, so half an hour).
+#: A text search reads the details of the attempts finished in this window:
+#: the last one before now, or before the end of the filter's own time range
+#: ("created until"), never further back than its start ("created from").  A
+#: range set by hand is searched one window at a time, newest first, and the
+#: page links to the window before (a 24-hour range read 24 hours of attempts:
+#: 138-262 ms at ten million jobs).  The page's cost follows the attempts of
+#: the window, not the table (2 s for "410 Gone" over ten million jobs before;
+#: each attempt's detail is tested, about 1.4 µs each under load: 37,500
+#: attempts in an hour of the scale seed's busiest part took 54 ms, so half an hour).
 SEARCH_DETAIL_WINDOW = timedelta(minutes=30)
 #: At most this many distinct error codes containing the term are searched (each one query).
 SEARCH_MAX_CODES = 20
@@ -145,6 +148,11 @@ class JobPage:
     next_before: uuid.UUID | None
     #: A text search: the attempts whose details it read finished at or after this (None: no text search).
     detail_since: datetime | None = None
+    #: ... and before this (the end of the filter's range, or the time of the search).
+    detail_until: datetime | None = None
+    #: A text search whose time range reaches further back than the window read: the cursor
+    #: (``until``) of the window before, for the page's link; None when nothing is left.
+    detail_earlier: datetime | None = None
 
 
 #: Statuses jobs_status_listed_idx holds (status, id).
@@ -216,9 +224,15 @@ def _search_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter
     term, and the jobs whose error code does (each distinct code containing it listed as the
     error-code filter lists it, through jobs_error_code_idx); the newest ``limit`` of both."""
     now = db.now(conn)
-    params["detail_since"] = filter.since or now - SEARCH_DETAIL_WINDOW
-    params["detail_until"] = filter.until
-    found = {r["id"]: r for r in _list_rows(conn, scope, filter, params, limit, bounded_detail=filter.since is None)}
+    end = min(filter.until, now) if filter.until else now
+    start = end - SEARCH_DETAIL_WINDOW
+    earlier = start  # the window before ends where this one starts
+    if filter.since is not None and filter.since >= start:
+        start, earlier = filter.since, None
+    # No upper bound without "created until": an attempt finished at the search's own now()
+    # (same transaction, or a host's clock a little ahead) is in the window.
+    params["detail_since"], params["detail_until"] = start, filter.until
+    found = {r["id"]: r for r in _list_rows(conn, scope, filter, params, limit, bounded_detail=True)}
     codes = [r["code"] for r in conn.execute(db.queries["dashboard_error_codes_matching"],
                                              {"pattern": params["pattern"], "limit": SEARCH_MAX_CODES},
                                              prepare=False).fetchall()]
@@ -232,7 +246,8 @@ def _search_jobs(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter
     rows = sorted(found.values(), key=lambda r: r["id"], reverse=True)[:limit + 1]
     more = len(rows) > limit
     rows = rows[:limit]
-    return JobPage(rows, rows[-1]["id"] if more and rows else None, detail_since=params["detail_since"])
+    return JobPage(rows, rows[-1]["id"] if more and rows else None, detail_since=start, detail_until=end,
+                   detail_earlier=earlier)
 
 
 def _list_rows(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, params: dict,
@@ -513,16 +528,63 @@ def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime 
         **scope.params, "now": now, "stale_seconds": stale_seconds, "jobs_per_worker": jobs_per_worker})
 
 
+#: The queue health page's top error codes count the newest this many failed attempts of
+#: the last hour (inside the scope): all of the hour's were read and joined to their jobs,
+#: 40,938 in the scale seed's last hour (165,070 buffers, 250-450 ms at ten million jobs).
+#: The page says how far back they reach when the window is full.  Each one counted is an
+#: index entry and its job's row (about 4 buffers: 2,000 took 8,025 buffers, 24.6 ms under load).
+TOP_CODES_WINDOW = 1000
+
+
+@dataclass
+class TopErrorCodes:
+    """The error codes behind the most failed attempts among the newest ``window`` of the last hour."""
+
+    codes: list[dict]
+    window: int
+    #: Failed attempts counted (at most ``window``).
+    counted: int
+    #: The oldest failure counted: older failures of the hour are left out when ``full``.
+    since: datetime | None
+
+    @property
+    def full(self) -> bool:
+        return self.counted >= self.window
+
+    def __bool__(self) -> bool:
+        return bool(self.codes)
+
+    def __iter__(self):
+        return iter(self.codes)
+
+
 def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: int = 60, limit: int = 5,
-                    now: datetime | None = None) -> list[dict]:
-    """The error codes behind the most failed attempts of the last ``minutes``, per type and queue."""
+                    now: datetime | None = None, window: int | None = None) -> TopErrorCodes:
+    """The error codes behind the most failed attempts of the last ``minutes``, per type and queue,
+    counted over the newest ``window`` (default :data:`TOP_CODES_WINDOW`) failed attempts inside ``scope``."""
+    window = window or TOP_CODES_WINDOW
     since = db.now(conn, now) - timedelta(minutes=minutes)
-    return db.all_rows(conn, "dashboard_top_error_codes", {**scope.params, "since": since, "limit": limit})
+    name = "dashboard_top_error_codes" if scope.all else "dashboard_top_error_codes_scoped"
+    rows = db.all_rows(conn, name, {**scope.params, "since": since, "window": window})
+    counted = sum(int(r["failures"]) for r in rows)
+    oldest = min((r["oldest"] for r in rows), default=None)
+    rows.sort(key=lambda r: (-int(r["failures"]), r["error_code"], r["type"]))
+    return TopErrorCodes(rows[:limit], window, counted, oldest)
 
 
-def replay_outlook(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter) -> dict:
-    """For a bulk replay's confirmation: how many of the matching jobs died of a
-    permanent error (before their last attempt), and the tenant's name."""
-    return db.one(conn, "dashboard_replay_outlook", {
+#: A bulk replay's confirmation counts this many open dead jobs at most ("1,000+"): as
+#: many as a request replays (opsboard.web.jobs.BULK_LIMIT).  Counting every match read a
+#: dead job's row and three indexes for each, twice (65,696 buffers, 83-100 ms for one
+#: common filter at ten million jobs); 2,000 cost 9,252 buffers and 39-53 ms under load.
+REPLAY_COUNT_CAP = 1000
+
+
+def replay_preview(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter, *,
+                   cap: int = REPLAY_COUNT_CAP) -> dict:
+    """For a bulk replay's confirmation: ``matched`` open dead jobs (counted up to ``cap`` + 1, so
+    ``matched > cap`` means "more than ``cap``"), ``permanent``: how many of those counted died of a
+    permanent error (before their last attempt; "at least" when the count stopped), and
+    ``tenant_name``, the filter's tenant."""
+    return db.one(conn, "dashboard_replay_preview", {
         **scope.params, "type": filter.type, "queue": filter.queue, "tenant_id": filter.tenant_id,
-        "error_code": filter.error_code})
+        "error_code": filter.error_code, "cap": cap + 1})

@@ -517,8 +517,12 @@ def tenant_chart(conn: psycopg.Connection, tenant_id, range_name: str = "1h",
     index = {b: i for i, b in enumerate(buckets)}
     n = len(buckets)
     chart = ChartData("tenant", buckets, [0.0] * n, [0.0] * n, [None] * n)
-    for r in db.all_rows(conn, "metrics_tenant_chart", {"bucket_minutes": step, "origin": _ORIGIN, "since": first,
-                                                        "tenant_id": tenant_id}):
+    # Attempts carry their tenant since 0050; a window that still holds older ones is read
+    # through their jobs (exact either way; the other way round each such attempt is a probe).
+    legacy = db.one(conn, "metrics_attempts_without_tenant", {"since": first})["found"]
+    name = "metrics_tenant_chart_joined" if legacy else "metrics_tenant_chart"
+    for r in db.all_rows(conn, name, {"bucket_minutes": step, "origin": _ORIGIN, "since": first,
+                                      "tenant_id": tenant_id}):
         i = index.get(r["bucket"])
         if i is None:
             continue

@@ -18,9 +18,9 @@
 -- invites (it guesses that half the rows match).  The attempts searched are
 -- those finished in [%(detail_since)s, %(detail_until)s) (the BRIN index on
 -- finished_at beside the trigram index): every match's heap page is read, so
--- the window bounds the cost (opsboard.dashboard.SEARCH_DETAIL_WINDOW unless
--- the filter's own time range says otherwise: then the planner's choice).
--- In the default window opsboard.dashboard turns the test into one the
+-- the window bounds the cost (opsboard.dashboard.SEARCH_DETAIL_WINDOW, the
+-- newest part of the filter's own time range when one is set: one window at a
+-- time).  opsboard.dashboard turns the test into one the
 -- trigram index cannot serve: the planner, guessing one match, read the
 -- trigram index's every match (the whole table's) and filtered them by time;
 -- the BRIN range alone reads the window's attempts and nothing older (coalesce:
@@ -192,31 +192,64 @@ WHERE tenant_id = %(tenant_id)s AND group_key = %(group_key)s AND status = 'dead
 ORDER BY id DESC LIMIT 20;
 
 -- name: dashboard_top_error_codes
--- The error codes that failed most attempts since %(since)s, per type and
--- queue, inside a scope (the attempts' BRIN index on finished_at bounds the scan).
-SELECT a.error_code, j.type, j.queue, count(*) AS failures, count(*) FILTER (WHERE a.outcome = 'dead') AS dead
-FROM job_attempts a JOIN jobs j ON j.id = a.job_id
-WHERE a.finished_at >= %(since)s::timestamptz
-  AND a.outcome IN ('retryable', 'dead', 'lease_expired') AND a.error_code IS NOT NULL
-  AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[]))
-GROUP BY a.error_code, j.type, j.queue
-ORDER BY count(*) DESC, a.error_code, j.type
-LIMIT %(limit)s;
+-- The error codes of the newest %(window)s failed attempts since %(since)s, per
+-- type and queue, over every tenant: a backward range of job_attempts_failed_idx
+-- (0050), then each attempt's job by primary key for its type and queue.  All
+-- of the hour's failures were read and joined before (165,070 buffers at ten
+-- million jobs); "oldest" says how far back the window reached.
+SELECT r.error_code, j.type, j.queue, count(*) AS failures, count(*) FILTER (WHERE r.outcome = 'dead') AS dead,
+       min(r.finished_at) AS oldest
+FROM (SELECT a.job_id, a.error_code, a.outcome, a.finished_at FROM job_attempts a
+      WHERE a.finished_at >= %(since)s::timestamptz
+        AND a.outcome IN ('retryable', 'dead', 'lease_expired') AND a.error_code IS NOT NULL
+      ORDER BY a.finished_at DESC
+      LIMIT %(window)s) r
+JOIN jobs j ON j.id = r.job_id
+GROUP BY r.error_code, j.type, j.queue;
 
--- name: dashboard_replay_outlook
--- Of the open dead jobs a bulk replay would take, how many died before using
--- their attempts (a permanent error: replaying repeats it unless something
--- changed); and the filter's tenant by name.
-SELECT count(*) FILTER (WHERE attempts < max_attempts) AS permanent,
+-- name: dashboard_top_error_codes_scoped
+-- The same inside a tenant scope: the scope's tenants' newest failed attempts
+-- through job_attempts_tenant_failed_idx (0050); attempts without a tenant
+-- (written before 0050, or by a worker of the previous release: under NULL in
+-- that index) kept through their job.
+SELECT r.error_code, j.type, j.queue, count(*) AS failures, count(*) FILTER (WHERE r.outcome = 'dead') AS dead,
+       min(r.finished_at) AS oldest
+FROM (SELECT * FROM (
+        (SELECT a.job_id, a.error_code, a.outcome, a.finished_at FROM job_attempts a
+         WHERE a.tenant_id = ANY(%(scope_ids)s::uuid[]) AND a.finished_at >= %(since)s::timestamptz
+           AND a.outcome IN ('retryable', 'dead', 'lease_expired') AND a.error_code IS NOT NULL
+         ORDER BY a.finished_at DESC
+         LIMIT %(window)s)
+        UNION ALL
+        (SELECT a.job_id, a.error_code, a.outcome, a.finished_at FROM job_attempts a JOIN jobs o ON o.id = a.job_id
+         WHERE a.tenant_id IS NULL AND o.tenant_id = ANY(%(scope_ids)s::uuid[])
+           AND a.finished_at >= %(since)s::timestamptz
+           AND a.outcome IN ('retryable', 'dead', 'lease_expired') AND a.error_code IS NOT NULL
+         ORDER BY a.finished_at DESC
+         LIMIT %(window)s)) u
+      ORDER BY finished_at DESC
+      LIMIT %(window)s) r
+JOIN jobs j ON j.id = r.job_id
+GROUP BY r.error_code, j.type, j.queue;
+
+-- name: dashboard_replay_preview
+-- A bulk replay's confirmation: the open dead jobs it would take (as
+-- job_dead_select finds them), counted up to %(cap)s only: each is three
+-- index probes for "open", and a common filter matched 10,000 dead jobs at
+-- ten million (55-130 ms, counted twice); of those counted, how many died
+-- before using their attempts (a permanent error: replaying repeats it unless
+-- something changed); and the filter's tenant by name.
+SELECT count(*) AS matched, count(*) FILTER (WHERE attempts < max_attempts) AS permanent,
        (SELECT name FROM tenants WHERE id = %(tenant_id)s::uuid
           AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]))) AS tenant_name
-FROM jobs
-WHERE status = 'dead'
-  AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
-  AND (%(type)s::text IS NULL OR type = %(type)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-  AND NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
-  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)
-  AND NOT EXISTS (SELECT 1 FROM job_replay_links l WHERE l.dead_job_id = jobs.id);
+FROM (SELECT attempts, max_attempts FROM jobs
+      WHERE status = 'dead'
+        AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
+        AND (%(type)s::text IS NULL OR type = %(type)s)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+        AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+        AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+        AND NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
+        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)
+        AND NOT EXISTS (SELECT 1 FROM job_replay_links l WHERE l.dead_job_id = jobs.id)
+      LIMIT %(cap)s) m;

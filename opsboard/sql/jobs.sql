@@ -327,9 +327,9 @@ WITH d AS (
     -- here: locked_by is set exactly while a job runs (a check constraint),
     -- and a status would let the planner scan the "running" partial indexes
     -- for every outcome instead of probing the primary key.
-    SELECT d.*
+    SELECT d.*, l.tenant_id
     FROM d CROSS JOIN LATERAL (
-        SELECT 1 FROM jobs j
+        SELECT j.tenant_id FROM jobs j
         WHERE j.id = d.id AND j.locked_by = %(worker)s AND j.attempts = d.token
         FOR UPDATE
     ) l
@@ -365,9 +365,9 @@ WITH d AS (
     RETURNING j.id
 ), att AS (
     INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail,
-                              duration_ms)
+                              duration_ms, tenant_id)
     SELECT d.id, d.token, %(worker)s, d.started_at, coalesce(%(now)s::timestamptz, statement_timestamp()), d.kind, d.code,
-           d.detail, d.duration_ms
+           d.detail, d.duration_ms, d.tenant_id
     FROM held d
 ), eff AS (
     UPDATE effects e SET state = 'confirmed', confirmed_at = coalesce(%(now)s::timestamptz, statement_timestamp())
@@ -412,10 +412,10 @@ WITH lost AS (
     WHERE j.id = lost.id
     RETURNING j.id, j.attempts, j.status, j.started_at, j.tenant_id, j.type, lost.locked_by AS worker
 )
-INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail)
+INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail, tenant_id)
 SELECT id, attempts, coalesce(worker, 'unknown'), coalesce(started_at, coalesce(%(now)s::timestamptz, now())),
        coalesce(%(now)s::timestamptz, now()), 'lease_expired', 'lease_expired',
-       'the worker stopped renewing its lease (crashed, killed or hung)'
+       'the worker stopped renewing its lease (crashed, killed or hung)', tenant_id
 FROM upd
 RETURNING job_id;
 

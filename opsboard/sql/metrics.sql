@@ -133,7 +133,29 @@ GROUP BY bucket, queue, type;
 
 -- name: metrics_tenant_chart
 -- One tenant's finished attempts, failures and p95 handler time per time bucket
--- (from its attempts: job_stats are not per tenant).
+-- (from its attempts: job_stats are not per tenant).  The window's attempts
+-- (the BRIN range on finished_at) kept by the tenant each carries (0050): no
+-- join to jobs, which cost every tenant's attempt of the window a hash probe
+-- against the tenant's every job.  An attempt without one (written before
+-- 0050, or by a worker of the previous release) is kept through its job; while
+-- the window holds many, opsboard.metrics.tenant_chart runs
+-- metrics_tenant_chart_joined instead (one probe per such attempt cost 194,998
+-- buffers in the hour after 0050, 4.9 million over 24 hours).
+SELECT date_bin(make_interval(mins => %(bucket_minutes)s), a.finished_at, %(origin)s::timestamptz) AS bucket,
+       count(*) FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead')) AS processed,
+       count(*) FILTER (WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')) AS failed,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY a.duration_ms)
+           FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead')) AS p95
+FROM job_attempts a
+WHERE a.finished_at >= %(since)s::timestamptz
+  AND (a.tenant_id = %(tenant_id)s
+       OR (a.tenant_id IS NULL
+           AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.job_id AND j.tenant_id = %(tenant_id)s)))
+GROUP BY 1;
+
+-- name: metrics_tenant_chart_joined
+-- metrics_tenant_chart through the jobs of the attempts (as before 0050): for a
+-- window that still holds attempts written without their tenant.
 SELECT date_bin(make_interval(mins => %(bucket_minutes)s), a.finished_at, %(origin)s::timestamptz) AS bucket,
        count(*) FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead')) AS processed,
        count(*) FILTER (WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')) AS failed,
@@ -143,11 +165,37 @@ FROM job_attempts a JOIN jobs j ON j.id = a.job_id
 WHERE j.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
 GROUP BY 1;
 
+-- name: metrics_attempts_without_tenant
+-- Whether failed attempts written without their tenant (before 0050, or by a
+-- worker of the previous release) finished since %(since)s: the NULL end of
+-- job_attempts_tenant_failed_idx, a probe of a few buffers.  A window that has
+-- them has others (failures are a few percent of the attempts) and is charted
+-- through the jobs.
+SELECT EXISTS (SELECT 1 FROM job_attempts
+               WHERE tenant_id IS NULL AND finished_at >= %(since)s::timestamptz
+                 AND outcome IN ('retryable', 'dead', 'lease_expired')) AS found;
+
 -- name: metrics_tenant_recent_failures
--- One tenant's latest failed attempts.
-SELECT a.job_id, a.finished_at, a.outcome, a.error_code, j.type, j.queue
-FROM job_attempts a JOIN jobs j ON j.id = a.job_id
-WHERE j.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
-  AND a.outcome IN ('retryable', 'dead', 'lease_expired')
-ORDER BY a.finished_at DESC
+-- One tenant's latest failed attempts: a backward range of
+-- job_attempts_tenant_failed_idx (0050), then their jobs by primary key.
+-- Before, every tenant's attempts of the window were read and joined to their
+-- jobs (18,476 buffers for a day at ten million jobs).  Attempts without a
+-- tenant (written before 0050, or by a worker of the previous release) are
+-- under NULL in that index and found through their job, as before.
+SELECT * FROM (
+    (SELECT a.job_id, a.finished_at, a.outcome, a.error_code, j.type, j.queue
+     FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+     WHERE a.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
+       AND a.outcome IN ('retryable', 'dead', 'lease_expired')
+     ORDER BY a.finished_at DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT a.job_id, a.finished_at, a.outcome, a.error_code, j.type, j.queue
+     FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+     WHERE a.tenant_id IS NULL AND j.tenant_id = %(tenant_id)s AND a.finished_at >= %(since)s::timestamptz
+       AND a.outcome IN ('retryable', 'dead', 'lease_expired')
+     ORDER BY a.finished_at DESC
+     LIMIT %(limit)s)
+) f
+ORDER BY finished_at DESC
 LIMIT %(limit)s;

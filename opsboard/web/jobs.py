@@ -54,6 +54,7 @@ def _list_context() -> dict:
         tenants = dashboard.tenant_options(conn, scope)
     args = forms.link_args(LIST_ARGS, drop=("before",))
     return {"page": page, "filter": f, "args": args, "tenants": tenants, "statuses": STATUSES,
+            "detail_window_minutes": int(dashboard.SEARCH_DETAIL_WINDOW.total_seconds() // 60),
             "queues": QUEUE_NAMES, "types": sorted({jt.name for jt in jobtypes.all_types()})}
 
 
@@ -202,9 +203,9 @@ def replay_many_confirm():
     """How many open dead jobs match, and the form that replays them (no change yet)."""
     f = _dead_filter(request.args)
     with get_db().connection() as conn:
-        n = dashboard.count_dead(conn, current_scope("jobs.replay"), f)
-        outlook = dashboard.replay_outlook(conn, current_scope("jobs.replay"), f)
-    return render_template("jobs/_replay_many_confirm.html", f=f, count=n, limit=BULK_LIMIT, outlook=outlook)
+        outlook = dashboard.replay_preview(conn, current_scope("jobs.replay"), f, cap=dashboard.REPLAY_COUNT_CAP)
+    return render_template("jobs/_replay_many_confirm.html", f=f, count=int(outlook["matched"]), limit=BULK_LIMIT,
+                           outlook=outlook, cap=dashboard.REPLAY_COUNT_CAP)
 
 
 @bp.route("/replay-many", methods=["POST"])
