@@ -158,7 +158,7 @@ SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
 -- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
 -- into %(texts)s), taken in user-id order after the inbox lock; a row a concurrent relay wrote first is
 -- left.  Returns how many were written and the first %(notify_limit)s recipients (for NOTIFY).
--- NOT EXISTS, not ON CONFLICT: every insert into notifications is this one, after the inbox lock, so
+-- A probe, not ON CONFLICT: every insert into notifications is this one, after the inbox lock, so
 -- this statement's snapshot (taken after the lock) sees every row another relay wrote, committed;
 -- the probe is the one ON CONFLICT made, without the speculative insertion's confirmation record
 -- (one WAL record per row).  The unique key still refuses a duplicate, loudly.
@@ -170,7 +170,11 @@ WITH new_inbox AS (
            coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
-    WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.recipient_id = x.user_id AND n.event_id = %(event_id)s)
+    -- One probe of the (recipient, event) key per row (LIMIT 1 keeps the LATERAL a nested loop: as
+    -- NOT EXISTS the planner hashed every row of the table, the broadcast's earlier pages included).
+    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
+                       WHERE n.recipient_id = x.user_id AND n.event_id = %(event_id)s LIMIT 1) e ON true
+    WHERE e.found IS NULL
     ORDER BY x.user_id
     RETURNING recipient_id
 )
