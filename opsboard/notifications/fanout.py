@@ -15,8 +15,10 @@ subscriber ``notify``).  For one event:
    queued delivery (``run_at`` = the quiet window's end when deferred); then,
    last, the inbox rows (``notification_inbox_insert``) under a transaction
    lock taken just before them, so the cursor is commit-ordered while the lock
-   is held for that insert and the commit only; all ``ON CONFLICT DO
-   NOTHING``: a second relay of the event adds nothing and queues nothing;
+   is held for that insert and the commit only; a delivery already there
+   (``ON CONFLICT DO NOTHING``) or an inbox row already there (a key probe
+   after the lock) is left: a second relay of the event adds nothing and
+   queues nothing;
 4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel

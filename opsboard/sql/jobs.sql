@@ -285,7 +285,10 @@ SET status = 'running',
 -- Each is the row's latest version, locked above after its status was read:
 -- no one can change it any more; were it newer than this statement's
 -- snapshot, the TID scan would skip it and the job would stay pending.
-WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM locked))
+-- opsboard_key_probe (0051) keeps it a TID scan in a plan made while jobs
+-- was nearly empty (otherwise a sequential scan of the whole table, kept by
+-- a worker's prepared statement while the table grows).
+WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM locked)) AND opsboard_key_probe(j.ctid)
 RETURNING j.id, j.type, j.version, j.tenant_id, j.queue, j.priority, j.payload, j.attempts, j.max_attempts,
           j.idempotency_key, j.group_key, j.correlation_id, j.event_id, j.expires_at, j.created_at,
           j.started_at, j.locked_until,
@@ -337,10 +340,12 @@ WITH d AS (
     -- By id, not by the locked version's ctid: a version written after this
     -- statement's snapshot (a heartbeat) is invisible to a TID scan, and the
     -- outcome would be lost; by id, the update follows it to that version.
+    -- opsboard_key_probe (0051): a primary-key probe per job even in a plan
+    -- made while jobs was nearly empty (otherwise a sequential scan, kept).
     UPDATE jobs j
     SET status = 'succeeded', finished_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
         locked_by = NULL, locked_until = NULL
-    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind = 'succeeded'))
+    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind = 'succeeded')) AND opsboard_key_probe(j.id)
     RETURNING j.id
 ), other AS (
     -- x.m -> j.id::text: this job's [kind, delay, code].
@@ -361,7 +366,7 @@ WITH d AS (
         locked_until = NULL
     FROM (SELECT jsonb_object_agg(id::text, jsonb_build_array(kind, delay, code)) AS m
           FROM held WHERE kind <> 'succeeded') x
-    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind <> 'succeeded'))
+    WHERE j.id = ANY (ARRAY(SELECT id FROM held WHERE kind <> 'succeeded')) AND opsboard_key_probe(j.id)
     RETURNING j.id
 ), att AS (
     INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_code, detail,

@@ -134,7 +134,10 @@ new_deliveries AS (
     RETURNING id, status, deferred_until
 ),
 new_jobs AS (
-    -- Like job_insert_many: a live job holding the idempotency key wins.
+    -- A job per new queued delivery, its id the delivery's (made for this statement: no job can hold
+    -- it or its key delivery:<id> yet).  No ON CONFLICT: its arbiter probe and the speculative
+    -- insertion's confirmation record (one WAL record per job) bought nothing; were the key ever
+    -- taken, the page fails and its job retries, it is never skipped silently.
     INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, payload, max_attempts,
                       available_at, expires_at, correlation_id, event_id)
     SELECT nd.id, %(job_type)s, %(job_version)s, %(tenant_id)s, %(job_queue)s, %(job_priority)s,
@@ -142,8 +145,6 @@ new_jobs AS (
            coalesce(nd.deferred_until, now()), %(job_expires_at)s::timestamptz, %(correlation_id)s,
            %(event_id)s
     FROM new_deliveries nd WHERE nd.status = 'queued'
-    ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
-    DO NOTHING
     RETURNING id
 )
 SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
@@ -157,6 +158,10 @@ SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
 -- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
 -- into %(texts)s), taken in user-id order after the inbox lock; a row a concurrent relay wrote first is
 -- left.  Returns how many were written and the first %(notify_limit)s recipients (for NOTIFY).
+-- A probe, not ON CONFLICT: every insert into notifications is this one, after the inbox lock, so
+-- this statement's snapshot (taken after the lock) sees every row another relay wrote, committed;
+-- the probe is the one ON CONFLICT made, without the speculative insertion's confirmation record
+-- (one WAL record per row).  The unique key still refuses a duplicate, loudly.
 WITH new_inbox AS (
     INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
                                template_version, locale, title, body, data, created_at)
@@ -165,8 +170,12 @@ WITH new_inbox AS (
            coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
+    -- One probe of the (recipient, event) key per row (LIMIT 1 keeps the LATERAL a nested loop: as
+    -- NOT EXISTS the planner hashed every row of the table, the broadcast's earlier pages included).
+    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
+                       WHERE n.recipient_id = x.user_id AND n.event_id = %(event_id)s LIMIT 1) e ON true
+    WHERE e.found IS NULL
     ORDER BY x.user_id
-    ON CONFLICT (recipient_id, event_id) DO NOTHING
     RETURNING recipient_id
 )
 SELECT (SELECT count(*) FROM new_inbox) AS inbox,

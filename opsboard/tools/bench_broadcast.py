@@ -13,9 +13,17 @@ and every email delivery job exists.  Meanwhile, in the same run:
 The email deliveries themselves are held (a pause of ``notifications.deliver``,
 the incident control) so that the figure is the fan-out's, not an SMTP
 server's.  The workers' peak RSS is sampled during the run.
+
+Beside the wall-clock figures, which a shared machine makes noisy, the CPU
+per recipient from publish to the last inbox row: the two workers' and that
+of the scratch database's server processes (``/proc/<pid>/stat`` of every
+backend ``pg_stat_activity`` lists for it, sampled every 0.2 s; only when the
+server runs on this host), and the server's WAL per recipient (the whole
+server's: other databases' writes count too).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -25,6 +33,16 @@ from .bench_notifications import _rss_kib, seed_members
 
 EVENT = "bench_broadcast.sent"
 MODULE = __name__
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """A process's user + system CPU time in clock ticks (None: gone, or not on this host)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def register(cat) -> None:
@@ -52,11 +70,20 @@ def broadcast(b) -> None:
     procs = b.start_workers(2, "critical=2,default=8,bulk=2", OPSBOARD_JOB_MODULES=MODULE)
     stop = threading.Event()
     peak = {p.pid: 0 for p in procs}
+    ticks: dict[int, tuple[str, int]] = {}  # pid -> ("worker" | "postgres", latest CPU ticks)
+    sample_conn = b.conn()
 
     def sample() -> None:
         while not stop.is_set():
             for p in procs:
                 peak[p.pid] = max(peak[p.pid], _rss_kib(p.pid))
+            backends = [r["pid"] for r in sample_conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+            for kind, pids in (("worker", [p.pid for p in procs]), ("postgres", backends)):
+                for pid in pids:
+                    t = _cpu_ticks(pid)
+                    if t is not None:
+                        ticks[pid] = (kind, t)
             time.sleep(0.2)
 
     otp_commit: list[float] = []  # the OTP enqueue's own transaction, ms (the producer's commit waits too)
@@ -84,6 +111,8 @@ def broadcast(b) -> None:
         t.start()
     time.sleep(1.0)  # side traffic flowing before the broadcast
     with b.conn() as c:
+        ticks_at_publish = dict(ticks)
+        wal_at_publish = c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"]
         with c.transaction():
             ev = outbox.publish(c, EVENT, 1, aggregate=("notice", "big"), tenant=big, payload={})
         deadline = time.monotonic() + max(300, n / 1000)
@@ -92,10 +121,14 @@ def broadcast(b) -> None:
         last_row = "SELECT EXISTS (SELECT 1 FROM notifications WHERE recipient_id = %s AND event_id = %s) AS done"
         while not c.execute(last_row, (last, ev["id"])).fetchone()["done"] and time.monotonic() < deadline:
             time.sleep(0.2)
+        time.sleep(0.3)  # one more CPU sample after the last page
+        ticks_at_done = dict(ticks)
+        wal_bytes = float(c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn AS b", (wal_at_publish,)).fetchone()["b"])
         time.sleep(1.0)  # a second more of side traffic after the broadcast
         stop.set()
         for t in threads:
             t.join(10)
+        sample_conn.close()
         done = c.execute(
             "SELECT count(*) AS n, extract(epoch FROM max(n.created_at) - e.occurred_at) AS s "
             "FROM notifications n JOIN outbox_events e ON e.id = n.event_id WHERE n.event_id = %s "
@@ -135,4 +168,14 @@ def broadcast(b) -> None:
           f"{len(other)} notifications at 5/s")
     b.add("broadcast", "other tenant: publish -> inbox p99", percentile(other, 99), "ms", "goal < 1,000 ms")
     b.add("broadcast", "worker peak RSS (largest of 2)", max(peak.values()) / 1024, "MiB", "bounded: pages, not the audience")
+    hz = os.sysconf("SC_CLK_TCK")
+    for kind in ("worker", "postgres"):
+        used = sum(t - ticks_at_publish.get(pid, (kind, 0))[1]
+                   for pid, (k, t) in ticks_at_done.items() if k == kind)
+        if kind == "postgres" and not any(k == kind for k, _ in ticks_at_done.values()):
+            continue  # the server is not on this host
+        b.add("broadcast", f"CPU per recipient: {'workers' if kind == 'worker' else 'PostgreSQL'}",
+              used / hz / n * 1e6, "us", "publish -> last inbox row; user + system, /proc")
+    b.add("broadcast", "WAL per recipient (whole server)", wal_bytes / n, "B",
+          "publish -> last inbox row; other databases' writes count too")
     b.reset()

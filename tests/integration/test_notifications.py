@@ -318,3 +318,42 @@ def test_cursor_pagination_is_stable_under_concurrent_inserts(db_url):
         th.join(10)
         rows = inbox.page(c, uid, since=new[-1]["seq"])["items"]
         assert [r["event_id"] for r in rows] == [ev_a["id"], ev_b["id"]]
+
+
+def test_two_relays_of_one_event_at_once_write_each_row_once_and_neither_fails(db_url):
+    """The inbox insert skips a row another relay of the event wrote while this one decided its page
+    (NOT EXISTS after the inbox lock, issue 27): the second relay adds nothing and raises nothing."""
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, "two-relays")
+        users = [_user(c, t) for _ in range(3)]
+        ev = _notice(c, t, users)
+    a = connect(db_url)
+    a.execute("BEGIN")
+    first = fanout.fan_out(a, ev["id"])      # inside a's open transaction: rows written, inbox lock held
+    assert first["inbox"] == 3
+    result: dict = {}
+
+    def relay_b():
+        try:
+            with connect(db_url) as b:
+                result["counts"] = fanout.fan_out(b, ev["id"])
+        except Exception as exc:  # noqa: BLE001 -- the test reports it
+            result["error"] = exc
+    th = threading.Thread(target=relay_b)
+    th.start()
+    with connect(db_url) as c:
+        # b decided its page from a snapshot without a's rows and now waits on a's uncommitted ones.
+        import time as clock
+        deadline = clock.monotonic() + 10
+        while not c.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND wait_event_type = 'Lock' AND state = 'active'").fetchone()["n"]:
+            assert clock.monotonic() < deadline, "the second relay never waited for the first"
+            clock.sleep(0.02)
+    a.execute("COMMIT")
+    a.close()
+    th.join(10)
+    assert "error" not in result, result.get("error")
+    assert result["counts"]["inbox"] == 0 and result["counts"]["deliveries"] == 0 and result["counts"]["jobs"] == 0
+    with connect(db_url) as c:
+        assert c.execute("SELECT count(*) AS n FROM notifications WHERE event_id = %s", (ev["id"],)).fetchone()["n"] == 3
+        assert len(_deliveries(c, ev["id"])) == 3 * len(policy.policy_for("test_notice.sent").channels)

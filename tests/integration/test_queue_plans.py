@@ -11,7 +11,11 @@ makes any plan linear: every row lock reads its job through the primary key.
 """
 from datetime import timedelta
 
+import psycopg
+from psycopg.rows import dict_row
+
 from opsboard import db, jobqueue
+from opsboard.db import SESSION_OPTIONS
 from opsboard.jobqueue import NewJob, OutcomeRecord
 
 N = 600
@@ -168,3 +172,49 @@ def test_a_claim_passes_over_a_held_types_jobs_without_reading_them(conn, make_t
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
     got = conn.execute("SELECT type FROM jobs WHERE status = 'running'").fetchall()
     assert [r["type"] for r in got] == ["test.record"] * 3
+
+
+def updates_of_jobs(node: dict) -> list[str]:
+    """How each UPDATE of jobs in the plan finds its rows: the scan under each ModifyTable of jobs."""
+    found = []
+    if node["Node Type"] == "ModifyTable" and node.get("Relation Name") == "jobs":
+        alias = node.get("Alias")
+
+        def scans(n: dict) -> list[str]:
+            own = [n["Node Type"]] if n.get("Relation Name") == "jobs" and n.get("Alias") == alias else []
+            return own + [s for c in n.get("Plans", []) if c.get("Parent Relationship") != "InitPlan"
+                          for s in scans(c)]
+        found += [s for c in node.get("Plans", []) if c.get("Parent Relationship") != "InitPlan" for s in scans(c)]
+    return found + [s for child in node.get("Plans", []) for s in updates_of_jobs(child)]
+
+
+def test_the_claim_and_the_outcomes_update_jobs_by_key_in_a_plan_made_while_jobs_was_nearly_empty(db_url):
+    """A worker's prepared statements keep the generic plan made at their first runs until jobs is
+    analyzed or vacuumed again: one made while jobs held a few rows must still find the rows to
+    update by key (migration 0051), not by a sequential scan that a broadcast's jobs then make read
+    hundreds of thousands of rows per claim and per completion."""
+    from opsboard import auth
+
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS) as conn:
+        with conn.transaction(force_rollback=True):
+            tenant = auth.ensure_tenant(conn, "plans-empty")
+            t0 = conn.execute("SELECT now() AS n").fetchone()["n"]
+            jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenant["id"]) for i in range(3)])
+            assert conn.execute("SELECT pg_relation_size('jobs') <= 8192 * 2 AS small").fetchone()["small"]
+            claim = explain(conn, "job_claim_many", jobqueue.claim_params("default", "w1", 2, 300, now=t0))
+            assert updates_of_jobs(claim["Plan"]) == ["Tid Scan"], claim
+            claimed = conn.execute("SELECT id, attempts FROM jobs WHERE status = 'running'").fetchall()
+            assert len(claimed) == 2
+            records = [OutcomeRecord(claimed[0]["id"], claimed[0]["attempts"], "succeeded", t0),
+                       OutcomeRecord(claimed[1]["id"], claimed[1]["attempts"], "retryable", t0, code="x", delay=1.0)]
+            outcomes = explain(conn, "job_record_outcomes", {
+                "worker": "w1", "now": t0, "ids": [o.job_id for o in records], "tokens": [o.token for o in records],
+                "kinds": [o.kind for o in records], "delays": [o.delay for o in records],
+                "codes": [o.code for o in records], "details": [o.detail for o in records],
+                "started": [o.started_at for o in records], "durations": [o.duration_ms for o in records],
+                "effect_job_ids": []})
+            scans = updates_of_jobs(outcomes["Plan"])  # through jobs_pkey, as an index or a bitmap scan
+            assert len(scans) == 2 and set(scans) <= {"Index Scan", "Bitmap Heap Scan"}, outcomes
+            assert conn.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, "
+                                "count(*) FILTER (WHERE status = 'retryable') AS retry FROM jobs").fetchone() \
+                == {"ok": 1, "retry": 1}
