@@ -1,8 +1,10 @@
 -- name: job_insert
 -- Enqueue one job; with an idempotency key already live, insert nothing.
--- Returns only what the database decides or converts; queue.enqueue builds
--- the rest of the row from what it sent (RETURNING * cost a quarter of a
--- single enqueue: 23 columns formatted, sent and parsed).
+-- Returns only what the database decides (the time) or converts in a way
+-- Python cannot repeat exactly (jsonb's numbers: 1e16 comes back an int);
+-- queue.enqueue builds the rest of the row from what it sent (RETURNING *
+-- cost a quarter of a single enqueue: 23 columns formatted, sent and parsed;
+-- 7 columns cost 8-11 µs of producer CPU more than 1, docs/performance.md).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
                   max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(idempotency_key)s,
@@ -10,7 +12,7 @@ VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %
         coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s, %(event_id)s, %(replay_of)s)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
-RETURNING payload, available_at, expires_at, correlation_id, event_id, replay_of, created_at;
+RETURNING payload, created_at;
 
 -- name: job_insert_new
 -- job_insert for a job without an idempotency key: nothing can conflict
@@ -23,7 +25,7 @@ INSERT INTO jobs (id, type, version, tenant_id, queue, priority, group_key, payl
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(group_key)s, %(payload)s,
         %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s,
         %(event_id)s, %(replay_of)s)
-RETURNING payload, available_at, expires_at, correlation_id, event_id, replay_of, created_at;
+RETURNING payload, created_at;
 
 -- name: job_insert_many
 -- Enqueue many jobs in one statement.  %(rows)s is one JSON array of job
