@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -362,20 +362,27 @@ DEAD_WINDOW = 2000
 
 
 @dataclass
-class DeadLetterGroups:
-    """Dead-letter groups over the newest ``window`` dead jobs."""
+class NewestWindow:
+    """What a page counted over the newest ``window`` rows of something (dead jobs, failed attempts):
+    how many it counted and how far back they reach, so the page can say so."""
 
-    groups: list[dict]
     window: int
-    #: Dead jobs counted (at most ``window``).
+    #: Rows counted (at most ``window``).
     counted: int
-    #: The oldest failure counted: older dead jobs are left out when ``full``.
+    #: The oldest row counted: older rows are left out when ``full``.
     since: datetime | None
 
     @property
     def full(self) -> bool:
-        """Whether the window was filled, so that older dead jobs may exist outside it."""
+        """Whether the window was filled, so that older rows may exist outside it."""
         return self.counted >= self.window
+
+
+@dataclass
+class DeadLetterGroups(NewestWindow):
+    """Dead-letter groups over the newest ``window`` dead jobs."""
+
+    groups: list[dict] = field(default_factory=list)
 
 
 def dead_letter_groups(conn: psycopg.Connection, scope: TenantScope, *, queue_name: str | None = None,
@@ -398,7 +405,7 @@ def dead_letter_groups(conn: psycopg.Connection, scope: TenantScope, *, queue_na
     counted = sum(int(r["total"]) for r in rows)
     since = min((r["oldest"] for r in rows if r["oldest"] is not None), default=None)
     groups = [r for r in rows if include_handled or r["open"] > 0][:limit]
-    return DeadLetterGroups(groups, window, counted, since)
+    return DeadLetterGroups(window, counted, since, groups=groups)
 
 
 def count_dead(conn: psycopg.Connection, scope: TenantScope, filter: jobqueue.DeadFilter) -> int:
@@ -537,19 +544,10 @@ TOP_CODES_WINDOW = 1000
 
 
 @dataclass
-class TopErrorCodes:
+class TopErrorCodes(NewestWindow):
     """The error codes behind the most failed attempts among the newest ``window`` of the last hour."""
 
-    codes: list[dict]
-    window: int
-    #: Failed attempts counted (at most ``window``).
-    counted: int
-    #: The oldest failure counted: older failures of the hour are left out when ``full``.
-    since: datetime | None
-
-    @property
-    def full(self) -> bool:
-        return self.counted >= self.window
+    codes: list[dict] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.codes)
@@ -569,7 +567,7 @@ def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: in
     counted = sum(int(r["failures"]) for r in rows)
     oldest = min((r["oldest"] for r in rows), default=None)
     rows.sort(key=lambda r: (-int(r["failures"]), r["error_code"], r["type"]))
-    return TopErrorCodes(rows[:limit], window, counted, oldest)
+    return TopErrorCodes(window, counted, oldest, codes=rows[:limit])
 
 
 #: A bulk replay's confirmation counts this many open dead jobs at most ("1,000+"): as
