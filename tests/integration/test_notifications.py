@@ -14,7 +14,7 @@ from opsboard.errors import OpsError
 from opsboard.notifications import fanout, inbox, policy, preferences, templates
 from opsboard.outbox import EventField
 from opsboard.tools import demo_domain
-from tests.conftest import CATALOGUE, connect
+from tests.conftest import CATALOGUE, connect, wait_for
 from worker.handlers import notifications as handlers
 
 AUTHOR = Actor(label="author@example.test")
@@ -343,12 +343,9 @@ def test_two_relays_of_one_event_at_once_write_each_row_once_and_neither_fails(d
     th.start()
     with connect(db_url) as c:
         # b decided its page from a snapshot without a's rows and now waits on a's uncommitted ones.
-        import time as clock
-        deadline = clock.monotonic() + 10
-        while not c.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND wait_event_type = 'Lock' AND state = 'active'").fetchone()["n"]:
-            assert clock.monotonic() < deadline, "the second relay never waited for the first"
-            clock.sleep(0.02)
+        wait_for(lambda: c.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                                   "AND wait_event_type = 'Lock' AND state = 'active'").fetchone()["n"],
+                 timeout=10, message="the second relay waiting for the first")
     a.execute("COMMIT")
     a.close()
     th.join(10)
