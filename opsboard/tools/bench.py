@@ -20,6 +20,7 @@ import os
 import platform
 import random
 import signal
+import shutil
 import statistics
 import subprocess
 import sys
@@ -913,6 +914,10 @@ def machine_info(url: str) -> dict:
     return info
 
 
+#: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
+TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),)}
+
+
 def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | None = None,
               json_path: str | None = None, list_only: bool = False, database: str | None = None,
               streams: int | None = None) -> int:
@@ -932,6 +937,11 @@ def run_bench(config: Config, scenarios: list[str] | None = None, jobs: int | No
     if jobs is not None and jobs < 1:
         from ..errors import UsageError
         raise UsageError("--jobs must be at least 1")
+    for s in scenarios or []:
+        for tool, install in TOOLS.get(s, ()):
+            if shutil.which(tool) is None:
+                from ..errors import UsageError
+                raise UsageError(f"the {s} scenario needs {tool} ({install})")
     name = f"opsboard_bench_{os.getpid()}"
     server = url = database
     if not database:

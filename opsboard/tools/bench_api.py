@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -259,8 +258,6 @@ def api_worker(b) -> None:
     from .bench_webhooks import _Receiver
     from ..catalogue import active
 
-    if shutil.which("wrk") is None:
-        raise RuntimeError("the api_worker scenario needs wrk (apt-get install wrk)")
     seconds = float(os.environ.get("OPSBOARD_BENCH_API_SECONDS", "10"))
     register(active())
     receiver = _Receiver()

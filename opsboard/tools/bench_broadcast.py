@@ -123,7 +123,9 @@ def broadcast(b) -> None:
             time.sleep(0.2)
         time.sleep(0.3)  # one more CPU sample after the last page
         ticks_at_done = dict(ticks)
-        wal_bytes = float(c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn AS b", (wal_at_publish,)).fetchone()["b"])
+        wal_row = c.execute("SELECT pg_current_wal_lsn() AS l, pg_current_wal_lsn() - %s::pg_lsn AS b",
+                            (wal_at_publish,)).fetchone()
+        wal_bytes, wal_range = float(wal_row["b"]), f"{wal_at_publish}..{wal_row['l']}"
         time.sleep(1.0)  # a second more of side traffic after the broadcast
         stop.set()
         for t in threads:
@@ -177,5 +179,5 @@ def broadcast(b) -> None:
         b.add("broadcast", f"CPU per recipient: {'workers' if kind == 'worker' else 'PostgreSQL'}",
               used / hz / n * 1e6, "us", "publish -> last inbox row; user + system, /proc")
     b.add("broadcast", "WAL per recipient (whole server)", wal_bytes / n, "B",
-          "publish -> last inbox row; other databases' writes count too")
+          f"publish -> last inbox row (LSN {wal_range}: pg_waldump --stats); other databases' writes count too")
     b.reset()

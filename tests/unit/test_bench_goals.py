@@ -87,3 +87,11 @@ def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default
             setattr(bench, name, fn)
     assert ran == [("streams", 10_000), ("broadcast", 10_000), ("api", 10_000), ("webhooks", 10_000)]
     assert b.streams is None  # --streams given or not, the Bench is left as it was
+
+
+def test_a_scenario_whose_program_is_missing_is_refused_before_anything_starts(monkeypatch):
+    """No traceback and no scratch database for a missing wrk: one line, exit status 2 (the CLI's UsageError)."""
+    from opsboard.errors import UsageError
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    with pytest.raises(UsageError, match=r"api_worker scenario needs wrk \(apt-get install wrk\)"):
+        bench.run_bench(config=None, scenarios=["api_worker"])
