@@ -489,12 +489,13 @@ def claim_cost(b: Bench) -> None:
         sample = time.perf_counter() - t1
         t1 = time.perf_counter()
         metrics.queue_health(c, TenantScope(all=True))
-        metrics.tenant_backlog(c, TenantScope(all=True))
+        metrics.tenant_backlog_page(c, TenantScope(all=True))
         health = time.perf_counter() - t1
     b.add("claim_cost", f"claim of 64 at {total:,} pending, {n_tenants} tenants", statistics.median(times), "ms",
           f"EXPLAIN ANALYZE, median of 5 (filled at {total / fill:,.0f} jobs/s)")
     b.add("claim_cost", "depth fold of that fill (leader, every 2 s; was a recount)", sample * 1000, "ms")
-    b.add("claim_cost", "queue health + tenant backlog queries", health * 1000, "ms", "what the home page runs")
+    b.add("claim_cost", "queue health + tenants page backlog queries", health * 1000, "ms",
+          "what the home and tenants pages run")
     b.reset()
 
 
@@ -764,7 +765,7 @@ def depth(b: Bench) -> None:
         for _ in range(5):
             t1 = time.perf_counter()
             metrics.queue_health(c, TenantScope(all=True))
-            metrics.tenant_backlog(c, TenantScope(all=True))
+            metrics.tenant_backlog_page(c, TenantScope(all=True))
             reads.append(time.perf_counter() - t1)
         b.add("depth", "queue health + tenant backlog reads", statistics.median(reads) * 1000, "ms",
               f"median of 5, {groups:,} groups")
