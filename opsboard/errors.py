@@ -34,7 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "reason_required": 400, "invalid_filter": 400, "search_too_short": 400, "invalid_resolution": 400,
     "invalid_tenant": 400,
     # the request is well formed but conflicts with the target's current state
-    "invalid_status": 409, "already_resolved": 409, "already_acknowledged": 409, "alert_closed": 409,
+    "invalid_status": 409, "job_expired": 409, "already_resolved": 409, "already_acknowledged": 409, "alert_closed": 409,
     "idempotency_conflict": 409, "request_key_reused": 409, "effect_key_conflict": 409,
     # tickets (opsboard.tickets): the workflow refuses (409 lists the allowed actions), a guard fails,
     # a role may never take the action, an attachment is refused

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 
 from .. import db
-from .enqueue import QueueError
+from ..errors import OpsError
 
 
 def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str, *, relaxed: bool = False) -> dict:
@@ -34,7 +34,7 @@ def begin_effect(conn: psycopg.Connection, key: str, job: dict, provider: str, *
     else:
         row = db.one(conn, "effect_begin", params)
     if row is None:
-        raise QueueError("this effect key belongs to another tenant", "effect_key_conflict")
+        raise OpsError("this effect key belongs to another tenant", "effect_key_conflict")
     return row
 
 

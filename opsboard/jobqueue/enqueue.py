@@ -59,7 +59,8 @@ def tenant_id_of(tenant) -> uuid.UUID:
     try:
         return uuid.UUID(str(tenant))
     except ValueError:
-        raise QueueError(f"tenant must be a tenant id, not {tenant!r}", "invalid_tenant") from None
+        raise OpsError("tenant must be a tenant id, not %(tenant)s", "invalid_tenant",
+                       params={"tenant": repr(tenant)}) from None
 
 
 def prepare_row(job: NewJob, types: dict | None = None) -> dict:
@@ -234,7 +235,7 @@ def enqueue(conn: psycopg.Connection, type: str, payload: dict, *, tenant, versi
     if existing is None:  # the holder died between the two statements: try once more
         inserted = _insert_one(conn, row)
         if inserted is None:
-            raise QueueError("idempotency key is contended; retry", "idempotency_conflict")
+            raise OpsError("idempotency key is contended; retry", "idempotency_conflict")
         return inserted
     return existing
 
@@ -267,7 +268,7 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
         else:
             existing = db.one(conn, "job_get_live_by_key", r)
             if existing is None:
-                raise QueueError("idempotency key is contended; retry", "idempotency_conflict")
+                raise OpsError("idempotency key is contended; retry", "idempotency_conflict")
             result.append(existing["id"])
     return result
 

@@ -11,7 +11,8 @@ import psycopg
 
 from .. import audit, db
 from ..auth import TenantScope
-from .enqueue import ALL_TENANTS, QueueError
+from ..errors import OpsError
+from .enqueue import ALL_TENANTS
 
 
 def get_by_keys(conn: psycopg.Connection, tenant_id, job_type: str, keys: list[str]) -> dict[str, dict]:
@@ -40,7 +41,7 @@ def _job_uuid(job_id) -> uuid.UUID:
     try:
         return uuid.UUID(str(job_id))
     except ValueError:
-        raise QueueError("no such job", "not_found") from None
+        raise OpsError("no such job", "not_found") from None
 
 
 def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None, reason: str | None = None,
@@ -60,11 +61,11 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
         # finds the first one's audit row and returns its result.
         current = db.one(conn, "job_get_for_update", {"id": jid, **scope.params})
         if current is None:
-            raise QueueError("no such job", "not_found")
+            raise OpsError("no such job", "not_found")
         row = db.one(conn, "job_cancel", {"id": jid, "now": now, **scope.params})
         if row is None:
-            raise QueueError(f"only pending or retryable jobs can be cancelled; this one is {current['status']}",
-                             "invalid_status")
+            raise OpsError("only pending or retryable jobs can be cancelled; this one is %(status)s",
+                           "invalid_status", params={"status": current["status"]})
         if ctx is not None:
             ctx.write(tenant_id=row["tenant_id"], before={"status": current["status"]},
                       after={"status": "cancelled"})

@@ -12,7 +12,8 @@ from psycopg.types.json import Jsonb
 from .. import audit, db, jobtypes
 from ..auth import TenantScope
 from ..schema import JobStatus, new_id
-from .enqueue import _insert_one, ALL_TENANTS, QueueError
+from ..errors import OpsError
+from .enqueue import _insert_one, ALL_TENANTS
 from .reads import _job_uuid, get_job
 
 
@@ -38,14 +39,20 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
     def perform(ctx: audit.ActionContext) -> dict:
         dead = get_job(conn, jid, scope)
         if dead is None:
-            raise QueueError("no such job", "not_found")
+            raise OpsError("no such job", "not_found")
         if dead["status"] != JobStatus.DEAD.value:
-            raise QueueError(f"only dead jobs can be replayed; this one is {dead['status']}", "invalid_status")
+            raise OpsError("only dead jobs can be replayed; this one is %(status)s", "invalid_status",
+                           params={"status": dead["status"]})
+        if dead["expires_at"] is not None and dead["expires_at"] <= db.now(conn):
+            # Past its time to live the job is pointless (a one-time code the user can no longer enter);
+            # a replay would only be made dead again as expired -- or, without the expiry, send it.
+            raise OpsError("this job is past its expiry time; a replay would be pointless", "job_expired")
         row = {
             "id": new_id(), "type": dead["type"], "version": dead["version"], "tenant_id": dead["tenant_id"],
             "queue": dead["queue"], "priority": dead["priority"], "idempotency_key": dead["idempotency_key"],
             "group_key": dead["group_key"], "payload": Jsonb(dead["payload"]), "max_attempts": dead["max_attempts"],
-            "run_at": None, "expires_at": None, "correlation_id": dead["correlation_id"],
+            # The same time to live: a replay never outlives what the job was for.
+            "run_at": None, "expires_at": dead["expires_at"], "correlation_id": dead["correlation_id"],
             "event_id": dead["event_id"], "replay_of": dead["id"],
         }
         # The job first, then the audit row naming it: a concurrent identical

@@ -71,8 +71,9 @@ SELECT code FROM c WHERE code IS NOT NULL AND code ILIKE %(pattern)s
 LIMIT %(limit)s;
 
 -- name: dashboard_job_get
--- One job inside a scope, with its tenant and the resolution recorded for it.
-SELECT j.*, t.slug AS tenant_slug, t.name AS tenant_name,
+-- One job inside a scope, with its tenant and the resolution recorded for it; expired: past its
+-- expires_at by the database's clock (a dead one is not replayed then: jobqueue.replay).
+SELECT j.*, t.slug AS tenant_slug, t.name AS tenant_name, coalesce(j.expires_at <= now(), false) AS expired,
        r.resolution, r.reason AS resolution_reason, r.actor AS resolution_actor, r.actor_id AS resolution_actor_id,
        r.at AS resolution_at
 FROM jobs j
@@ -238,7 +239,8 @@ GROUP BY r.error_code, j.type, j.queue;
 -- index probes for "open", and a common filter matched 10,000 dead jobs at
 -- ten million (55-130 ms, counted twice); of those counted, how many died
 -- before using their attempts (a permanent error: replaying repeats it unless
--- something changed); and the filter's tenant by name.
+-- something changed); and the filter's tenant by name.  A dead job past its
+-- expires_at is not counted: it is not replayed.
 SELECT count(*) AS matched, count(*) FILTER (WHERE attempts < max_attempts) AS permanent,
        (SELECT name FROM tenants WHERE id = %(tenant_id)s::uuid
           AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]))) AS tenant_name
@@ -249,6 +251,7 @@ FROM (SELECT attempts, max_attempts FROM jobs
         AND (%(queue)s::text IS NULL OR queue = %(queue)s)
         AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
         AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+        AND (expires_at IS NULL OR expires_at > now())
         AND NOT EXISTS (SELECT 1 FROM job_resolutions r WHERE r.job_id = jobs.id)
         AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.replay_of = jobs.id)
         AND NOT EXISTS (SELECT 1 FROM job_replay_links l WHERE l.dead_job_id = jobs.id)

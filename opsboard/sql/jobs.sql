@@ -499,6 +499,8 @@ WHERE status = 'dead'
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR finished_at < %(until)s)
+  -- past its expires_at a dead job is not replayed (jobqueue.replay refuses it: job_expired)
+  AND (expires_at IS NULL OR expires_at > now())
   -- open_only: skip dead jobs already replayed or resolved, so that replaying
   -- "all matching" twice does not replay the same dead job twice.
   AND (NOT %(open_only)s OR (

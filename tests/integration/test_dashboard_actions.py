@@ -150,6 +150,31 @@ def test_replay_of_a_job_that_is_not_dead_is_409(client, login_as, db):
     assert r.status_code == 409 and r.json["error"] == "invalid_status"
 
 
+def test_a_dead_job_past_its_expiry_offers_no_replay_and_a_post_is_refused(client, login_as, db):
+    """No replay button past expires_at, the reason shown instead (in the reader's language), and a
+    replay posted anyway is 409 job_expired with nothing made."""
+    t = seed.tenant(db, "acme")
+    [job] = seed.jobs(db, t, 1, "test.permanent", {"hook": 8})
+    db.execute("UPDATE jobs SET expires_at = now() - interval '1 minute' WHERE id = %s", (job,))
+    seed.kill(db, [job], "http_503")
+    login_as("ops")
+    page = client.get(f"/jobs/{job}").get_data(as_text=True)
+    assert 'data-replay="expired"' in page and f'hx-post="/jobs/{job}/replay"' not in page
+    assert "Past its expiry time: a replay would be pointless." in page
+    fa = client.get(f"/jobs/{job}", headers={"Accept-Language": "fa"}).get_data(as_text=True)
+    assert "زمان انقضای این کار گذشته است" in fa
+    r = client.post(f"/jobs/{job}/replay", data={"reason": "x", "request_key": str(uuid.uuid4()),
+                                                 "csrf_token": client.csrf}, headers=JSON)
+    assert r.status_code == 409 and r.json["error"] == "job_expired"
+    assert db.execute("SELECT count(*) AS n FROM jobs WHERE replay_of = %s", (job,)).fetchone()["n"] == 0
+    # Before its expiry the button is there.
+    [fresh] = seed.jobs(db, t, 1, "test.permanent", {"hook": 9})
+    db.execute("UPDATE jobs SET expires_at = now() + interval '1 hour' WHERE id = %s", (fresh,))
+    seed.kill(db, [fresh], "http_503")
+    page = client.get(f"/jobs/{fresh}").get_data(as_text=True)
+    assert f'hx-post="/jobs/{fresh}/replay"' in page and 'data-replay="expired"' not in page
+
+
 def test_plain_form_post_gets_a_whole_page(client, login_as, dead):
     login_as("ops")
     r = client.post(f"/jobs/{dead}/replay", data={"reason": "no js", "request_key": str(uuid.uuid4()),

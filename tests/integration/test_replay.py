@@ -254,3 +254,43 @@ def test_migration_0033_backfills_replays_recorded_only_in_the_audit_log(conn, t
     conn.execute(sql[sql.index("INSERT INTO job_replay_links"):])
     links = conn.execute("SELECT dead_job_id, job_id FROM job_replay_links").fetchall()
     assert [(r["dead_job_id"], r["job_id"]) for r in links] == [(other["id"], live["id"])]
+
+
+def _dead_with_expiry(conn, tenant_id, t0, expires_at) -> dict:
+    """A job with a time to live, claimed while it was still live and made dead then."""
+    j = jobqueue.enqueue(conn, "test.record", {"key": uuid.uuid4().hex}, tenant=tenant_id,
+                         run_at=t0 - timedelta(minutes=2), expires_at=expires_at)
+    at = t0 - timedelta(minutes=1)
+    rows = jobqueue.claim_batch(conn, j["queue"], "w", 1000, 30, now=at)
+    [row] = [r for r in rows if r["id"] == j["id"]]
+    others = [OutcomeRecord(r["id"], r["attempts"], "released", at) for r in rows if r["id"] != j["id"]]
+    jobqueue.record_outcomes(conn, "w", [OutcomeRecord(j["id"], row["attempts"], "dead", at, code="http_503")] + others,
+                             now=at)
+    dead = jobqueue.get_job(conn, j["id"])
+    assert dead["status"] == "dead"
+    return dead
+
+
+def test_a_replay_keeps_the_time_to_live_and_none_is_made_past_it(conn, tenant, t0):
+    """A stale one-time code is never sent: a dead job past its expires_at is not replayed (job_expired,
+    nothing written), and a replay before it carries the same expires_at (before: none, so a replayed
+    OTP could send a code long expired)."""
+    live = _dead_with_expiry(conn, tenant["id"], t0, t0 + timedelta(hours=1))
+    new = jobqueue.replay(conn, live["id"], OPS, "gateway is back", "rk-ttl")
+    assert new["expires_at"] == t0 + timedelta(hours=1) == live["expires_at"]
+
+    stale = _dead_with_expiry(conn, tenant["id"], t0, t0 - timedelta(seconds=1))
+    with pytest.raises(QueueError) as e:
+        jobqueue.replay(conn, stale["id"], OPS, "gateway is back", "rk-stale")
+    assert (e.value.code, e.value.status) == ("job_expired", 409)
+    assert replays_of(conn, stale["id"]) == []
+    assert audit.find_by_request_key(conn, "job.replay", "rk-stale") is None
+
+    # Replaying the group takes the one still worth sending; the stale one is not even counted.
+    from opsboard import dashboard
+    f = DeadFilter(type="test.record", error_code="http_503", open_only=True)
+    other = _dead_with_expiry(conn, tenant["id"], t0, None)
+    assert dashboard.replay_preview(conn, auth.TenantScope(all=True), f, cap=100)["matched"] == 1
+    result = jobqueue.replay_many(conn, f, OPS, "gateway is back", "bulk-ttl")
+    assert result.matched == 1 and [r["replay_of"] for r in result.replayed] == [other["id"]]
+    assert replays_of(conn, stale["id"]) == []
