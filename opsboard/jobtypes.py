@@ -151,6 +151,12 @@ class JobType:
     #: delivery it failed go back to queued), so the replay's outcome is the one recorded.  It
     #: returns one row per thing reopened (``id``), which the replay's audit row lists.
     on_replay: str | None = None
+    #: The name of a query run when jobs of this type are cancelled before they ran (an operator's
+    #: cancel, one or many, or the producer's), in the cancel's transaction, with ``job_ids`` (uuid[],
+    #: the cancelled jobs of this type) and ``now``: it settles what waited on them for good (the
+    #: message and the notification delivery they would have sent are failed, error ``cancelled``),
+    #: so nothing stays queued for a job that will never run.  One row per thing settled (``id``).
+    on_cancel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,13 +321,15 @@ def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
            description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,
-           public: bool = False, on_replay: str | None = None, **policy: Any) -> JobType:
+           public: bool = False, on_replay: str | None = None, on_cancel: str | None = None,
+           **policy: Any) -> JobType:
     """Register a job type in ``cat``; redefining the same (name, version) replaces it.
 
     ``handler`` (and ``prepare_batch``) are ``"module:function"`` paths, resolved by the
     worker when it starts (it refuses to start when one points nowhere).  ``public`` types
     may be enqueued over the HTTP API; the others only by the product's own code.  ``on_replay``
-    names the query an operator's replay of a dead job runs (see :attr:`JobType.on_replay`).
+    names the query an operator's replay of a dead job runs (see :attr:`JobType.on_replay`),
+    ``on_cancel`` the one a cancel of unstarted jobs runs (:attr:`JobType.on_cancel`).
     """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -329,7 +337,7 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
         if path is not None and not (isinstance(path, str) and _HANDLER_RE.fullmatch(path)):
             raise ValueError(f"job type {name!r}: {what} {path!r} must be 'module:function'")
     jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description,
-                 prepare_batch, bool(relaxed_effects), bool(public), on_replay)
+                 prepare_batch, bool(relaxed_effects), bool(public), on_replay, on_cancel)
     cat.job_types[(jt.name, jt.version)] = jt
     cat.changed()
     return jt

@@ -82,19 +82,20 @@ def register(cat: _catalogue.Catalogue) -> None:
            description="POST one event to one endpoint, signed per Standard Webhooks.")
     # An operator's replay of a dead provider job reopens the message and its notification delivery
     # (outbound_message_reopen, delivery_push_reopen): the replay's answer is then the one recorded.
+    # A cancel before it ran fails them (outbound_message_cancel, delivery_push_cancel): never sent.
     define(cat, "email.send", handler="worker.handlers.deliveries:email_send", fields={"message_id": Field(uuid.UUID)},
-           on_replay="outbound_message_reopen", provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
+           on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
            description="Send one outbound_messages email over SMTP.")
     define(cat, "sms.send", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
-           on_replay="outbound_message_reopen", provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
+           on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
            description="Send one outbound_messages SMS through the HTTP gateway.")
     define(cat, "sms.otp", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
-           on_replay="outbound_message_reopen", provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
+           on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
            backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
     define(cat, "push.send", handler="worker.handlers.deliveries:push_send",
            fields={"subscription_id": Field(uuid.UUID), "notification_id": Field(uuid.UUID),
                    "title": Field(str, required=False, max_length=80)},
-           on_replay="delivery_push_reopen", provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
+           on_replay="delivery_push_reopen", on_cancel="delivery_push_cancel", provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
            description="One Web Push message: the notification id and a generic title, nothing sensitive.")
 
     for (name, version), texts in BUILT_IN_TEMPLATES.items():

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from .. import audit, db
+from .. import audit, db, jobtypes
 from ..auth import TenantScope
 from ..errors import OpsError
 from .enqueue import ALL_TENANTS
@@ -66,9 +66,12 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
         if row is None:
             raise OpsError("only pending or retryable jobs can be cancelled; this one is %(status)s",
                            "invalid_status", params={"status": current["status"]})
+        settled = settle_cancelled(conn, [row], now)
         if ctx is not None:
-            ctx.write(tenant_id=row["tenant_id"], before={"status": current["status"]},
-                      after={"status": "cancelled"})
+            after = {"status": "cancelled"}
+            if settled:
+                after["settled"] = settled
+            ctx.write(tenant_id=row["tenant_id"], before={"status": current["status"]}, after=after)
         return row
 
     if actor is None:
@@ -77,6 +80,25 @@ def cancel(conn: psycopg.Connection, job_id, *, actor: audit.Actor | None = None
     return audit.operator_action(
         conn, actor, "job.cancel", target_type="job", target_id=jid, reason=reason, request_key=request_key,
         perform=perform, repeat=lambda previous: get_job(conn, jid, scope) or {})
+
+
+def settle_cancelled(conn: psycopg.Connection, rows: list[dict], now: datetime | None = None) -> list[str]:
+    """Run each cancelled job type's ``on_cancel`` query (:attr:`opsboard.jobtypes.JobType.on_cancel`)
+    over that type's jobs of ``rows`` (``id``, ``type``, ``version``), in the cancel's transaction: what
+    waited on them (a message, a notification delivery) is settled, never left queued.  The ids it
+    settled."""
+    by_query: dict[str, list] = {}
+    for r in rows:
+        try:
+            query = jobtypes.get(r["type"], r["version"]).on_cancel
+        except jobtypes.UnknownJobType:
+            continue  # a type no longer in the catalogue: nothing of it to settle
+        if query is not None:
+            by_query.setdefault(query, []).append(r["id"])
+    settled: list[str] = []
+    for query, ids in sorted(by_query.items()):
+        settled += [str(r["id"]) for r in db.all_rows(conn, query, {"job_ids": ids, "now": now})]
+    return settled
 
 
 @dataclass(frozen=True)
@@ -101,7 +123,7 @@ class CancelFilter:
 
 @dataclass
 class BulkCancel:
-    #: The jobs cancelled (id, tenant_id, type, queue): exactly those whose status changed.
+    #: The jobs cancelled (id, tenant_id, type, version, queue): exactly those whose status changed.
     cancelled: list[dict] = field(default_factory=list)
     #: Jobs that matched and were left for a next request (over ``limit``), counted after the cancel.
     remaining: int = 0
@@ -126,10 +148,11 @@ def cancel_many(conn: psycopg.Connection, f: CancelFilter, actor: audit.Actor, r
     """
     def perform(ctx: audit.ActionContext) -> BulkCancel:
         rows = db.all_rows(conn, "job_cancel_matching", {**f.params, **scope.params, "limit": limit, "now": now})
+        settled = settle_cancelled(conn, rows, now)
         tenants = {r["tenant_id"] for r in rows}
         ctx.write(tenant_id=f.tenant_id or (next(iter(tenants)) if len(tenants) == 1 else None),
                   before={"filter": {k: str(v) for k, v in f.params.items() if v is not None}},
-                  after={"cancelled": len(rows), "ids": [str(r["id"]) for r in rows]})
+                  after={"cancelled": len(rows), "ids": [str(r["id"]) for r in rows], "settled": len(settled)})
         return BulkCancel(rows, count_cancellable(conn, f, scope=scope))
 
     def repeat(previous: dict) -> BulkCancel:

@@ -244,10 +244,11 @@ def register(cat: _catalogue.Catalogue) -> None:
                                 "(a broadcast: one page of its audience, after the user id in 'after').")
     jobtypes.define(cat, "notifications.deliver", handler="worker.handlers.notifications:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=5, timeout=30,
+                    on_cancel="delivery_cancel_unsent",
                     description="One delivery (recipient x event x channel): render and hand to the provider job.")
     jobtypes.define(cat, "notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, queue="critical", priority=0, max_attempts=3,
-                    timeout=10, description="A critical delivery (OTP, security) on the critical queue.")
+                    timeout=10, on_cancel="delivery_cancel_unsent", description="A critical delivery (OTP, security) on the critical queue.")
     jobtypes.define(cat, "notifications.sms_status", handler="worker.handlers.notifications:sms_status",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=12, timeout=30, backoff_base=15.0,
                     backoff_cap=1800.0,

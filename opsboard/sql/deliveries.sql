@@ -388,3 +388,26 @@ ORDER BY created_at;
 UPDATE push_subscriptions SET state = 'revoked'
 WHERE id = %(id)s AND user_ref = %(user_ref)s AND state = 'active'
 RETURNING id, state;
+
+-- name: outbound_message_cancel
+-- These email.send / sms.send / sms.otp jobs were cancelled before they ran (jobtypes' on_cancel, in
+-- the cancel's transaction): their messages will never be sent.  Each message still queued is
+-- failed, and so is the notification delivery that handed it (error 'cancelled'); a message sent,
+-- or a delivery past queued, stays.  Ids that are not uuids name no message and move nothing.
+WITH j AS (
+    SELECT (payload ->> 'message_id')::uuid AS message_id, tenant_id FROM jobs
+    WHERE id = ANY(%(job_ids)s::uuid[]) AND status = 'cancelled'
+      AND payload ->> 'message_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+), m AS (
+    UPDATE outbound_messages o SET status = 'failed'
+    FROM j WHERE o.id = j.message_id AND o.tenant_id = j.tenant_id AND o.status = 'queued'
+    RETURNING o.id
+), d AS (
+    UPDATE deliveries d SET status = 'failed', error_code = 'cancelled',
+           updated_at = coalesce(%(now)s::timestamptz, now())
+    FROM j JOIN outbound_messages o ON o.id = j.message_id AND o.tenant_id = j.tenant_id
+    WHERE d.provider_ref = o.id::text AND d.tenant_id = o.tenant_id AND d.channel = o.channel
+      AND d.status = 'queued'
+    RETURNING d.id
+)
+SELECT id FROM m UNION ALL SELECT id FROM d;

@@ -138,7 +138,7 @@ WITH picked AS (
 UPDATE jobs j SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now())
 FROM picked
 WHERE j.id = picked.id AND j.status IN ('pending', 'retryable')
-RETURNING j.id, j.tenant_id, j.type, j.queue;
+RETURNING j.id, j.tenant_id, j.type, j.version, j.queue;
 
 -- name: job_claim_many
 -- Claim up to %(limit)s ready jobs of one queue, fairly across tenants.

@@ -544,3 +544,30 @@ ORDER BY channel, locale, template_version DESC;
 -- Wake SSE streams: one NOTIFY per key (a recipient id, or '*'), delivered at commit.
 SELECT pg_notify(%(channel)s, k) FROM unnest(%(keys)s::text[]) AS k;
 
+
+-- name: delivery_cancel_unsent
+-- These notifications.deliver(_critical) jobs were cancelled before they ran (jobtypes' on_cancel,
+-- in the cancel's transaction): each delivery (the job's id is the delivery's) still queued and not
+-- yet handed to a provider job is failed, error 'cancelled'.  One already handed over waits on its
+-- provider job, which records its own answer.
+UPDATE deliveries d SET status = 'failed', error_code = 'cancelled', updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status = 'cancelled'
+  AND d.id = j.id AND d.tenant_id = j.tenant_id AND d.status = 'queued' AND d.provider_ref IS NULL
+RETURNING d.id;
+
+-- name: delivery_push_cancel
+-- These push.send jobs were cancelled before they ran (jobtypes' on_cancel): the push delivery of
+-- each one's inbox row, still queued, is failed (error 'cancelled'), as delivery_settle_dead_push_jobs
+-- does for a dead one; another device's push of the same row accepted later still moves it to sent
+-- (delivery_push_confirm lets "sent" win over "failed").
+UPDATE deliveries d SET status = 'failed', error_code = 'cancelled', updated_at = coalesce(%(now)s::timestamptz, now())
+FROM jobs j
+JOIN notifications n
+  ON n.id = CASE WHEN j.payload->>'notification_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                 THEN (j.payload->>'notification_id')::uuid END
+ AND n.tenant_id = j.tenant_id
+WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status = 'cancelled' AND j.type = 'push.send'
+  AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.tenant_id = j.tenant_id
+  AND d.channel = 'push' AND d.status = 'queued'
+RETURNING d.id;

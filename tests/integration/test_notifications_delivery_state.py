@@ -529,6 +529,48 @@ def test_a_replayed_provider_job_that_fails_again_leaves_its_delivery_failed(db_
     assert _state(_delivery(db_url, ev, "email")) == ("failed", "smtp_554")
 
 
+@pytest.mark.parametrize("channel", ["email", "sms", "push"])
+def test_a_provider_job_cancelled_before_it_ran_fails_its_delivery_and_message(db_url, sandbox, runner,
+                                                                               push_settings, channel):
+    """An operator cancels the provider job before it sent anything: nothing will be sent, so the
+    delivery is failed (cancelled) with its message, in the cancel's transaction, and the audit row
+    names them -- before, the delivery stayed queued for good."""
+    from opsboard import audit, jobqueue
+    _, ev, _ = _fan_out(db_url, sandbox, device=channel == "push")
+    job = _hand_over(db_url, runner, ev, channel)
+    d = _delivery(db_url, ev, channel)
+    with connect(db_url) as c:
+        jobqueue.cancel(c, job["id"], actor=audit.Actor("ops@example.test"), reason="sent by hand", request_key="c1")
+        after = c.execute("SELECT after FROM audit_log WHERE action = 'job.cancel' AND target_id = %s",
+                          (str(job["id"]),)).fetchone()["after"]
+    assert _state(_delivery(db_url, ev, channel)) == ("failed", "cancelled")
+    assert str(d["id"]) in after["settled"]
+    if channel != "push":
+        with connect(db_url) as c:
+            assert c.execute("SELECT status FROM outbound_messages WHERE id = %s::uuid",
+                             (d["provider_ref"],)).fetchone()["status"] == "failed"
+    assert sandbox.records(channel) == []
+
+
+def test_deliveries_of_a_bulk_cancel_are_failed_and_handed_over_ones_wait_for_their_provider_job(
+        db_url, sandbox, runner, provider_settings):
+    """Cancel-many of the deliver jobs (an incident: a notification sent by mistake): every delivery not
+    yet handed over is failed (cancelled); one already handed to its email.send waits for that job."""
+    from opsboard import audit, jobqueue
+    _, ev, _ = _fan_out(db_url, sandbox)
+    handed = _hand_over(db_url, runner, ev, "email")                     # the email's deliver job ran
+    sms = _delivery(db_url, ev, "sms")
+    with connect(db_url) as c:
+        result = jobqueue.cancel_many(c, jobqueue.CancelFilter(type="notifications.deliver"),
+                                      audit.Actor("ops@example.test"), "sent by mistake", "bulk-c1")
+        after = c.execute("SELECT after FROM audit_log WHERE action = 'job.cancel_many'").fetchone()["after"]
+    assert [r["id"] for r in result.cancelled] == [sms["job_id"]] and after["settled"] == 1
+    assert _state(_delivery(db_url, ev, "sms")) == ("failed", "cancelled")
+    assert _state(_delivery(db_url, ev, "email")) == ("queued", None)    # its email.send still runs
+    assert _run(runner, handed)["status"] == "succeeded"
+    assert _state(_delivery(db_url, ev, "email")) == ("sent", None)
+
+
 def test_replaying_a_provider_job_never_moves_a_delivery_past_sent(db_url, sandbox, runner, provider_settings, web):
     """A bounce (a DSN) is final: replaying a dead job of the same message does not reopen it."""
     _, ev, email = _fan_out(db_url, sandbox)

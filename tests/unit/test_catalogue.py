@@ -108,3 +108,18 @@ def test_a_handler_must_be_a_module_function_path():
     for bad in ("worker.handlers.diag", "worker handlers:noop", ":noop", "x:"):
         with pytest.raises(ValueError, match="module:function"):
             jobtypes.define(catalogue.Catalogue(), "bad.path", handler=bad)
+
+
+def test_every_replay_and_cancel_hook_names_a_query_with_the_parameters_it_is_given():
+    """A type's on_replay / on_cancel is run by name (jobqueue.replay, jobqueue.cancel): a name that points
+    at no query, or a query wanting another parameter, would fail only when an operator acts."""
+    import re
+    from opsboard import db
+    from opsboard.config import Config
+    cat = build_catalogue(Config.from_env(mode="development"))
+    given = {"on_replay": {"tenant_id", "payload", "now"}, "on_cancel": {"job_ids", "now"}}
+    hooks = [(hook, getattr(jt, hook)) for jt in cat.job_types.values() for hook in given if getattr(jt, hook)]
+    assert {h for h, _ in hooks} == set(given)          # the shipped types use both
+    for hook, name in hooks:
+        assert name in db.queries, (hook, name)
+        assert set(re.findall(r"%\((\w+)\)s", db.queries[name])) <= given[hook], (hook, name)
