@@ -6,19 +6,19 @@ subscriber ``notify``).  For one event:
 1. the policy names the recipients (a callable: user ids);
 2. the inbox texts are rendered once per locale key (or per recipient when
    the policy has its own ``variables``);
-3. the recipients are taken in chunks of :data:`CHUNK`; for each chunk one
-   statement (``notification_fanout_chunk``) evaluates the policy rules in SQL
-   over the whole set -- permission, membership, preference, reachability,
-   sensitivity, quiet hours (``opsboard_quiet_until``), the same order as
+3. under the page lock (``notification_fanout_page_lock``: one fan-out of an
+   event's page at a time) the recipients are taken in chunks of :data:`CHUNK`;
+   for each chunk one statement (``notification_fanout_chunk``) leaves out the
+   recipients who have a delivery of the event already (a second relay adds
+   nothing and queues nothing), evaluates the policy rules in SQL over the rest
+   -- permission, membership, preference, reachability, sensitivity, quiet hours
+   (``opsboard_quiet_until``), the same order as
    :func:`opsboard.notifications.policy.check` -- and writes one delivery per
    recipient x event x channel and a ``notifications.deliver`` job per new
    queued delivery (``run_at`` = the quiet window's end when deferred); then,
    last, the inbox rows (``notification_inbox_insert``) under a transaction
    lock taken just before them, so the cursor is commit-ordered while the lock
-   is held for that insert and the commit only; a delivery already there
-   (``ON CONFLICT DO NOTHING``) or an inbox row already there (a key probe
-   after the lock) is left: a second relay of the event adds nothing and
-   queues nothing;
+   is held for that insert and the commit only;
 4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel
@@ -155,9 +155,12 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         live = templates.live(conn, pol.template)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
+        # A second fan-out of this page (another relay of the event, a retry beside a slow first try)
+        # waits here for the first to commit; then the chunk statement's probes see its rows.
+        db.one(conn, "notification_fanout_page_lock", {"event_id": event["id"], "page": str(after or "")})
         # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
         job = jobqueue.prepare_row(jobqueue.NewJob(
-            job_type, {"delivery_id": str(event["id"])}, tenant_id, idempotency_key="delivery:x",
+            job_type, {"delivery_id": str(event["id"])}, tenant_id,
             correlation_id=event.get("correlation_id"), event_id=event["id"],
             expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if cat.critical else None))
         params = {

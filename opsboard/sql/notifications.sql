@@ -18,8 +18,14 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- rows it names are written afterwards by notification_inbox_insert, under the
 -- inbox lock (the lock is held from that insert to the commit only, not while
 -- this statement runs).  It returns them: the recipients, their pre-made inbox
--- ids and text keys (array literals), of those whose inbox channel passed and
--- who have no inbox row of the event yet.
+-- ids and text keys (array literals), of those whose inbox channel passed.
+-- A recipient who has a delivery of the event already (every fan-out writes one
+-- per channel, the inbox's included) is left out whole: a second relay of the
+-- event adds nothing.  One probe of the deliveries' key per recipient, under the
+-- caller's page lock (notification_fanout_page_lock), instead of ON CONFLICT: its
+-- speculative insertion wrote a confirmation record per delivery.  Were a row of
+-- a recipient written meanwhile by a fan-out that does not hold that lock (an
+-- overlapping page), the unique key refuses the second and its page is retried.
 -- The rules, in order, the first that fails being the suppression reason
 -- (opsboard.notifications.policy.check is the same rule set for one recipient):
 -- permission (active user holding a granting role in the tenant or the operator
@@ -29,15 +35,19 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- content: no SMS unless the category is SMS-approved; push always generic).  Quiet hours
 -- defer a non-inbox channel of a non-critical category to the window's end.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
--- order of %(channels)s); a queued delivery's job has the delivery's id and the
--- idempotency key delivery:<id>.  A delivery names its inbox row: a previous relay's
--- (`existing`) or the pre-made id that notification_inbox_insert writes later in
--- the same transaction (deliveries_notification_id_fkey is checked at the commit:
--- migration 0039).
+-- order of %(channels)s); a queued delivery's job has the delivery's id, which is
+-- what keeps it one job per delivery (jobs_pkey): no idempotency key, one index
+-- entry less per job.  A delivery names its inbox row by the pre-made id that
+-- notification_inbox_insert writes later in the same transaction (NULL when the
+-- inbox channel did not pass; migration 0055).
 WITH
 chunk AS (
+    -- LIMIT 1 keeps each probe a nested loop over deliveries_event_recipient_channel_key.
     SELECT x.user_id, x.inbox_id, x.ord
     FROM unnest(%(user_ids)s::uuid[], %(inbox_ids)s::uuid[]) WITH ORDINALITY AS x(user_id, inbox_id, ord)
+    LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d
+                       WHERE d.event_id = %(event_id)s AND d.recipient_id = x.user_id LIMIT 1) e ON true
+    WHERE e.found IS NULL
 ),
 defaults AS (
     SELECT coalesce(jsonb_object_agg(channel, enabled), '{}') AS prefs FROM notification_preferences
@@ -89,59 +99,45 @@ decided AS (
            END AS reason
     FROM facts f CROSS JOIN unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, idx)
 ),
-texts AS (
-    -- The inbox text of each recipient: keyed by user id (per-user variables) or by locale key.
+new_inbox AS (
+    -- The inbox rows notification_inbox_insert will write, with their text: keyed by user id
+    -- (per-user variables) or by locale key.
     SELECT y.user_id, y.inbox_id, y.k, %(texts)s::jsonb -> y.k AS t
     FROM (SELECT d.user_id, d.inbox_id,
                  CASE WHEN %(per_user)s THEN d.user_id::text
                       WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale ELSE '' END AS k
           FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL) y
 ),
-existing AS (
-    -- One probe of the (recipient, event) key per recipient (LIMIT 1 keeps the LATERAL a nested
-    -- loop): a read by event took every row the event's earlier pages wrote (migration 0047).
-    SELECT n.id, n.recipient_id FROM chunk c
-    CROSS JOIN LATERAL (SELECT n.id, n.recipient_id FROM notifications n
-                        WHERE n.recipient_id = c.user_id AND n.event_id = %(event_id)s LIMIT 1) n
-),
-new_inbox AS (
-    -- The inbox rows notification_inbox_insert will write (a previous relay's stay).
-    SELECT x.user_id, x.inbox_id, x.k FROM texts x
-    WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.recipient_id = x.user_id)
-),
 new_deliveries AS (
     INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
                             suppression_reason, deferred_until, generic, template_key, template_version, locale,
                             job_id, created_at, updated_at)
     SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
-           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, coalesce(ex.id, ni.inbox_id), d.channel,
+           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, ni.inbox_id, d.channel,
            CASE WHEN d.reason IS NOT NULL THEN 'suppressed' WHEN d.channel = 'inbox' THEN 'delivered'
                 ELSE 'queued' END,
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
            d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
            -- the inbox row is written here: its delivery names the version and locale it was rendered from
-           %(template_key)s, (tx.t ->> 'version')::integer,
-           coalesce(tx.t ->> 'locale', d.user_locale, %(tenant_locale)s),
+           %(template_key)s, CASE WHEN d.channel = 'inbox' THEN (ni.t ->> 'version')::integer END,
+           coalesce(CASE WHEN d.channel = 'inbox' THEN ni.t ->> 'locale' END, d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
     FROM decided d
     LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
-    LEFT JOIN existing ex ON ex.recipient_id = d.user_id
-    LEFT JOIN texts tx ON tx.user_id = d.user_id AND d.channel = 'inbox'
-    ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
     RETURNING id, status, deferred_until
 ),
 new_jobs AS (
     -- A job per new queued delivery, its id the delivery's (made for this statement: no job can hold
-    -- it or its key delivery:<id> yet).  No ON CONFLICT: its arbiter probe and the speculative
-    -- insertion's confirmation record (one WAL record per job) bought nothing; were the key ever
-    -- taken, the page fails and its job retries, it is never skipped silently.
-    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, payload, max_attempts,
+    -- it yet).  No ON CONFLICT: its arbiter probe and the speculative insertion's confirmation record
+    -- (one WAL record per job) bought nothing; were the id ever taken, the page fails and its job
+    -- retries, it is never skipped silently.
+    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, payload, max_attempts,
                       available_at, expires_at, correlation_id, event_id)
     SELECT nd.id, %(job_type)s, %(job_version)s, %(tenant_id)s, %(job_queue)s, %(job_priority)s,
-           'delivery:' || nd.id, jsonb_build_object('delivery_id', nd.id::text), %(job_max_attempts)s,
+           jsonb_build_object('delivery_id', nd.id::text), %(job_max_attempts)s,
            coalesce(nd.deferred_until, now()), %(job_expires_at)s::timestamptz, %(correlation_id)s,
            %(event_id)s
     FROM new_deliveries nd WHERE nd.status = 'queued'
@@ -154,14 +150,22 @@ SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
        (SELECT coalesce(array_agg(inbox_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_ids,
        (SELECT coalesce(array_agg(k ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_keys;
 
+-- name: notification_fanout_page_lock
+-- One fan-out of an event's page at a time (%(page)s: the broadcast page's first user id after
+-- which it reads, '' for the whole recipient list): a second relay of the same page waits here for
+-- the first to commit, then its statements see the first's rows and it adds nothing.  Held to the
+-- commit.  Pages of one broadcast hold different keys (their recipients are disjoint).
+SELECT pg_advisory_xact_lock(hashtextextended('opsboard.fanout:' || %(event_id)s::text || ':' || %(page)s, 0));
+
 -- name: notification_inbox_insert
 -- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
--- into %(texts)s), taken in user-id order after the inbox lock; a row a concurrent relay wrote first is
--- left.  Returns how many were written and the first %(notify_limit)s recipients (for NOTIFY).
--- A probe, not ON CONFLICT: every insert into notifications is this one, after the inbox lock, so
--- this statement's snapshot (taken after the lock) sees every row another relay wrote, committed;
--- the probe is the one ON CONFLICT made, without the speculative insertion's confirmation record
--- (one WAL record per row).  The unique key still refuses a duplicate, loudly.
+-- into %(texts)s), taken in user-id order after the inbox lock.  Returns how many were written and
+-- the first %(notify_limit)s recipients (for NOTIFY).
+-- Neither a probe nor ON CONFLICT: the chunk statement left out every recipient with a delivery of
+-- the event, under the page lock, and that statement's deliveries of these recipients name these
+-- ids; a row of one of them written meanwhile (an overlapping page, which wrote its deliveries
+-- first) is refused by the unique key, loudly, and the page retried -- never a delivery naming an
+-- inbox row that is not there (migration 0055).
 WITH new_inbox AS (
     INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
                                template_version, locale, title, body, data, created_at)
@@ -170,11 +174,6 @@ WITH new_inbox AS (
            coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
-    -- One probe of the (recipient, event) key per row (LIMIT 1 keeps the LATERAL a nested loop: as
-    -- NOT EXISTS the planner hashed every row of the table, the broadcast's earlier pages included).
-    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
-                       WHERE n.recipient_id = x.user_id AND n.event_id = %(event_id)s LIMIT 1) e ON true
-    WHERE e.found IS NULL
     ORDER BY x.user_id
     RETURNING recipient_id
 )

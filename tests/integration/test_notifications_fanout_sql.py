@@ -67,8 +67,9 @@ def test_chunks_give_the_same_rows_and_a_second_relay_adds_nothing(conn, tenant,
     jobs = conn.execute("SELECT id, idempotency_key, available_at, payload FROM jobs WHERE event_id = %s",
                         (ev["id"],)).fetchall()
     assert {j["id"] for j in jobs} == {d[(u, "email")]["id"] for u in users}
-    assert all(j["idempotency_key"] == f"delivery:{j['id']}" and j["payload"] == {"delivery_id": str(j["id"])}
-               for j in jobs)
+    # One job per delivery by its id (the delivery's): no idempotency key, no index entry for one (0055).
+    assert all(j["idempotency_key"] is None and j["payload"] == {"delivery_id": str(j["id"])} for j in jobs)
+    assert all(d[(no_permission, ch)]["notification_id"] is None for ch in ("inbox", "email"))
     second = fanout.fan_out(conn, ev["id"], now=now)
     assert second == {"recipients": 5, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
 
