@@ -112,14 +112,28 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
-def _enqueue_page(conn, event: dict, cat, after: str) -> None:
+def lane_group(event_id, lane: int) -> str:
+    """The job group of a broadcast's lane: at most one page job of a group runs at a time."""
+    return f"fanout:{event_id}:{lane}"
+
+
+def lane_of(group_key: str | None) -> int:
+    """The lane of a page job from its group key (the relay's first page has none: lane 0)."""
+    try:
+        return int(group_key.rsplit(":", 1)[1]) if group_key and group_key.startswith("fanout:") else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def _enqueue_page(conn, event: dict, cat, after: str, lane: int | None = None) -> None:
     jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": after},
                      tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{after}",
+                     group_key=None if lane is None else lane_group(event["id"], lane),
                      queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
                      event_id=event["id"])
 
 
-def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
+def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None, lane: int = 0) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
@@ -141,10 +155,16 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         event = {**event, "payload": outbox.upcast(event["type"], event["version"], event["payload"], pol.version),
                  "version": pol.version}
     cat = policymod.category(pol.category)
+    lanes = pol.audience.lanes if pol.audience is not None else 1
     if pol.audience is not None:
         user_ids = list(pol.audience.page(conn, event, after, pol.audience.page_size))
         if len(user_ids) == pol.audience.page_size:
             counts["next_after"] = str(user_ids[-1])
+            if lanes > 1:
+                # Lanes: the next page's job commits before this page's writes, in the next lane's job
+                # group, so that another slot takes it now; a lane runs one page at a time.
+                with conn.transaction():
+                    _enqueue_page(conn, event, cat, counts["next_after"], (lane + 1) % lanes)
     with conn.transaction():
         if pol.audience is None:
             user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
@@ -194,7 +214,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             if r["inbox_users"] != "{}":
                 pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
                                  "inbox_keys": r["inbox_keys"]}, params["texts"]))
-        if counts.get("next_after"):
+        if counts.get("next_after") and lanes == 1:
             # The next page's job commits with this page (before the inbox lock is taken): one page of a
             # broadcast at a time, so the inbox's insert lock is never queued for by a row of page jobs that
             # other tenants' fan-outs would wait behind (pages enqueued ahead ran 16 at a time: another

@@ -62,6 +62,7 @@ class JobStub:
 
     def __init__(self, conn, payload, tenant_id):
         self.payload, self.tenant_id, self._conn = payload, tenant_id, conn
+        self.group_key = None   # a relayed first page has no lane group
 
     def connection(self):
         conn = self._conn
