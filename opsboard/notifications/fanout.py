@@ -15,7 +15,9 @@ subscriber ``notify``).  For one event:
    (``opsboard_quiet_until``), the same order as
    :func:`opsboard.notifications.policy.check` -- and writes one delivery per
    recipient x event x channel and a ``notifications.deliver`` job per new
-   queued delivery (``run_at`` = the quiet window's end when deferred); then,
+   queued delivery (``run_at`` = the quiet window's end when deferred) -- the
+   inbox channel's delivery is the inbox row itself, a deliveries row only when
+   suppressed (``notification_deliveries`` shows both); then,
    last, the inbox rows (``notification_inbox_insert``) under a transaction
    lock taken just before them, so the cursor is commit-ordered while the lock
    is held for that insert and the commit only;
@@ -227,6 +229,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             for rows, texts in pending:
                 r = db.one(conn, "notification_inbox_insert", {**params, **rows, "texts": texts})
                 counts["inbox"] += r["inbox"]
+                counts["deliveries"] += r["inbox"]   # an inbox row is its inbox delivery (migration 0056)
                 recipients += r["recipients"]
         if counts["inbox"] > BROADCAST_OVER:
             recipients = ["*"]

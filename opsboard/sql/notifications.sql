@@ -19,13 +19,15 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- inbox lock (the lock is held from that insert to the commit only, not while
 -- this statement runs).  It returns them: the recipients, their pre-made inbox
 -- ids and text keys (array literals), of those whose inbox channel passed.
--- A recipient who has a delivery of the event already (every fan-out writes one
--- per channel, the inbox's included) is left out whole: a second relay of the
--- event adds nothing.  One probe of the deliveries' key per recipient, under the
--- caller's page lock (notification_fanout_page_lock), instead of ON CONFLICT: its
--- speculative insertion wrote a confirmation record per delivery.  Were a row of
--- a recipient written meanwhile by a fan-out that does not hold that lock (an
--- overlapping page), the unique key refuses the second and its page is retried.
+-- The inbox row is the inbox channel's delivery (migration 0056): no deliveries
+-- row for it, except when the channel was suppressed (status and reason).
+-- A recipient who has a delivery or an inbox row of the event already is left
+-- out whole: a second relay of the event adds nothing.  Probes of the unique
+-- keys, under the caller's page lock (notification_fanout_page_lock), instead of
+-- ON CONFLICT: its speculative insertion wrote a confirmation record per
+-- delivery.  Were a row of a recipient written meanwhile by a fan-out that does
+-- not hold that lock (an overlapping page), a unique key refuses the second and
+-- its page is retried.
 -- The rules, in order, the first that fails being the suppression reason
 -- (opsboard.notifications.policy.check is the same rule set for one recipient):
 -- permission (active user holding a granting role in the tenant or the operator
@@ -42,12 +44,16 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- inbox channel did not pass; migration 0055).
 WITH
 chunk AS (
-    -- LIMIT 1 keeps each probe a nested loop over deliveries_event_recipient_channel_key.
+    -- LIMIT 1 keeps each probe a nested loop over the unique keys (event first) of deliveries and
+    -- notifications; the inbox row's probe only for a recipient without a delivery row.
     SELECT x.user_id, x.inbox_id, x.ord
     FROM unnest(%(user_ids)s::uuid[], %(inbox_ids)s::uuid[]) WITH ORDINALITY AS x(user_id, inbox_id, ord)
     LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d
                        WHERE d.event_id = %(event_id)s AND d.recipient_id = x.user_id LIMIT 1) e ON true
-    WHERE e.found IS NULL
+    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
+                       WHERE e.found IS NULL AND n.event_id = %(event_id)s AND n.recipient_id = x.user_id
+                       LIMIT 1) i ON true
+    WHERE e.found IS NULL AND i.found IS NULL
 ),
 defaults AS (
     SELECT coalesce(jsonb_object_agg(channel, enabled), '{}') AS prefs FROM notification_preferences
@@ -119,14 +125,13 @@ new_deliveries AS (
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
            d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
-           -- the inbox row is written here: its delivery names the version and locale it was rendered from
-           %(template_key)s, CASE WHEN d.channel = 'inbox' THEN (ni.t ->> 'version')::integer END,
-           coalesce(CASE WHEN d.channel = 'inbox' THEN ni.t ->> 'locale' END, d.user_locale, %(tenant_locale)s),
+           %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
     FROM decided d
     LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
+    WHERE d.channel <> 'inbox' OR d.reason IS NOT NULL
     RETURNING id, status, deferred_until
 ),
 new_jobs AS (
@@ -161,11 +166,12 @@ SELECT pg_advisory_xact_lock(hashtextextended('opsboard.fanout:' || %(event_id)s
 -- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
 -- into %(texts)s), taken in user-id order after the inbox lock.  Returns how many were written and
 -- the first %(notify_limit)s recipients (for NOTIFY).
--- Neither a probe nor ON CONFLICT: the chunk statement left out every recipient with a delivery of
--- the event, under the page lock, and that statement's deliveries of these recipients name these
--- ids; a row of one of them written meanwhile (an overlapping page, which wrote its deliveries
--- first) is refused by the unique key, loudly, and the page retried -- never a delivery naming an
--- inbox row that is not there (migration 0055).
+-- Each row is also the recipient's inbox delivery (migration 0056: notification_deliveries).
+-- Neither a probe nor ON CONFLICT: the chunk statement left out every recipient with a delivery or
+-- an inbox row of the event, under the page lock, and that statement's deliveries of these
+-- recipients name these ids; a row of one of them written meanwhile (an overlapping page) is refused
+-- by a unique key, loudly, and the page retried -- never a delivery naming an inbox row that is not
+-- there (migration 0055).
 WITH new_inbox AS (
     INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
                                template_version, locale, title, body, data, created_at)
@@ -356,9 +362,10 @@ WHERE j.status = 'dead'
 RETURNING d.id;
 
 -- name: delivery_list_for
--- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
+-- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped; the inbox
+-- channel's is the inbox row itself (notification_deliveries, migration 0056).
 SELECT d.*, u.email AS recipient_email, j.status AS job_status
-FROM deliveries d
+FROM notification_deliveries d
 JOIN users u ON u.id = d.recipient_id
 LEFT JOIN jobs j ON j.id = d.job_id
 WHERE (d.event_id = %(event_id)s::uuid
@@ -369,9 +376,10 @@ ORDER BY u.email, d.channel
 LIMIT 500;
 
 -- name: delivery_recent
--- The latest deliveries (ops view), tenant-scoped, optionally of one template key.
+-- The latest deliveries (ops view), tenant-scoped, optionally of one template key; the inbox rows
+-- are the inbox channel's (notification_deliveries).
 SELECT d.*, u.email AS recipient_email
-FROM deliveries d JOIN users u ON u.id = d.recipient_id
+FROM notification_deliveries d JOIN users u ON u.id = d.recipient_id
 WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s))
   AND (%(template_key)s::text IS NULL OR d.template_key = %(template_key)s)
 ORDER BY d.created_at DESC, d.id DESC
@@ -431,10 +439,13 @@ WHERE recipient_id = %(user_id)s AND read_at IS NULL AND archived_at IS NULL;
 -- name: inbox_get
 -- One row of a user's inbox, with its full text and the delivery state of each channel it went to
 -- (channel -> status: what the user may know of their own notification; never another user's).
+-- The row is its inbox delivery, delivered (migration 0056; an older row's own 'inbox' deliveries row
+-- says the same).
 SELECT n.id, n.seq, n.tenant_id, n.event_id, n.event_type, n.category, n.template_key, n.template_version,
        n.title, n.body, n.data, n.locale, n.created_at, n.seen_at, n.read_at, n.archived_at,
-       (SELECT coalesce(jsonb_object_agg(d.channel, d.status), '{}'::jsonb) FROM deliveries d
-        WHERE d.recipient_id = n.recipient_id AND d.event_id = n.event_id) AS deliveries
+       '{"inbox": "delivered"}'::jsonb
+       || (SELECT coalesce(jsonb_object_agg(d.channel, d.status), '{}'::jsonb) FROM deliveries d
+           WHERE d.event_id = n.event_id AND d.recipient_id = n.recipient_id) AS deliveries
 FROM notifications n WHERE n.id = %(id)s AND n.recipient_id = %(user_id)s;
 
 -- name: inbox_mark
@@ -534,9 +545,9 @@ WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));
 
 -- name: template_usage
--- How many deliveries used each version of a key.
+-- How many deliveries used each version of a key (the inbox's: its rows, notifications_template_idx).
 SELECT channel, locale, template_version, count(*) AS deliveries
-FROM deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
+FROM notification_deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
 ORDER BY channel, locale, template_version DESC;
 
 -- name: inbox_notify

@@ -54,7 +54,7 @@ def _notice(conn, tenant, user_ids, now=None):
 
 def _deliveries(conn, event_id):
     return {(r["recipient_id"], r["channel"]): r for r in
-            conn.execute("SELECT * FROM deliveries WHERE event_id = %s", (event_id,)).fetchall()}
+            conn.execute("SELECT * FROM notification_deliveries WHERE event_id = %s", (event_id,)).fetchall()}
 
 
 class JobStub:

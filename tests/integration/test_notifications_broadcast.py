@@ -70,7 +70,7 @@ def test_pages_chain_through_the_audience_once(conn):
     assert len(page_jobs(conn, ev["id"])) == 2
     assert inbox(conn, ev["id"]) == everyone
     # Every recipient has exactly one delivery per channel (push: no device, so suppressed).
-    per_channel = conn.execute("SELECT channel, count(*) AS n, count(DISTINCT recipient_id) AS d FROM deliveries "
+    per_channel = conn.execute("SELECT channel, count(*) AS n, count(DISTINCT recipient_id) AS d FROM notification_deliveries "
                                "WHERE event_id = %s GROUP BY channel ORDER BY channel", (ev["id"],)).fetchall()
     assert [(r["channel"], r["n"], r["d"]) for r in per_channel] == [("inbox", 250, 250), ("push", 250, 250)]
 
