@@ -140,11 +140,14 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
     after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
-    enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
-    retry of this page finds the next one there already (its idempotency key).  Two pages at a time (job
-    groups as lanes) finished a 100,000-member broadcast in 38 s instead of 58 s but took the two cores
-    from everyone else: OTP p99 1,353 ms instead of 489, another tenant's p99 2,749 ms instead of 693
-    (`opsboard bench --scenario broadcast --jobs 100000`, docs/performance.md).
+    enqueued (``next_after`` in the counts, only then) and a retry of this page finds it there already
+    (its idempotency key).  With one lane (the default) it is enqueued in the page's transaction: one page
+    at a time.  With ``lanes`` N > 1 it is committed before the page writes, in the job group of lane
+    ``(lane + 1) % N`` (``lane`` comes from this page's own group key, :func:`lane_of`), so that N pages
+    are written at once.  At 600,000 members on the shared 2-core machine, two lanes took 39.9 and 33.9 s
+    against 53.4 s for one, but another tenant's p99 reached 900 ms in the first (97 ms in the second; one
+    lane: 86 ms) and the OTP's p99 was no better (docs/performance.md, "Broadcast, part 4"): one lane
+    stays the default until quiet runs say otherwise.
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
