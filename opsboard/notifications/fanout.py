@@ -6,19 +6,21 @@ subscriber ``notify``).  For one event:
 1. the policy names the recipients (a callable: user ids);
 2. the inbox texts are rendered once per locale key (or per recipient when
    the policy has its own ``variables``);
-3. the recipients are taken in chunks of :data:`CHUNK`; for each chunk one
-   statement (``notification_fanout_chunk``) evaluates the policy rules in SQL
-   over the whole set -- permission, membership, preference, reachability,
-   sensitivity, quiet hours (``opsboard_quiet_until``), the same order as
+3. under the page lock (``notification_fanout_page_lock``: one fan-out of an
+   event's page at a time) the recipients are taken in chunks of :data:`CHUNK`;
+   for each chunk one statement (``notification_fanout_chunk``) leaves out the
+   recipients who have a delivery of the event already (a second relay adds
+   nothing and queues nothing), evaluates the policy rules in SQL over the rest
+   -- permission, membership, preference, reachability, sensitivity, quiet hours
+   (``opsboard_quiet_until``), the same order as
    :func:`opsboard.notifications.policy.check` -- and writes one delivery per
    recipient x event x channel and a ``notifications.deliver`` job per new
-   queued delivery (``run_at`` = the quiet window's end when deferred); then,
+   queued delivery (``run_at`` = the quiet window's end when deferred) -- the
+   inbox channel's delivery is the inbox row itself, a deliveries row only when
+   suppressed (``notification_deliveries`` shows both); then,
    last, the inbox rows (``notification_inbox_insert``) under a transaction
    lock taken just before them, so the cursor is commit-ordered while the lock
-   is held for that insert and the commit only; a delivery already there
-   (``ON CONFLICT DO NOTHING``) or an inbox row already there (a key probe
-   after the lock) is left: a second relay of the event adds nothing and
-   queues nothing;
+   is held for that insert and the commit only;
 4. one NOTIFY per new inbox row's recipient (one ``*`` past 200) wakes SSE.
 
 Rendering for the inbox happens here (the row stores its text); channel
@@ -112,23 +114,40 @@ def inbox_locales(live: dict) -> list[str]:
     return sorted({loc for (ch, loc) in live if ch == "inbox"})
 
 
-def _enqueue_page(conn, event: dict, cat, after: str) -> None:
+def lane_group(event_id, lane: int) -> str:
+    """The job group of a broadcast's lane: at most one page job of a group runs at a time."""
+    return f"fanout:{event_id}:{lane}"
+
+
+def lane_of(group_key: str | None) -> int:
+    """The lane of a page job from its group key (the relay's first page has none: lane 0)."""
+    try:
+        return int(group_key.rsplit(":", 1)[1]) if group_key and group_key.startswith("fanout:") else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def _enqueue_page(conn, event: dict, cat, after: str, lane: int | None = None) -> None:
     jobqueue.enqueue(conn, "notifications.fanout", {"event_id": str(event["id"]), "after": after},
                      tenant=event["tenant_id"], idempotency_key=f"fanout:{event['id']}:{after}",
+                     group_key=None if lane is None else lane_group(event["id"], lane),
                      queue="critical" if cat.critical else None, correlation_id=event.get("correlation_id"),
                      event_id=event["id"])
 
 
-def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None) -> dict:
+def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, after=None, lane: int = 0) -> dict:
     """Fan one stored event out; returns counts ``{recipients, inbox, deliveries, jobs, suppressed}``.
 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
     after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
-    enqueued in the same transaction (``next_after`` in the counts, only then): one page at a time, and a
-    retry of this page finds the next one there already (its idempotency key).  Two pages at a time (job
-    groups as lanes) finished a 100,000-member broadcast in 38 s instead of 58 s but took the two cores
-    from everyone else: OTP p99 1,353 ms instead of 489, another tenant's p99 2,749 ms instead of 693
-    (`opsboard bench --scenario broadcast --jobs 100000`, docs/performance.md).
+    enqueued (``next_after`` in the counts, only then) and a retry of this page finds it there already
+    (its idempotency key).  With one lane (the default) it is enqueued in the page's transaction: one page
+    at a time.  With ``lanes`` N > 1 it is committed before the page writes, in the job group of lane
+    ``(lane + 1) % N`` (``lane`` comes from this page's own group key, :func:`lane_of`), so that N pages
+    are written at once.  At 600,000 members on the shared 2-core machine, two lanes took 39.9 and 33.9 s
+    against 53.4 s for one, but another tenant's p99 reached 900 ms in the first (97 ms in the second; one
+    lane: 86 ms) and the OTP's p99 was no better (docs/performance.md, "Broadcast, part 4"): one lane
+    stays the default until quiet runs say otherwise.
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
@@ -141,10 +160,16 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         event = {**event, "payload": outbox.upcast(event["type"], event["version"], event["payload"], pol.version),
                  "version": pol.version}
     cat = policymod.category(pol.category)
+    lanes = pol.audience.lanes if pol.audience is not None else 1
     if pol.audience is not None:
         user_ids = list(pol.audience.page(conn, event, after, pol.audience.page_size))
         if len(user_ids) == pol.audience.page_size:
             counts["next_after"] = str(user_ids[-1])
+            if lanes > 1:
+                # Lanes: the next page's job commits before this page's writes, in the next lane's job
+                # group, so that another slot takes it now; a lane runs one page at a time.
+                with conn.transaction():
+                    _enqueue_page(conn, event, cat, counts["next_after"], (lane + 1) % lanes)
     with conn.transaction():
         if pol.audience is None:
             user_ids = list(dict.fromkeys(u for u in map(_uuid, pol.recipients(conn, event) or ()) if u))
@@ -155,9 +180,12 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         live = templates.live(conn, pol.template)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
+        # A second fan-out of this page (another relay of the event, a retry beside a slow first try)
+        # waits here for the first to commit; then the chunk statement's probes see its rows.
+        db.one(conn, "notification_fanout_page_lock", {"event_id": event["id"], "page": str(after or "")})
         # The job policy (queue, priority, attempts) resolved and validated once for all deliver jobs.
         job = jobqueue.prepare_row(jobqueue.NewJob(
-            job_type, {"delivery_id": str(event["id"])}, tenant_id, idempotency_key="delivery:x",
+            job_type, {"delivery_id": str(event["id"])}, tenant_id,
             correlation_id=event.get("correlation_id"), event_id=event["id"],
             expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if cat.critical else None))
         params = {
@@ -191,7 +219,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             if r["inbox_users"] != "{}":
                 pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
                                  "inbox_keys": r["inbox_keys"]}, params["texts"]))
-        if counts.get("next_after"):
+        if counts.get("next_after") and lanes == 1:
             # The next page's job commits with this page (before the inbox lock is taken): one page of a
             # broadcast at a time, so the inbox's insert lock is never queued for by a row of page jobs that
             # other tenants' fan-outs would wait behind (pages enqueued ahead ran 16 at a time: another
@@ -204,6 +232,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             for rows, texts in pending:
                 r = db.one(conn, "notification_inbox_insert", {**params, **rows, "texts": texts})
                 counts["inbox"] += r["inbox"]
+                counts["deliveries"] += r["inbox"]   # an inbox row is its inbox delivery (migration 0056)
                 recipients += r["recipients"]
         if counts["inbox"] > BROADCAST_OVER:
             recipients = ["*"]

@@ -101,9 +101,11 @@ class Audience:
     page: Callable[[Any, dict, Any, int], list]
     #: Recipients per page (one job, one transaction); 5,000 = one set-based chunk statement.
     page_size: int = 5000
+    #: Pages of the broadcast written at once (job groups as lanes): 1 = one page at a time.
+    lanes: int = 1
 
 
-def tenant_members(roles: Iterable[str] | None = None, *, page_size: int = 5000) -> Audience:
+def tenant_members(roles: Iterable[str] | None = None, *, page_size: int = 5000, lanes: int = 1) -> Audience:
     """Every active member of the event's tenant (with one of ``roles``, when given), by keyset."""
     wanted = sorted(set(roles)) if roles is not None else None
 
@@ -112,7 +114,9 @@ def tenant_members(roles: Iterable[str] | None = None, *, page_size: int = 5000)
             "tenant_id": event["tenant_id"], "roles": wanted, "after": after, "limit": limit})]
     if not 1 <= page_size <= 50_000:
         raise ValueError("page_size must be between 1 and 50,000")
-    return Audience("tenant_members" + (f"({','.join(wanted)})" if wanted else ""), page, page_size)
+    if not 1 <= lanes <= 8:
+        raise ValueError("lanes must be between 1 and 8")
+    return Audience("tenant_members" + (f"({','.join(wanted)})" if wanted else ""), page, page_size, lanes)
 
 
 @dataclass(frozen=True)

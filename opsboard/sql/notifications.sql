@@ -18,8 +18,16 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- rows it names are written afterwards by notification_inbox_insert, under the
 -- inbox lock (the lock is held from that insert to the commit only, not while
 -- this statement runs).  It returns them: the recipients, their pre-made inbox
--- ids and text keys (array literals), of those whose inbox channel passed and
--- who have no inbox row of the event yet.
+-- ids and text keys (array literals), of those whose inbox channel passed.
+-- The inbox row is the inbox channel's delivery (migration 0056): no deliveries
+-- row for it, except when the channel was suppressed (status and reason).
+-- A recipient who has a delivery or an inbox row of the event already is left
+-- out whole: a second relay of the event adds nothing.  Probes of the unique
+-- keys, under the caller's page lock (notification_fanout_page_lock), instead of
+-- ON CONFLICT: its speculative insertion wrote a confirmation record per
+-- delivery.  Were a row of a recipient written meanwhile by a fan-out that does
+-- not hold that lock (an overlapping page), a unique key refuses the second and
+-- its page is retried.
 -- The rules, in order, the first that fails being the suppression reason
 -- (opsboard.notifications.policy.check is the same rule set for one recipient):
 -- permission (active user holding a granting role in the tenant or the operator
@@ -29,15 +37,23 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- content: no SMS unless the category is SMS-approved; push always generic).  Quiet hours
 -- defer a non-inbox channel of a non-critical category to the window's end.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
--- order of %(channels)s); a queued delivery's job has the delivery's id and the
--- idempotency key delivery:<id>.  A delivery names its inbox row: a previous relay's
--- (`existing`) or the pre-made id that notification_inbox_insert writes later in
--- the same transaction (deliveries_notification_id_fkey is checked at the commit:
--- migration 0039).
+-- order of %(channels)s); a queued delivery's job has the delivery's id, which is
+-- what keeps it one job per delivery (jobs_pkey): no idempotency key, one index
+-- entry less per job.  A delivery names its inbox row by the pre-made id that
+-- notification_inbox_insert writes later in the same transaction (NULL when the
+-- inbox channel did not pass; migration 0055).
 WITH
 chunk AS (
+    -- LIMIT 1 keeps each probe a nested loop over the unique keys (event first) of deliveries and
+    -- notifications; the inbox row's probe only for a recipient without a delivery row.
     SELECT x.user_id, x.inbox_id, x.ord
     FROM unnest(%(user_ids)s::uuid[], %(inbox_ids)s::uuid[]) WITH ORDINALITY AS x(user_id, inbox_id, ord)
+    LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d
+                       WHERE d.event_id = %(event_id)s AND d.recipient_id = x.user_id LIMIT 1) e ON true
+    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
+                       WHERE e.found IS NULL AND n.event_id = %(event_id)s AND n.recipient_id = x.user_id
+                       LIMIT 1) i ON true
+    WHERE e.found IS NULL AND i.found IS NULL
 ),
 defaults AS (
     SELECT coalesce(jsonb_object_agg(channel, enabled), '{}') AS prefs FROM notification_preferences
@@ -89,59 +105,44 @@ decided AS (
            END AS reason
     FROM facts f CROSS JOIN unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, idx)
 ),
-texts AS (
-    -- The inbox text of each recipient: keyed by user id (per-user variables) or by locale key.
+new_inbox AS (
+    -- The inbox rows notification_inbox_insert will write, with their text: keyed by user id
+    -- (per-user variables) or by locale key.
     SELECT y.user_id, y.inbox_id, y.k, %(texts)s::jsonb -> y.k AS t
     FROM (SELECT d.user_id, d.inbox_id,
                  CASE WHEN %(per_user)s THEN d.user_id::text
                       WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale ELSE '' END AS k
           FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL) y
 ),
-existing AS (
-    -- One probe of the (recipient, event) key per recipient (LIMIT 1 keeps the LATERAL a nested
-    -- loop): a read by event took every row the event's earlier pages wrote (migration 0047).
-    SELECT n.id, n.recipient_id FROM chunk c
-    CROSS JOIN LATERAL (SELECT n.id, n.recipient_id FROM notifications n
-                        WHERE n.recipient_id = c.user_id AND n.event_id = %(event_id)s LIMIT 1) n
-),
-new_inbox AS (
-    -- The inbox rows notification_inbox_insert will write (a previous relay's stay).
-    SELECT x.user_id, x.inbox_id, x.k FROM texts x
-    WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.recipient_id = x.user_id)
-),
 new_deliveries AS (
     INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
                             suppression_reason, deferred_until, generic, template_key, template_version, locale,
                             job_id, created_at, updated_at)
     SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
-           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, coalesce(ex.id, ni.inbox_id), d.channel,
+           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, ni.inbox_id, d.channel,
            CASE WHEN d.reason IS NOT NULL THEN 'suppressed' WHEN d.channel = 'inbox' THEN 'delivered'
                 ELSE 'queued' END,
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
            d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
-           -- the inbox row is written here: its delivery names the version and locale it was rendered from
-           %(template_key)s, (tx.t ->> 'version')::integer,
-           coalesce(tx.t ->> 'locale', d.user_locale, %(tenant_locale)s),
+           %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
     FROM decided d
     LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
-    LEFT JOIN existing ex ON ex.recipient_id = d.user_id
-    LEFT JOIN texts tx ON tx.user_id = d.user_id AND d.channel = 'inbox'
-    ON CONFLICT (recipient_id, event_id, channel) DO NOTHING
+    WHERE d.channel <> 'inbox' OR d.reason IS NOT NULL
     RETURNING id, status, deferred_until
 ),
 new_jobs AS (
     -- A job per new queued delivery, its id the delivery's (made for this statement: no job can hold
-    -- it or its key delivery:<id> yet).  No ON CONFLICT: its arbiter probe and the speculative
-    -- insertion's confirmation record (one WAL record per job) bought nothing; were the key ever
-    -- taken, the page fails and its job retries, it is never skipped silently.
-    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, payload, max_attempts,
+    -- it yet).  No ON CONFLICT: its arbiter probe and the speculative insertion's confirmation record
+    -- (one WAL record per job) bought nothing; were the id ever taken, the page fails and its job
+    -- retries, it is never skipped silently.
+    INSERT INTO jobs (id, type, version, tenant_id, queue, priority, payload, max_attempts,
                       available_at, expires_at, correlation_id, event_id)
     SELECT nd.id, %(job_type)s, %(job_version)s, %(tenant_id)s, %(job_queue)s, %(job_priority)s,
-           'delivery:' || nd.id, jsonb_build_object('delivery_id', nd.id::text), %(job_max_attempts)s,
+           jsonb_build_object('delivery_id', nd.id::text), %(job_max_attempts)s,
            coalesce(nd.deferred_until, now()), %(job_expires_at)s::timestamptz, %(correlation_id)s,
            %(event_id)s
     FROM new_deliveries nd WHERE nd.status = 'queued'
@@ -154,14 +155,23 @@ SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
        (SELECT coalesce(array_agg(inbox_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_ids,
        (SELECT coalesce(array_agg(k ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_keys;
 
+-- name: notification_fanout_page_lock
+-- One fan-out of an event's page at a time (%(page)s: the broadcast page's first user id after
+-- which it reads, '' for the whole recipient list): a second relay of the same page waits here for
+-- the first to commit, then its statements see the first's rows and it adds nothing.  Held to the
+-- commit.  Pages of one broadcast hold different keys (their recipients are disjoint).
+SELECT pg_advisory_xact_lock(hashtextextended('opsboard.fanout:' || %(event_id)s::text || ':' || %(page)s, 0));
+
 -- name: notification_inbox_insert
 -- The inbox rows of one chunk (notification_fanout_chunk named them: recipient, pre-made id, text key
--- into %(texts)s), taken in user-id order after the inbox lock; a row a concurrent relay wrote first is
--- left.  Returns how many were written and the first %(notify_limit)s recipients (for NOTIFY).
--- A probe, not ON CONFLICT: every insert into notifications is this one, after the inbox lock, so
--- this statement's snapshot (taken after the lock) sees every row another relay wrote, committed;
--- the probe is the one ON CONFLICT made, without the speculative insertion's confirmation record
--- (one WAL record per row).  The unique key still refuses a duplicate, loudly.
+-- into %(texts)s), taken in user-id order after the inbox lock.  Returns how many were written and
+-- the first %(notify_limit)s recipients (for NOTIFY).
+-- Each row is also the recipient's inbox delivery (migration 0056: notification_deliveries).
+-- Neither a probe nor ON CONFLICT: the chunk statement left out every recipient with a delivery or
+-- an inbox row of the event, under the page lock, and that statement's deliveries of these
+-- recipients name these ids; a row of one of them written meanwhile (an overlapping page) is refused
+-- by a unique key, loudly, and the page retried -- never a delivery naming an inbox row that is not
+-- there (migration 0055).
 WITH new_inbox AS (
     INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
                                template_version, locale, title, body, data, created_at)
@@ -170,11 +180,6 @@ WITH new_inbox AS (
            coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
-    -- One probe of the (recipient, event) key per row (LIMIT 1 keeps the LATERAL a nested loop: as
-    -- NOT EXISTS the planner hashed every row of the table, the broadcast's earlier pages included).
-    LEFT JOIN LATERAL (SELECT true AS found FROM notifications n
-                       WHERE n.recipient_id = x.user_id AND n.event_id = %(event_id)s LIMIT 1) e ON true
-    WHERE e.found IS NULL
     ORDER BY x.user_id
     RETURNING recipient_id
 )
@@ -357,9 +362,10 @@ WHERE j.status = 'dead'
 RETURNING d.id;
 
 -- name: delivery_list_for
--- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped.
+-- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped; the inbox
+-- channel's is the inbox row itself (notification_deliveries, migration 0056).
 SELECT d.*, u.email AS recipient_email, j.status AS job_status
-FROM deliveries d
+FROM notification_deliveries d
 JOIN users u ON u.id = d.recipient_id
 LEFT JOIN jobs j ON j.id = d.job_id
 WHERE (d.event_id = %(event_id)s::uuid
@@ -370,9 +376,10 @@ ORDER BY u.email, d.channel
 LIMIT 500;
 
 -- name: delivery_recent
--- The latest deliveries (ops view), tenant-scoped, optionally of one template key.
+-- The latest deliveries (ops view), tenant-scoped, optionally of one template key; the inbox rows
+-- are the inbox channel's (notification_deliveries).
 SELECT d.*, u.email AS recipient_email
-FROM deliveries d JOIN users u ON u.id = d.recipient_id
+FROM notification_deliveries d JOIN users u ON u.id = d.recipient_id
 WHERE (%(scope_all)s OR d.tenant_id = ANY(%(scope_ids)s))
   AND (%(template_key)s::text IS NULL OR d.template_key = %(template_key)s)
 ORDER BY d.created_at DESC, d.id DESC
@@ -432,10 +439,13 @@ WHERE recipient_id = %(user_id)s AND read_at IS NULL AND archived_at IS NULL;
 -- name: inbox_get
 -- One row of a user's inbox, with its full text and the delivery state of each channel it went to
 -- (channel -> status: what the user may know of their own notification; never another user's).
+-- The row is its inbox delivery, delivered (migration 0056; an older row's own 'inbox' deliveries row
+-- says the same).
 SELECT n.id, n.seq, n.tenant_id, n.event_id, n.event_type, n.category, n.template_key, n.template_version,
        n.title, n.body, n.data, n.locale, n.created_at, n.seen_at, n.read_at, n.archived_at,
-       (SELECT coalesce(jsonb_object_agg(d.channel, d.status), '{}'::jsonb) FROM deliveries d
-        WHERE d.recipient_id = n.recipient_id AND d.event_id = n.event_id) AS deliveries
+       '{"inbox": "delivered"}'::jsonb
+       || (SELECT coalesce(jsonb_object_agg(d.channel, d.status), '{}'::jsonb) FROM deliveries d
+           WHERE d.event_id = n.event_id AND d.recipient_id = n.recipient_id) AS deliveries
 FROM notifications n WHERE n.id = %(id)s AND n.recipient_id = %(user_id)s;
 
 -- name: inbox_mark
@@ -535,9 +545,9 @@ WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));
 
 -- name: template_usage
--- How many deliveries used each version of a key.
+-- How many deliveries used each version of a key (the inbox's: its rows, notifications_template_idx).
 SELECT channel, locale, template_version, count(*) AS deliveries
-FROM deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
+FROM notification_deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
 ORDER BY channel, locale, template_version DESC;
 
 -- name: inbox_notify

@@ -578,7 +578,7 @@ def _checks(stack, sandbox, seed, secrets, endpoints, accepted, tickets, storage
 
         # 4. every delivery final, and what the sandbox saw agrees
         with checks("4. every delivery final, and what the sandbox saw agrees"):
-            deliveries = c.execute("SELECT * FROM deliveries").fetchall()
+            deliveries = c.execute("SELECT * FROM notification_deliveries").fetchall()
             states = Counter((d["channel"], d["status"]) for d in deliveries)
             not_final = [d for d in deliveries if d["status"] in ("queued",)]
             assert not_final == [], f"deliveries not final: {not_final[:5]}\n{log}"

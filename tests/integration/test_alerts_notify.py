@@ -56,7 +56,7 @@ def _dead_rising(conn, tenant_id, now):
 
 def _deliveries(conn, event_id):
     return {(r["recipient_id"], r["channel"]): r for r in
-            conn.execute("SELECT * FROM deliveries WHERE event_id = %s", (event_id,)).fetchall()}
+            conn.execute("SELECT * FROM notification_deliveries WHERE event_id = %s", (event_id,)).fetchall()}
 
 
 def test_an_opened_alert_publishes_its_event_with_the_alert_row(conn, staff, now):

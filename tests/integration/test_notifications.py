@@ -54,7 +54,7 @@ def _notice(conn, tenant, user_ids, now=None):
 
 def _deliveries(conn, event_id):
     return {(r["recipient_id"], r["channel"]): r for r in
-            conn.execute("SELECT * FROM deliveries WHERE event_id = %s", (event_id,)).fetchall()}
+            conn.execute("SELECT * FROM notification_deliveries WHERE event_id = %s", (event_id,)).fetchall()}
 
 
 class JobStub:
@@ -62,6 +62,7 @@ class JobStub:
 
     def __init__(self, conn, payload, tenant_id):
         self.payload, self.tenant_id, self._conn = payload, tenant_id, conn
+        self.group_key = None   # a relayed first page has no lane group
 
     def connection(self):
         conn = self._conn

@@ -8,12 +8,15 @@ ever in the audience.
 """
 from __future__ import annotations
 
+import threading
 import uuid
 
+import psycopg
 import pytest
 
 from opsboard import auth, jobqueue, jobtypes, outbox
 from opsboard.notifications import fanout, policy
+from tests.conftest import connect, wait_for
 from tests.support import broadcast
 
 
@@ -67,9 +70,52 @@ def test_pages_chain_through_the_audience_once(conn):
     assert len(page_jobs(conn, ev["id"])) == 2
     assert inbox(conn, ev["id"]) == everyone
     # Every recipient has exactly one delivery per channel (push: no device, so suppressed).
-    per_channel = conn.execute("SELECT channel, count(*) AS n, count(DISTINCT recipient_id) AS d FROM deliveries "
+    per_channel = conn.execute("SELECT channel, count(*) AS n, count(DISTINCT recipient_id) AS d FROM notification_deliveries "
                                "WHERE event_id = %s GROUP BY channel ORDER BY channel", (ev["id"],)).fetchall()
     assert [(r["channel"], r["n"], r["d"]) for r in per_channel] == [("inbox", 250, 250), ("push", 250, 250)]
+
+
+def test_lanes_enqueue_the_next_page_before_writing_in_the_next_lanes_group(db_url):
+    """Two lanes: a page's next page is committed (in the next lane's job group) before the page writes,
+    so that another slot takes it meanwhile; a lane runs one page at a time; every member once."""
+    with connect(db_url) as c:
+        t = auth.ensure_tenant(c, f"b-{uuid.uuid4().hex[:8]}")["id"]
+        everyone = members(c, t, 250)
+        ev = outbox.publish(c, broadcast.EVENT_LANES, 1, aggregate=("announcement", "l1"), tenant=t,
+                            payload={"text": "maintenance tonight"})
+        # The first page's writes fail (another writer's uncommitted inbox row of a member: its inbox
+        # insert waits, then its unique key refuses it): its next page, committed before, stays.
+        c.execute("BEGIN")
+        c.execute("INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, "
+                  "template_key, locale, title, body) VALUES (gen_random_uuid(), %s, %s, %s, 'x', 'system', 'x', "
+                  "'fa', 't', 'b')", (t, everyone[5], ev["id"]))
+        result: dict = {}
+
+        def first_page():
+            try:
+                with connect(db_url) as other:
+                    fanout.fan_out(other, ev["id"])
+            except psycopg.Error as exc:
+                result["error"] = exc
+        th = threading.Thread(target=first_page)
+        th.start()
+        with connect(db_url) as watch:
+            wait_for(lambda: watch.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = "
+                                           "current_database() AND wait_event_type = 'Lock'").fetchone()["n"],
+                     timeout=10, message="the first page waiting on the uncommitted row")
+        c.execute("COMMIT")
+        th.join(10)
+        assert isinstance(result.get("error"), psycopg.errors.UniqueViolation)
+        [second] = page_jobs(c, ev["id"])
+        assert second["group_key"] == fanout.lane_group(ev["id"], 1) and second["payload"]["after"] == str(everyone[99])
+        c.execute("DELETE FROM notifications WHERE event_id = %s", (ev["id"],))
+        first = fanout.fan_out(c, ev["id"])
+        assert first["inbox"] == 100
+        two = fanout.fan_out(c, ev["id"], after=uuid.UUID(first["next_after"]), lane=fanout.lane_of(second["group_key"]))
+        jobs = page_jobs(c, ev["id"])
+        assert [j["group_key"] for j in jobs] == [fanout.lane_group(ev["id"], 1), fanout.lane_group(ev["id"], 0)]
+        fanout.fan_out(c, ev["id"], after=uuid.UUID(two["next_after"]), lane=0)
+        assert inbox(c, ev["id"]) == everyone
 
 
 def test_the_relay_starts_the_first_page_and_pages_are_valid_jobs(conn):

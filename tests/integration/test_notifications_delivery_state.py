@@ -84,7 +84,7 @@ def _fan_out(db_url, sandbox, *, phone="+989121110000", device=False, event="tes
 
 def _delivery(db_url, event_id, channel):
     with connect(db_url) as c:
-        return c.execute("SELECT * FROM deliveries WHERE event_id = %s AND channel = %s",
+        return c.execute("SELECT * FROM notification_deliveries WHERE event_id = %s AND channel = %s",
                          (event_id, channel)).fetchone()
 
 

@@ -43,6 +43,23 @@ policy.declare(CATALOGUE, "test_named.sent", category="ticket", channels=("inbox
                variables=lambda conn, event, user_id: {"who": str(user_id)[-4:]})
 
 
+outbox.define_event(CATALOGUE, "test_inbox_only.sent", 1, aggregate="notice", fields={"user_ids": EventField(list)},
+                    description="Test-only: a notice for the inbox alone.")
+policy.declare(CATALOGUE, "test_inbox_only.sent", category="ticket", channels=("inbox",),
+               recipients=lambda conn, event: event["payload"]["user_ids"])
+
+
+def test_an_inbox_only_notification_writes_inbox_rows_alone_and_a_second_relay_adds_nothing(conn, tenant):
+    """No deliveries row at all for a delivered inbox: the second relay finds the inbox rows themselves."""
+    users = [_user(conn, tenant) for _ in range(3)]
+    ev = outbox.publish(conn, "test_inbox_only.sent", 1, aggregate=("notice", uuid.uuid4().hex), tenant=tenant["id"],
+                        payload={"user_ids": [str(u) for u in users]})
+    assert fanout.fan_out(conn, ev["id"]) == {"recipients": 3, "inbox": 3, "deliveries": 3, "jobs": 0, "suppressed": 0}
+    assert conn.execute("SELECT count(*) AS n FROM deliveries WHERE event_id = %s", (ev["id"],)).fetchone()["n"] == 0
+    assert fanout.fan_out(conn, ev["id"]) == {"recipients": 3, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
+    assert set(_deliveries(conn, ev["id"])) == {(u, "inbox") for u in users}
+
+
 def test_chunks_give_the_same_rows_and_a_second_relay_adds_nothing(conn, tenant, monkeypatch):
     monkeypatch.setattr(fanout, "CHUNK", 2)
     users = [_user(conn, tenant) for _ in range(4)]
@@ -67,8 +84,14 @@ def test_chunks_give_the_same_rows_and_a_second_relay_adds_nothing(conn, tenant,
     jobs = conn.execute("SELECT id, idempotency_key, available_at, payload FROM jobs WHERE event_id = %s",
                         (ev["id"],)).fetchall()
     assert {j["id"] for j in jobs} == {d[(u, "email")]["id"] for u in users}
-    assert all(j["idempotency_key"] == f"delivery:{j['id']}" and j["payload"] == {"delivery_id": str(j["id"])}
-               for j in jobs)
+    # One job per delivery by its id (the delivery's): no idempotency key, no index entry for one (0055).
+    assert all(j["idempotency_key"] is None and j["payload"] == {"delivery_id": str(j["id"])} for j in jobs)
+    assert all(d[(no_permission, ch)]["notification_id"] is None for ch in ("inbox", "email"))
+    # The inbox rows are their inbox deliveries: the table holds only the suppressed one (0056).
+    assert [(r["recipient_id"], r["status"]) for r in conn.execute(
+        "SELECT recipient_id, status FROM deliveries WHERE event_id = %s AND channel = 'inbox'", (ev["id"],))] \
+        == [(no_permission, "suppressed")]
+    assert all(d[(u, "inbox")]["id"] == inbox_ids[u] and d[(u, "inbox")]["status"] == "delivered" for u in users)
     second = fanout.fan_out(conn, ev["id"], now=now)
     assert second == {"recipients": 5, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}
 
@@ -88,3 +111,22 @@ def test_per_user_variables_render_each_recipients_own_text_across_chunks(conn, 
     assert rows[en]["title"] == f"For {str(en)[-4:]}" and rows[en]["locale"] == "en"
     assert rows[fa]["title"] == f"برای {str(fa)[-4:]}" and rows[fa]["locale"] == "fa"
     assert rows[unset]["locale"] == "fa" and rows[unset]["template_version"] == 1   # tenant default: fa
+
+
+def test_an_inbox_row_written_with_its_own_inbox_delivery_row_shows_one_inbox_delivery(conn, tenant):
+    """Rows of before 0056 (and of the previous release's workers in a rolling upgrade) have an 'inbox'
+    deliveries row beside the inbox row: notification_deliveries and the inbox API show it once."""
+    from opsboard.notifications import inbox
+    [user] = [_user(conn, tenant)]
+    ev = _notice(conn, tenant, [user])
+    nid = uuid.uuid4()
+    conn.execute("INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, "
+                 "template_key, locale, title, body) VALUES (%s, %s, %s, %s, %s, 'ticket', 'x', 'fa', 't', 'b')",
+                 (nid, tenant["id"], user, ev["id"], ev["type"]))
+    conn.execute("INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, "
+                 "channel, status) VALUES (%s, %s, %s, %s, %s, %s, 'inbox', 'delivered')",
+                 (uuid.uuid4(), tenant["id"], user, ev["id"], ev["type"], nid))
+    rows = conn.execute("SELECT channel, status FROM notification_deliveries WHERE event_id = %s",
+                        (ev["id"],)).fetchall()
+    assert [(r["channel"], r["status"]) for r in rows] == [("inbox", "delivered")]
+    assert inbox.get(conn, user, nid)["deliveries"] == {"inbox": "delivered"}

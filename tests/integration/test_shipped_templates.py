@@ -94,7 +94,7 @@ def test_an_internal_note_never_reaches_the_requester_and_its_text_stays_with_ag
     ev = _event(conn, t["id"], "ticket.message_added")
     fanout.fan_out(conn, ev)
     assert _inbox(conn, desk.requester["id"], ev) is None
-    assert conn.execute("SELECT count(*) AS n FROM deliveries WHERE event_id = %s AND recipient_id = %s",
+    assert conn.execute("SELECT count(*) AS n FROM notification_deliveries WHERE event_id = %s AND recipient_id = %s",
                         (ev, desk.requester["id"])).fetchone()["n"] == 0
     agent_row = _inbox(conn, desk.agent.id, ev)
     assert "secret margin" in agent_row["body"] and f"/tickets/{t['id']}" in agent_row["body"]

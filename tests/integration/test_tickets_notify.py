@@ -21,7 +21,7 @@ def _inbox(conn, user_id):
 
 def _deliveries(conn, user_id, event_id):
     return {(d["channel"], d["status"], d["suppression_reason"]) for d in conn.execute(
-        "SELECT channel, status, suppression_reason FROM deliveries WHERE recipient_id = %s AND event_id = %s",
+        "SELECT channel, status, suppression_reason FROM notification_deliveries WHERE recipient_id = %s AND event_id = %s",
         (user_id, event_id)).fetchall()}
 
 

@@ -60,8 +60,8 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox, brow
              and len(sandbox.records("push")) == 1, timeout=30, message="Sam's warning email and push")
     with stack.db() as c:
         warning = _alerts(c)["dead_rising"]
-        wait_for(lambda: c.execute("SELECT count(*) AS n FROM deliveries WHERE status = 'queued'").fetchone()["n"] == 2
-                 and c.execute("SELECT count(*) AS n FROM deliveries WHERE status <> 'queued'").fetchone()["n"] == 4,
+        wait_for(lambda: c.execute("SELECT count(*) AS n FROM notification_deliveries WHERE status = 'queued'").fetchone()["n"] == 2
+                 and c.execute("SELECT count(*) AS n FROM notification_deliveries WHERE status <> 'queued'").fetchone()["n"] == 4,
                  timeout=20, message="the warning's deliveries settled")
     (mail,) = sandbox.records("email")
     assert mail["subject"] == "Warning alert: dead_rising (all)"
@@ -118,7 +118,7 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox, brow
             ("alert.critical", False, "en"), ("alert.critical", True, "fa"),
             ("alert.opened", False, "en"), ("alert.opened", True, "fa")]
         deliveries = {(d["event_type"], d["recipient_id"], d["channel"]): d
-                      for d in c.execute("SELECT * FROM deliveries").fetchall()}
+                      for d in c.execute("SELECT * FROM notification_deliveries").fetchall()}
         assert len(deliveries) == 14
         quiet_until = datetime.combine(now.date() + timedelta(days=1 if quiet_end < now.time() else 0),
                                        quiet_end.replace(microsecond=0), tzinfo=now.tzinfo)

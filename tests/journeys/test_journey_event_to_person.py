@@ -139,7 +139,7 @@ def test_an_event_reaches_inbox_email_sms_and_push(stack, sandbox, browser, shot
             assert (n["event_id"], n["template_version"], n["category"]) == (event_id, 1, "financial")
             assert n["archived_at"] is None and n["read_at"] is None
 
-        deliveries = c.execute("SELECT * FROM deliveries ORDER BY recipient_id, channel").fetchall()
+        deliveries = c.execute("SELECT * FROM notification_deliveries ORDER BY recipient_id, channel").fetchall()
         assert sorted((d["recipient_id"], d["channel"]) for d in deliveries) == sorted(
             (u, ch) for u in (fa["id"], en["id"]) for ch in ("email", "inbox", "push", "sms")), deliveries
         for d in deliveries:

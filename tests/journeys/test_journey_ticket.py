@@ -182,7 +182,7 @@ def _assert_rows(c, tenant, ticket_id, agent, admin, customer):
             assert f"/api/v1/tickets/{ticket_id}" in n["body"] and "REPLY-4410" in n["body"]
         else:
             assert f"View: /tickets/{ticket_id}" in n["body"] or f"مشاهده: /tickets/{ticket_id}" in n["body"]
-    deliveries = c.execute("SELECT * FROM deliveries").fetchall()
+    deliveries = c.execute("SELECT * FROM notification_deliveries").fetchall()
     assert sorted((d["event_type"], str(d["recipient_id"]), d["channel"]) for d in deliveries) == sorted(
         [("ticket.sla_breached", str(u), ch) for u in (agent["id"], admin["id"]) for ch in ("inbox", "push", "email")]
         + [("ticket.message_added", str(customer["id"]), ch) for ch in ("inbox", "email")])

@@ -4,6 +4,8 @@ from opsboard import outbox
 from opsboard.notifications import policy
 
 EVENT = "test.announced"
+#: The same broadcast written two pages at a time (job groups as lanes).
+EVENT_LANES = "test.announced_in_lanes"
 PAGE = 100
 
 
@@ -13,3 +15,8 @@ def register(cat) -> None:
                         description="A test announcement to every member of a tenant.")
     policy.declare(cat, EVENT, category="system", channels=("inbox", "push"),
                    audience=policy.tenant_members(page_size=PAGE))
+    outbox.define_event(cat, EVENT_LANES, 1, aggregate="announcement",
+                        fields={"text": outbox.EventField(str, max_length=200)},
+                        description="A test announcement to every member of a tenant, two pages at a time.")
+    policy.declare(cat, EVENT_LANES, category="system", channels=("inbox", "push"),
+                   audience=policy.tenant_members(page_size=PAGE, lanes=2))

@@ -60,7 +60,7 @@ def fanout(job):
     event_id = _uuid(job.payload["event_id"], "event_id")
     after = _uuid(job.payload["after"], "after") if job.payload.get("after") else None
     with job.connection() as conn:
-        fanoutmod.fan_out(conn, event_id, after=after)
+        fanoutmod.fan_out(conn, event_id, after=after, lane=fanoutmod.lane_of(job.group_key))
     return None
 
 
