@@ -224,6 +224,45 @@ def _pg_cpu(b) -> tuple[float, float]:
     return total, busy
 
 
+def _statements_start(b) -> str | None:
+    """The WAL position now, and ``pg_stat_statements`` reset when the server preloads it (a private
+    cluster: the shared one does not); returns the LSN, or None when it cannot be read."""
+    with b.conn() as c:
+        if "pg_stat_statements" in c.execute("SHOW shared_preload_libraries").fetchone()["shared_preload_libraries"]:
+            c.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            c.execute("SELECT pg_stat_statements_reset()")
+        return c.execute("SELECT pg_current_wal_lsn()::text AS lsn").fetchone()["lsn"]
+
+
+def _statements_end(b, lsn: str, events: int, top: int = 15) -> None:
+    """WAL bytes per accepted event since ``lsn`` (the whole server's: other databases' writes count
+    too), and with ``pg_stat_statements`` the statements, their calls and time per event (this
+    database's), the heaviest ``top`` printed one a line."""
+    with b.conn() as c:
+        wal = c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::float8 AS b",
+                        (lsn,)).fetchone()["b"]
+        b.add("api_worker", "WAL per accepted event", wal / max(1, events), "bytes",
+              "the server's WAL from the load's start to the drain's end (other databases' too)")
+        has = c.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'").fetchone()
+        if not has:
+            return
+        rows = c.execute(
+            "SELECT calls, total_exec_time, rows, wal_records, wal_bytes, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+            " AS q FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time DESC").fetchall()
+    n = max(1, events)
+    calls = sum(r["calls"] for r in rows)
+    ms = sum(r["total_exec_time"] for r in rows)
+    b.add("api_worker", "statements per accepted event", calls / n, "calls",
+          f"{ms / n:.3f} ms of execution per event (pg_stat_statements, load and drain, polls included)")
+    b.add("api_worker", "WAL records per accepted event", sum(r["wal_records"] for r in rows) / n, "records",
+          "pg_stat_statements' wal_records (commits not included)")
+    print(f"  {'calls/ev':>9} {'ms/ev':>7} {'ms/call':>8} {'WAL B/ev':>9}  statement", flush=True)
+    for r in rows[:top]:
+        print(f"  {r['calls'] / n:>9.3f} {r['total_exec_time'] / n:>7.3f} {r['total_exec_time'] / max(1, r['calls']):>8.3f}"
+              f" {float(r['wal_bytes']) / n:>9.0f}  {r['q']}", flush=True)
+
+
 def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: float = 120.0,
               **env: str) -> tuple[subprocess.Popen, str]:
     """gunicorn serving ``wsgi:app`` on a free loopback port over the bench's database, in production
@@ -268,9 +307,11 @@ def api_worker(b) -> None:
         web, url = start_web(b, GUNICORN.split(), OPSBOARD_JOB_MODULES=MODULE)
         (worker,) = b.start_workers(1, WORKER_QUEUES, OPSBOARD_JOB_MODULES=MODULE, OPSBOARD_WEBHOOK_ALLOW="127.0.0.1")
 
-        secret, tenant = _tenant(b, "bench-apiw-warm", receiver.url)
-        wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
+        secret, warm = _tenant(b, "bench-apiw-warm", receiver.url)
+        warmed = wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
         secret, tenant = _tenant(b, "bench-apiw", receiver.url)
+        _drain(b, warm, warmed["statuses"].get(202, 0))  # the warm-up's backlog is not counted below
+        lsn = _statements_start(b)
         (pg_cpu0, busy0), web_cpu0, worker_cpu0 = _pg_cpu(b), _cpu(web.pid), _cpu(worker.pid)
         t0 = time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
@@ -281,6 +322,7 @@ def api_worker(b) -> None:
         rate = ok / seconds
         other = {k: v for k, v in res["statuses"].items() if k != 202}
         at_end, drained = _drain(b, tenant, ok)
+        _statements_end(b, lsn, ok)
         b.add("api_worker", "POST /events, 8 conns: accepted", rate, "req/s",
               f"goal >= {GOAL_RATE:,.0f}; {res['requests']} requests, not 202: {other or 0}, "
               f"socket errors {res['errors']}; gunicorn {GUNICORN}")
