@@ -57,6 +57,7 @@ def create_app(test_config: dict | None = None) -> Flask:
                     "set it to the dashboard's host name(s)")
     app.config.update(test_config)
     app.extensions["opsboard_config"] = config
+    app.session_interface = security.CookieSessions()
 
     if database is None:
         database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
