@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import psycopg
@@ -165,6 +165,12 @@ def refund_token(conn: psycopg.Connection, bucket: str) -> None:
         pass
 
 
+def answer_time(at: datetime) -> str:
+    """``occurred_at`` as ``outbox_event_insert_once`` writes it into a stored answer (``to_char`` there):
+    UTC, with microseconds, so a first answer, its replay and an answer without a key read alike."""
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
 @dataclass(frozen=True)
 class Published:
     """What :func:`publish_once` did: ``verdict`` (admission), and ``status``/``response`` -- the answer
@@ -205,10 +211,12 @@ def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate
         verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
         if not verdict.accepted:
             return Published(verdict)
+        first = answer(params)
         with _refund_unless_done(conn, adm["name"]):
-            done = db.one(conn, "outbox_event_insert_once", {**params, **ids, "answer": Jsonb(answer(params))})
-        if done["response"] is not None:
-            return Published(verdict, status, done["response"])
+            done = db.one(conn, "outbox_event_insert_once", {**params, **ids, "answer": Jsonb(first)})
+        if done["claimed"]:
+            # What the statement stored: the answer and its occurred_at.
+            return Published(verdict, status, {**first, "occurred_at": answer_time(done["occurred_at"])})
         # A concurrent request with the same key committed while this one waited on it: its answer
         # is there now, and this request's token goes back.
         refund_token(conn, adm["name"])

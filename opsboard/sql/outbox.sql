@@ -167,8 +167,10 @@ FROM depth CROSS JOIN lim LEFT JOIN take ON true LEFT JOIN prior ON true;
 -- key's claim with its answer (%(answer)s plus occurred_at) and, only when the
 -- key was claimed, the event; one statement, committed (durably) in autocommit.
 -- A concurrent request holding the same key makes the claim wait until it
--- commits (then nothing is inserted and response is NULL: the caller reads the
--- stored answer and gives the token back) or rolls back.
+-- commits (then nothing is inserted and claimed is false: the caller reads the
+-- stored answer and gives the token back) or rolls back.  The stored answer is
+-- not sent back: the caller has it, and occurred_at (publish.answer_time
+-- writes it as to_char below does), without a jsonb parse per request.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 claim AS (
     INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response)
@@ -177,7 +179,7 @@ claim AS (
                'occurred_at', to_char(now_.t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
     FROM now_
     ON CONFLICT (tenant_id, key) DO NOTHING
-    RETURNING response
+    RETURNING 1
 ), ins AS (
     INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
                                correlation_id, payload)
@@ -186,4 +188,4 @@ claim AS (
     FROM now_, claim
     RETURNING occurred_at
 )
-SELECT (SELECT occurred_at FROM ins) AS occurred_at, (SELECT response FROM claim) AS response;
+SELECT (SELECT occurred_at FROM ins) AS occurred_at, EXISTS (SELECT 1 FROM claim) AS claimed;
