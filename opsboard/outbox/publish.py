@@ -105,7 +105,7 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
 def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                      payload: dict, correlation_id: str | None = None, queue_name: str,
                      high_water: dict[str, int] | None = None, now: datetime | None = None,
-                     validated: bool = False):
+                     validated: bool = False, leases=None):
     """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event.
 
     For a producer with no transaction of its own (the HTTP API), on an autocommit connection: the
@@ -113,18 +113,35 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     inserted and committed; if the insert fails, the token is given back.  Returns ``(admission,
     envelope)``, the envelope ``None`` when refused (429/503).  Raises :class:`EventRefused` before
     sending anything; ``validated=True`` says the caller has run :func:`validate_payload` on this payload
-    already (the HTTP API, before it takes a connection), so it is not checked twice.
+    already (the HTTP API, before it takes a connection), so it is not checked twice.  ``leases`` (a
+    web process's :class:`~opsboard.backpressure.TokenLeases`) admits with a token it holds, without
+    the admission's statement, and leases a few when it holds none.
     """
     from .. import backpressure
     params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
-    row = take_admission(conn, adm)
-    verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    row = _admit(conn, adm, None, leases)
+    verdict = backpressure.Admission(200) if row is None else backpressure.admission_verdict(row, queue_name,
+                                                                                            adm["mark"])
     if not verdict.accepted:
         return verdict, None
-    with _refund_unless_done(conn, adm["name"]):
+    with _refund_unless_done(conn, adm["name"], leases):
         event = db.one(conn, "outbox_event_insert", params)
     return verdict, {**event, "payload": payload}
+
+
+def _admit(conn: psycopg.Connection, adm: dict, key: str | None, leases) -> dict | None:
+    """:func:`take_admission`, or None when a token of ``leases`` admitted the request (no statement);
+    a take asks for a lease's worth of tokens and gives back the last lease's unspent ones."""
+    if leases is None:
+        return take_admission(conn, adm, key)
+    if leases.spend(adm["name"]):
+        return None
+    want, back = leases.ask(adm["name"])
+    row = take_admission(conn, {**adm, "want": want, "back": back}, key)
+    if row["granted"]:
+        leases.keep(adm["name"], int(row["granted"]), row["rate"], row["burst"])
+    return row
 
 
 def take_admission(conn: psycopg.Connection, params: dict, key: str | None = None) -> dict:
@@ -144,19 +161,22 @@ def take_admission(conn: psycopg.Connection, params: dict, key: str | None = Non
 
 
 @contextlib.contextmanager
-def _refund_unless_done(conn: psycopg.Connection, bucket: str):
+def _refund_unless_done(conn: psycopg.Connection, bucket: str, leases=None):
     """Give the token taken from ``bucket`` back if the block raises (the request is answered 5xx or
     its connection broke, and nothing was stored); best effort on a connection that may be gone."""
     try:
         yield
     except BaseException:
-        refund_token(conn, bucket)
+        refund_token(conn, bucket, leases)
         raise
 
 
-def refund_token(conn: psycopg.Connection, bucket: str) -> None:
-    """One token back to ``bucket`` (``rate_limit_refund``); errors are swallowed: a lost refund only
-    makes the tenant wait a token's refill time longer."""
+def refund_token(conn: psycopg.Connection, bucket: str, leases=None) -> None:
+    """One token back: into the process's lease of ``bucket`` while it is valid (``leases``), else to the
+    bucket (``rate_limit_refund``); errors are swallowed: a lost refund only makes the tenant wait a
+    token's refill time longer."""
+    if leases is not None and leases.give_back(bucket):
+        return
     try:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             conn.rollback()
@@ -187,7 +207,7 @@ class Published:
 def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                  payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
                  answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
-                 now: datetime | None = None, validated: bool = False) -> Published:
+                 now: datetime | None = None, validated: bool = False, leases=None) -> Published:
     """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
     ``request_hash`` of the request), in two round trips on an autocommit connection:
 
@@ -201,25 +221,31 @@ def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate
     ``request_hash``; a refused request stores nothing.  A request that took a token and then finds the
     key claimed by a concurrent one (which it waited for), or fails, gives its token back.  Raises
     :class:`EventRefused` before sending anything (``validated`` as in :func:`publish_admitted`).
+
+    With ``leases`` (as :func:`publish_admitted`), a request admitted by a token its process holds
+    skips step 1: a key already answered then finds its answer at step 2 (nothing is inserted) and
+    its token goes back into the lease.
     """
     from .. import backpressure
     params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     ids = {"key": key, "request_hash": request_hash, "status": status}
-    row = take_admission(conn, adm, key)
-    if row["prior_hash"] is None:
-        verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    row = _admit(conn, adm, key, leases)
+    if row is None or row["prior_hash"] is None:
+        verdict = backpressure.Admission(200) if row is None else backpressure.admission_verdict(
+            row, queue_name, adm["mark"])
         if not verdict.accepted:
             return Published(verdict)
         first = answer(params)
-        with _refund_unless_done(conn, adm["name"]):
+        with _refund_unless_done(conn, adm["name"], leases):
             done = db.one(conn, "outbox_event_insert_once", {**params, **ids, "answer": Jsonb(first)})
         if done["claimed"]:
             # What the statement stored: the answer and its occurred_at.
             return Published(verdict, status, {**first, "occurred_at": answer_time(done["occurred_at"])})
-        # A concurrent request with the same key committed while this one waited on it: its answer
-        # is there now, and this request's token goes back.
-        refund_token(conn, adm["name"])
+        # The key was answered already (a request admitted by its lease did not look), or a concurrent
+        # request with the same key committed while this one waited on it: its answer is there now,
+        # and this request's token goes back.
+        refund_token(conn, adm["name"], leases)
         row = db.one(conn, "api_idempotency_get", {"tenant_id": params["tenant_id"], "key": key})
         row = {"prior_hash": row["request_hash"], "prior_status": row["status"], "prior_response": row["response"]}
     verdict = backpressure.Admission(200)

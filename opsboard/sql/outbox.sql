@@ -134,7 +134,7 @@ SELECT (SELECT count(*) FROM outbox_events
 -- tenant's bucket row is locked for this statement only, never through the
 -- event's durable commit (which serialised one tenant's requests on the disk's
 -- flush time: the bench's one tenant waited 137 ms per request on it).
--- granted is NULL for a key already answered or a full queue.
+-- granted (the tokens taken, 0: refused) is NULL for a key already answered or a full queue.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 prior AS (
     SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s
@@ -152,9 +152,12 @@ prior AS (
       AND (%(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint)
     OFFSET 0
 ), take AS (
+    -- %(want)s tokens at most (a web process's lease: backpressure.TokenLeases; 1 otherwise), and the
+    -- %(back)s its previous lease left unspent given back first (migration 0061).
     SELECT tk.granted, tk.wait_seconds
     FROM admitted a
-    CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
+    CROSS JOIN LATERAL opsboard_take_tokens(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t,
+                                            %(want)s::int, %(back)s::float8) tk
 )
 SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
        prior.request_hash AS prior_hash, prior.status AS prior_status, prior.response AS prior_response,

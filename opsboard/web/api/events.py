@@ -5,7 +5,7 @@ import json
 
 from flask import current_app
 
-from ... import outbox
+from ... import backpressure, outbox
 from ..context import get_config, get_db
 from . import bp
 from .common import (Problem, authenticate, conflict, correlation_id, field, idempotency_digest, idempotency_key,
@@ -29,6 +29,14 @@ def _envelope(event: dict, redacted: list[str] | None = None) -> dict:
 #: stored one) reads byte for byte like the first.  ``jsonify`` (Flask's JSON provider and a Response
 #: through it) was 7 % of a POST's Python (issue 27's profile).
 _ANSWER = json.JSONEncoder(ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+
+
+def _leases() -> backpressure.TokenLeases:
+    """This process's leases of the tenants' enqueue tokens (see :class:`opsboard.backpressure.TokenLeases`)."""
+    leases = current_app.extensions.get("opsboard_token_leases")
+    if leases is None:
+        leases = current_app.extensions.setdefault("opsboard_token_leases", backpressure.TokenLeases())
+    return leases
 
 
 def _accepted(answer: dict):
@@ -69,20 +77,23 @@ def publish_event():
     with get_db().connection() as conn:
         try:
             if idem is None:
-                # The token in a short transaction of its own (the bucket row is never locked through
-                # the event's commit), then the insert; the token goes back if the insert fails.
+                # A token of this process's lease, or one taken (with a few more) in a short transaction
+                # of its own (the bucket row is never locked through the event's commit), then the
+                # insert; the token goes back if the insert fails.
                 verdict, event = outbox.publish_admitted(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
-                    validated=True)
+                    validated=True, leases=_leases())
                 done = None
             else:
-                # The same with the key's claim, its stored answer and a replay (two round trips).
+                # The same with the key's claim, its stored answer and a replay (one round trip with a
+                # leased token, two without).
                 stored_key, digest = idempotency_digest(idem, body)
                 done = outbox.publish_once(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
-                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted), validated=True)
+                    key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted), validated=True,
+                    leases=_leases())
                 verdict = done.verdict
         except outbox.EventRefused as exc:
             raise Problem(422, exc.code, str(exc), exc.field) from None
