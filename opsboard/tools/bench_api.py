@@ -313,10 +313,12 @@ def api_worker(b) -> None:
         _drain(b, warm, warmed["statuses"].get(202, 0))  # the warm-up's backlog is not counted below
         lsn = _statements_start(b)
         (pg_cpu0, busy0), web_cpu0, worker_cpu0 = _pg_cpu(b), _cpu(web.pid), _cpu(worker.pid)
+        sandbox_cpu0 = _cpu(receiver.proc.pid)
         t0 = time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
         wall = time.monotonic() - t0
         web_cpu, worker_cpu = _cpu(web.pid) - web_cpu0, _cpu(worker.pid) - worker_cpu0
+        sandbox_cpu = _cpu(receiver.proc.pid) - sandbox_cpu0
         pg_cpu, busy = (a - z for a, z in zip(_pg_cpu(b), (pg_cpu0, busy0)))
         ok = res["statuses"].get(202, 0)
         rate = ok / seconds
@@ -336,8 +338,12 @@ def api_worker(b) -> None:
               f"{worker_cpu / wall * 100:.0f} % of a core ({WORKER_QUEUES})")
         b.add("api_worker", "PostgreSQL CPU per accepted event", pg_cpu / max(1, ok) * 1000, "ms",
               f"{pg_cpu / wall * 100:.0f} % of a core (this database's backends, from /proc)")
+        b.add("api_worker", "sandbox receiver CPU per accepted event", sandbox_cpu / max(1, ok) * 1000, "ms",
+              f"{sandbox_cpu / wall * 100:.0f} % of a core (the webhook receiver: not the product's)")
         b.add("api_worker", "machine CPU per accepted event", busy / max(1, ok) * 1000, "ms",
-              f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too)")
+              f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too); "
+              f"{(busy - web_cpu - worker_cpu - pg_cpu - sandbox_cpu - res['client_cpu_s']) / max(1, ok) * 1000:.2f} ms "
+              "outside gunicorn, the worker, the backends, the receiver and wrk")
         b.add("api_worker", "relayed / delivered by the end of the load", at_end["relayed"] / max(1, ok) * 100, "%",
               f"{at_end['relayed']} relayed, {at_end['delivered']} delivered of {ok} accepted")
         b.add("api_worker", "backlog drained after the load", drained, "s",
