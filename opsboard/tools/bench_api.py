@@ -247,9 +247,10 @@ def _statements_end(b, lsn: str, events: int, top: int = 15) -> None:
         if not has:
             return
         rows = c.execute(
-            "SELECT calls, total_exec_time, rows, wal_records, wal_bytes, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+            "SELECT calls, total_exec_time, plans, total_plan_time, rows, wal_records, wal_bytes,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
             " AS q FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time DESC").fetchall()
+            " AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time + total_plan_time DESC").fetchall()
     n = max(1, events)
     calls = sum(r["calls"] for r in rows)
     ms = sum(r["total_exec_time"] for r in rows)
@@ -257,9 +258,14 @@ def _statements_end(b, lsn: str, events: int, top: int = 15) -> None:
           f"{ms / n:.3f} ms of execution per event (pg_stat_statements, load and drain, polls included)")
     b.add("api_worker", "WAL records per accepted event", sum(r["wal_records"] for r in rows) / n, "records",
           "pg_stat_statements' wal_records (commits not included)")
-    print(f"  {'calls/ev':>9} {'ms/ev':>7} {'ms/call':>8} {'WAL B/ev':>9}  statement", flush=True)
+    if any(r["plans"] for r in rows):  # pg_stat_statements.track_planning on
+        b.add("api_worker", "plans per accepted event", sum(r["plans"] for r in rows) / n, "plans",
+              f"{sum(r['total_plan_time'] for r in rows) / n:.3f} ms of planning per event")
+    print(f"  {'calls/ev':>9} {'ms/ev':>7} {'ms/call':>8} {'plans/ev':>8} {'plan ms/ev':>10} {'WAL B/ev':>9}  statement",
+          flush=True)
     for r in rows[:top]:
         print(f"  {r['calls'] / n:>9.3f} {r['total_exec_time'] / n:>7.3f} {r['total_exec_time'] / max(1, r['calls']):>8.3f}"
+              f" {r['plans'] / n:>8.3f} {r['total_plan_time'] / n:>10.3f}"
               f" {float(r['wal_bytes']) / n:>9.0f}  {r['q']}", flush=True)
 
 
