@@ -203,6 +203,52 @@ def _cpu(pid: int) -> float:
     return total
 
 
+def _ports_of(root: int) -> set[int]:
+    """The local TCP ports of the sockets ``root`` and its children hold (``/proc``: their fds' socket
+    inodes looked up in ``/proc/net/tcp``): a backend whose ``client_port`` is one of them serves them."""
+    inodes = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            if int(entry) != root and ppid != root:
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                link = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _pg_cpu_of(b, ports: set[int]) -> float:
+    """CPU seconds of the bench database's backends whose client is on one of ``ports``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with b.conn() as c:
+        pids = [r["pid"] for r in c.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = "
+                                            "current_database() AND client_port = ANY(%s)", (list(ports),)).fetchall()]
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _pg_cpu(b) -> tuple[float, float]:
     """CPU seconds of the bench database's backends (``pg_stat_activity`` of this database, from /proc), and
     the machine's busy CPU seconds (``/proc/stat``: every process, other users' too).  A backend that exits
@@ -320,11 +366,14 @@ def api_worker(b) -> None:
         lsn = _statements_start(b)
         (pg_cpu0, busy0), web_cpu0, worker_cpu0 = _pg_cpu(b), _cpu(web.pid), _cpu(worker.pid)
         sandbox_cpu0 = _cpu(receiver.proc.pid)
+        web_ports, worker_ports = _ports_of(web.pid), _ports_of(worker.pid)
+        web_pg0, worker_pg0 = _pg_cpu_of(b, web_ports), _pg_cpu_of(b, worker_ports)
         t0 = time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
         wall = time.monotonic() - t0
         web_cpu, worker_cpu = _cpu(web.pid) - web_cpu0, _cpu(worker.pid) - worker_cpu0
         sandbox_cpu = _cpu(receiver.proc.pid) - sandbox_cpu0
+        web_pg, worker_pg = _pg_cpu_of(b, web_ports) - web_pg0, _pg_cpu_of(b, worker_ports) - worker_pg0
         pg_cpu, busy = (a - z for a, z in zip(_pg_cpu(b), (pg_cpu0, busy0)))
         ok = res["statuses"].get(202, 0)
         rate = ok / seconds
@@ -344,6 +393,10 @@ def api_worker(b) -> None:
               f"{worker_cpu / wall * 100:.0f} % of a core ({WORKER_QUEUES})")
         b.add("api_worker", "PostgreSQL CPU per accepted event", pg_cpu / max(1, ok) * 1000, "ms",
               f"{pg_cpu / wall * 100:.0f} % of a core (this database's backends, from /proc)")
+        b.add("api_worker", "PostgreSQL CPU per event: gunicorn's backends", web_pg / max(1, ok) * 1000, "ms",
+              "the backends of the web's pooled connections (matched by client port)")
+        b.add("api_worker", "PostgreSQL CPU per event: the worker's backends", worker_pg / max(1, ok) * 1000, "ms",
+              "the backends of the worker's connections (relay, claims, deliveries, completions)")
         b.add("api_worker", "sandbox receiver CPU per accepted event", sandbox_cpu / max(1, ok) * 1000, "ms",
               f"{sandbox_cpu / wall * 100:.0f} % of a core (the webhook receiver: not the product's)")
         b.add("api_worker", "machine CPU per accepted event", busy / max(1, ok) * 1000, "ms",
