@@ -38,7 +38,7 @@ def validate_payload(et: EventType, payload: Any) -> str:
             raise EventRefused("invalid_field", f"{et.name}: {problem}", where)
     refuse_personal_data(et, payload)
     try:
-        text = jobtypes._ENCODER.encode(payload)
+        text = jobtypes.encode_payload(payload)
         size = len(text.encode())
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({type(exc).__name__})",
@@ -86,7 +86,7 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
 
 
 def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
-                  now: datetime | None, validated: bool = False) -> dict:
+                  now: datetime | None, validated: bool | str = False) -> dict:
     """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
@@ -95,17 +95,19 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
                            f"not {kind!r}", "aggregate.type")
     if not validated:
         validate_payload(et, payload)
+    # The text validate_payload returned, when the caller passes it: the payload is not serialised again.
+    text = validated if isinstance(validated, str) else None
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
     return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
             "tenant_id": jobqueue.tenant_id_of(tenant), "now": now, "correlation_id": correlation_id,
-            "payload": Jsonb(payload)}
+            "payload": Jsonb(payload, dumps=lambda _: text) if text is not None else Jsonb(payload)}
 
 
 def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                      payload: dict, correlation_id: str | None = None, queue_name: str,
                      high_water: dict[str, int] | None = None, now: datetime | None = None,
-                     validated: bool = False, leases=None):
+                     validated: bool | str = False, leases=None):
     """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event.
 
     For a producer with no transaction of its own (the HTTP API), on an autocommit connection: the
@@ -113,7 +115,8 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     inserted and committed; if the insert fails, the token is given back.  Returns ``(admission,
     envelope)``, the envelope ``None`` when refused (429/503).  Raises :class:`EventRefused` before
     sending anything; ``validated=True`` says the caller has run :func:`validate_payload` on this payload
-    already (the HTTP API, before it takes a connection), so it is not checked twice.  ``leases`` (a
+    already (the HTTP API, before it takes a connection), so it is not checked twice; the text it
+    returned, passed as ``validated``, is stored as it is (not serialised again).  ``leases`` (a
     web process's :class:`~opsboard.backpressure.TokenLeases`) admits with a token it holds, without
     the admission's statement, and leases a few when it holds none.
     """
@@ -188,7 +191,7 @@ def refund_token(conn: psycopg.Connection, bucket: str, leases=None) -> None:
 def answer_time(at: datetime) -> str:
     """``occurred_at`` as ``outbox_event_insert_once`` writes it into a stored answer (``to_char`` there):
     UTC, with microseconds, so a first answer, its replay and an answer without a key read alike."""
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    return at.astimezone(timezone.utc).isoformat(timespec="microseconds")  # ...+00:00, as strftime wrote it
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ class Published:
 def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                  payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
                  answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
-                 now: datetime | None = None, validated: bool = False, leases=None) -> Published:
+                 now: datetime | None = None, validated: bool | str = False, leases=None) -> Published:
     """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
     ``request_hash`` of the request), in two round trips on an autocommit connection:
 

@@ -39,10 +39,18 @@ class CookieSessions(SecureCookieSessionInterface):
             cached = self._serializer = (keys, super().get_signing_serializer(app))
         return cached[1]
 
+    def open_session(self, app, request):
+        if "HTTP_COOKIE" not in request.environ and app.secret_key:
+            return self.session_class()  # no cookie at all: nothing to parse or verify
+        return super().open_session(app, request)
+
     def save_session(self, app, session, response) -> None:
         if not session and not session.modified:
             if session.accessed:
-                response.vary.add("Cookie")
+                if "Vary" in response.headers:
+                    response.vary.add("Cookie")
+                else:
+                    response.headers["Vary"] = "Cookie"  # what vary.add writes, without parsing a header set
             return
         super().save_session(app, session, response)
 
@@ -136,6 +144,16 @@ def _nul_refused() -> ApiError:
 #: Read from the bytes, not the parsed value: no parse here, so no depth or size for a hostile body to
 #: exploit (raw NUL bytes are not valid JSON and fail the route's own parse).
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def before_request() -> None:
+    """The app-wide checks of every request, in their order, as one hook (Flask looks each hook up
+    and checks it for a coroutine on every request): the request id, the view's body cap, NUL
+    characters, CSRF."""
+    assign_request_id()
+    apply_body_limit()
+    reject_nul()
+    check_csrf()
 
 
 def assign_request_id() -> None:

@@ -27,6 +27,7 @@ def test_an_accepted_event_reads_like_its_replay_and_carries_every_security_head
         assert r.headers["Referrer-Policy"] == "same-origin" and r.headers["Cache-Control"] == "no-store"
         assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
         assert len(r.headers["X-Request-Id"]) == 32 and "Set-Cookie" not in r.headers
+        assert r.headers.getlist("Vary") == ["Cookie"]  # the session was looked at (flask-login), not set
     # Without a key: the same answer's shape, the request id echoed when the caller sends one.
     plain = client.post("/api/v1/events", json=ORDER, headers=bearer(secret, **{"X-Request-Id": "req-42"}))
     assert plain.status_code == 202 and plain.headers["X-Request-Id"] == "req-42"
@@ -57,3 +58,12 @@ def test_the_session_serializer_is_kept_only_while_the_keys_stay(app):
     finally:
         app.secret_key = old
         app.config["SECRET_KEY_FALLBACKS"] = []
+
+
+def test_occurred_at_is_written_with_microseconds_in_utc_as_the_stored_answer():
+    from datetime import datetime, timedelta, timezone
+
+    from opsboard.outbox import answer_time
+    assert answer_time(datetime(2026, 12, 4, 3, 0, 0, tzinfo=timezone.utc)) == "2026-12-04T03:00:00.000000+00:00"
+    tehran = timezone(timedelta(hours=3, minutes=30))
+    assert answer_time(datetime(2026, 12, 4, 6, 30, 0, 5, tzinfo=tehran)) == "2026-12-04T03:00:00.000005+00:00"
