@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,6 +63,90 @@ class Admission:
         return {"Retry-After": str(self.retry_after)} if self.retry_after else {}
 
 
+#: A web process leases at most this long's worth of a tenant's enqueue rate ahead, for this long ...
+LEASE_SECONDS = 0.1
+#: ... and at most this many tokens at a time.
+LEASE_MOST = 64
+
+
+@dataclass
+class _Lease:
+    tokens: int
+    until: float
+    want: int
+
+
+class TokenLeases:
+    """Tokens of tenants' enqueue buckets taken ahead by this process (POST /api/v1/events).
+
+    A request that finds a token here is admitted without a statement of its own; the first request
+    without one asks the database for up to a lease's worth (``outbox_event_admit`` with ``want``:
+    ``LEASE_SECONDS`` of the tenant's rate, at most ``LEASE_MOST`` and its burst) and gives back
+    what the previous lease left unspent (``back``).  What stays true: the bucket in PostgreSQL grants
+    every token (never more than its capacity + rate x elapsed, shared by every process and host), a
+    refused request is 429/503 with ``Retry-After`` as before, and a tenant slower than
+    ``1 / LEASE_SECONDS`` requests a second leases one token at a time (each request asks, as before).
+    What changes for a fast tenant: a token is spent up to ``LEASE_SECONDS`` after the bucket granted
+    it, and the queue's high-water mark is checked once a lease (its depth is a sample anyway).  A
+    process that exits forgets its unspent tokens (the bucket refills).
+
+    Why: the bench's one tenant took its token in a statement of its own before each event, and the
+    bucket row's lock made those statements wait on each other (docs/performance.md, "The producer API
+    beside its worker, part 3").
+    """
+
+    def __init__(self, seconds: float = LEASE_SECONDS, most: int = LEASE_MOST, clock=time.monotonic):
+        self.seconds, self.most, self._clock = seconds, most, clock
+        self._lock = threading.Lock()
+        self._held: dict[str, _Lease] = {}
+
+    def spend(self, bucket: str) -> bool:
+        """Spend one token of this process's lease of ``bucket``; False when it holds none still valid."""
+        with self._lock:
+            lease = self._held.get(bucket)
+            if lease is None or lease.tokens <= 0 or lease.until <= self._clock():
+                return False
+            lease.tokens -= 1
+            return True
+
+    def ask(self, bucket: str) -> tuple[int, int]:
+        """``(want, back)`` for the next take from ``bucket``: how many tokens to ask for, and the unspent
+        ones of an expired lease, given back by that take (and forgotten here)."""
+        with self._lock:
+            lease = self._held.get(bucket)
+            if lease is None:
+                return 1, 0
+            if lease.until > self._clock():
+                return lease.want, 0  # a valid lease, emptied by concurrent requests: more, nothing back
+            del self._held[bucket]
+            return lease.want, max(0, lease.tokens)
+
+    def keep(self, bucket: str, granted: int, rate: float, burst: int) -> None:
+        """A take granted ``granted`` tokens (the caller spends one): keep the others for ``seconds``, and
+        remember how many to ask for next time (``seconds`` of ``rate``, at most ``most`` and ``burst``)."""
+        want = max(1, min(self.most, int(burst), int(float(rate) * self.seconds)))
+        now = self._clock()
+        with self._lock:
+            lease = self._held.get(bucket)
+            if lease is not None and lease.until > now:
+                lease.tokens += max(0, granted - 1)   # two requests leased at once: both leases kept
+                lease.want = want
+            elif want > 1 or granted > 1:
+                if len(self._held) >= 10_000:
+                    self._held = {k: v for k, v in self._held.items() if v.until > now}
+                self._held[bucket] = _Lease(max(0, granted - 1), now + self.seconds, want)
+
+    def give_back(self, bucket: str) -> bool:
+        """A spent token back into a valid lease (its request stored nothing); False when there is none
+        (the caller gives it back to the bucket instead)."""
+        with self._lock:
+            lease = self._held.get(bucket)
+            if lease is None or lease.until <= self._clock():
+                return False
+            lease.tokens += 1
+            return True
+
+
 def admission(conn: psycopg.Connection, tenant_id, queue: str, *,
               high_water: dict[str, int] | None = None, tenant_rate: float = DEFAULT_TENANT_RATE,
               tenant_burst: int = DEFAULT_TENANT_BURST, count: int = 1, now: datetime | None = None) -> Admission:
@@ -102,7 +188,7 @@ def admission_params(tenant_id, queue: str, *, high_water: dict[str, int] | None
     """The parameters of the one-statement admission (``admission_take``, and statements built on it)."""
     mark = {**DEFAULT_HIGH_WATER, **(high_water or {})}.get(queue)
     return {"queue": queue, "mark": mark, "tenant_id": tenant_id, "default_rate": float(tenant_rate),
-            "default_burst": int(tenant_burst), "name": f"enqueue:{tenant_id}", "now": now}
+            "default_burst": int(tenant_burst), "name": f"enqueue:{tenant_id}", "now": now, "want": 1, "back": 0}
 
 
 def admission_verdict(row: dict, queue: str, mark: int | None) -> Admission:

@@ -58,6 +58,9 @@ class Catalogue:
     upcasters: dict[tuple[str, int], Callable[[dict], dict]] = field(default_factory=dict)
     #: ``event type -> [outbox.Subscription]``
     subscriptions: dict[str, list] = field(default_factory=dict)
+    #: ``job type name -> fn(conn, jobs) -> int``: job types whose work the outbox relay does itself, in
+    #: its transaction, instead of inserting their jobs (``outbox.run_at_relay``)
+    run_at_relay: dict[str, Callable] = field(default_factory=dict)
     #: ``name -> notifications.policy.Category``
     categories: dict[str, Any] = field(default_factory=dict)
     #: ``event type -> notifications.policy.Policy``

@@ -56,8 +56,9 @@ import uuid
 
 from .. import catalogue as _catalogue
 from ..jobtypes import Field, define, define_provider
+from ..outbox import run_at_relay
 from .messages import BUILT_IN_TEMPLATES
-from .webhooks import WEBHOOK_SCHEDULE
+from .webhooks import fanout_at_relay, WEBHOOK_SCHEDULE
 
 def register(cat: _catalogue.Catalogue) -> None:
     """The delivery providers with their limits, the delivery job types and the built-in message texts."""
@@ -68,7 +69,10 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_provider(cat, "sms_gateway", concurrency=8, rate_per_second=20, burst=40, critical_concurrency=4)
     define_provider(cat, "webpush", concurrency=16, rate_per_second=200, burst=400)
     define_provider(cat, "webhooks", concurrency=None, rate_per_second=None)
-    # A claimed batch of fan-outs is done in one transaction (webhook_fanout_prepare).
+    # Done by the outbox relay for the events it relays (webhooks.fanout_at_relay); a fan-out job
+    # enqueued otherwise (a replay, the relay's fallback) is done with its claimed batch in one
+    # transaction (webhook_fanout_prepare).
+    run_at_relay(cat, "webhook.fanout", fanout_at_relay)
     define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(uuid.UUID)},
            prepare_batch="worker.handlers.deliveries:webhook_fanout_prepare",
            max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import psycopg
@@ -38,7 +38,7 @@ def validate_payload(et: EventType, payload: Any) -> str:
             raise EventRefused("invalid_field", f"{et.name}: {problem}", where)
     refuse_personal_data(et, payload)
     try:
-        text = jobtypes._ENCODER.encode(payload)
+        text = jobtypes.encode_payload(payload)
         size = len(text.encode())
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({type(exc).__name__})",
@@ -86,7 +86,7 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
 
 
 def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
-                  now: datetime | None, validated: bool = False) -> dict:
+                  now: datetime | None, validated: bool | str = False) -> dict:
     """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
@@ -95,17 +95,19 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
                            f"not {kind!r}", "aggregate.type")
     if not validated:
         validate_payload(et, payload)
+    # The text validate_payload returned, when the caller passes it: the payload is not serialised again.
+    text = validated if isinstance(validated, str) else None
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
     return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
             "tenant_id": jobqueue.tenant_id_of(tenant), "now": now, "correlation_id": correlation_id,
-            "payload": Jsonb(payload)}
+            "payload": Jsonb(payload, dumps=lambda _: text) if text is not None else Jsonb(payload)}
 
 
 def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                      payload: dict, correlation_id: str | None = None, queue_name: str,
                      high_water: dict[str, int] | None = None, now: datetime | None = None,
-                     validated: bool = False):
+                     validated: bool | str = False, leases=None):
     """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event.
 
     For a producer with no transaction of its own (the HTTP API), on an autocommit connection: the
@@ -113,18 +115,36 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     inserted and committed; if the insert fails, the token is given back.  Returns ``(admission,
     envelope)``, the envelope ``None`` when refused (429/503).  Raises :class:`EventRefused` before
     sending anything; ``validated=True`` says the caller has run :func:`validate_payload` on this payload
-    already (the HTTP API, before it takes a connection), so it is not checked twice.
+    already (the HTTP API, before it takes a connection), so it is not checked twice; the text it
+    returned, passed as ``validated``, is stored as it is (not serialised again).  ``leases`` (a
+    web process's :class:`~opsboard.backpressure.TokenLeases`) admits with a token it holds, without
+    the admission's statement, and leases a few when it holds none.
     """
     from .. import backpressure
     params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
-    row = take_admission(conn, adm)
-    verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    row = _admit(conn, adm, None, leases)
+    verdict = backpressure.Admission(200) if row is None else backpressure.admission_verdict(row, queue_name,
+                                                                                            adm["mark"])
     if not verdict.accepted:
         return verdict, None
-    with _refund_unless_done(conn, adm["name"]):
+    with _refund_unless_done(conn, adm["name"], leases):
         event = db.one(conn, "outbox_event_insert", params)
     return verdict, {**event, "payload": payload}
+
+
+def _admit(conn: psycopg.Connection, adm: dict, key: str | None, leases) -> dict | None:
+    """:func:`take_admission`, or None when a token of ``leases`` admitted the request (no statement);
+    a take asks for a lease's worth of tokens and gives back the last lease's unspent ones."""
+    if leases is None:
+        return take_admission(conn, adm, key)
+    if leases.spend(adm["name"]):
+        return None
+    want, back = leases.ask(adm["name"])
+    row = take_admission(conn, {**adm, "want": want, "back": back}, key)
+    if row["granted"]:
+        leases.keep(adm["name"], int(row["granted"]), row["rate"], row["burst"])
+    return row
 
 
 def take_admission(conn: psycopg.Connection, params: dict, key: str | None = None) -> dict:
@@ -144,25 +164,34 @@ def take_admission(conn: psycopg.Connection, params: dict, key: str | None = Non
 
 
 @contextlib.contextmanager
-def _refund_unless_done(conn: psycopg.Connection, bucket: str):
+def _refund_unless_done(conn: psycopg.Connection, bucket: str, leases=None):
     """Give the token taken from ``bucket`` back if the block raises (the request is answered 5xx or
     its connection broke, and nothing was stored); best effort on a connection that may be gone."""
     try:
         yield
     except BaseException:
-        refund_token(conn, bucket)
+        refund_token(conn, bucket, leases)
         raise
 
 
-def refund_token(conn: psycopg.Connection, bucket: str) -> None:
-    """One token back to ``bucket`` (``rate_limit_refund``); errors are swallowed: a lost refund only
-    makes the tenant wait a token's refill time longer."""
+def refund_token(conn: psycopg.Connection, bucket: str, leases=None) -> None:
+    """One token back: into the process's lease of ``bucket`` while it is valid (``leases``), else to the
+    bucket (``rate_limit_refund``); errors are swallowed: a lost refund only makes the tenant wait a
+    token's refill time longer."""
+    if leases is not None and leases.give_back(bucket):
+        return
     try:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             conn.rollback()
         db.execute(conn, "rate_limit_refund", {"name": bucket})
     except Exception:
         pass
+
+
+def answer_time(at: datetime) -> str:
+    """``occurred_at`` as ``outbox_event_insert_once`` writes it into a stored answer (``to_char`` there):
+    UTC, with microseconds, so a first answer, its replay and an answer without a key read alike."""
+    return at.astimezone(timezone.utc).isoformat(timespec="microseconds")  # ...+00:00, as strftime wrote it
 
 
 @dataclass(frozen=True)
@@ -181,7 +210,7 @@ class Published:
 def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                  payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
                  answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
-                 now: datetime | None = None, validated: bool = False) -> Published:
+                 now: datetime | None = None, validated: bool | str = False, leases=None) -> Published:
     """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
     ``request_hash`` of the request), in two round trips on an autocommit connection:
 
@@ -195,23 +224,31 @@ def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate
     ``request_hash``; a refused request stores nothing.  A request that took a token and then finds the
     key claimed by a concurrent one (which it waited for), or fails, gives its token back.  Raises
     :class:`EventRefused` before sending anything (``validated`` as in :func:`publish_admitted`).
+
+    With ``leases`` (as :func:`publish_admitted`), a request admitted by a token its process holds
+    skips step 1: a key already answered then finds its answer at step 2 (nothing is inserted) and
+    its token goes back into the lease.
     """
     from .. import backpressure
     params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     ids = {"key": key, "request_hash": request_hash, "status": status}
-    row = take_admission(conn, adm, key)
-    if row["prior_hash"] is None:
-        verdict = backpressure.admission_verdict(row, queue_name, adm["mark"])
+    row = _admit(conn, adm, key, leases)
+    if row is None or row["prior_hash"] is None:
+        verdict = backpressure.Admission(200) if row is None else backpressure.admission_verdict(
+            row, queue_name, adm["mark"])
         if not verdict.accepted:
             return Published(verdict)
-        with _refund_unless_done(conn, adm["name"]):
-            done = db.one(conn, "outbox_event_insert_once", {**params, **ids, "answer": Jsonb(answer(params))})
-        if done["response"] is not None:
-            return Published(verdict, status, done["response"])
-        # A concurrent request with the same key committed while this one waited on it: its answer
-        # is there now, and this request's token goes back.
-        refund_token(conn, adm["name"])
+        first = answer(params)
+        with _refund_unless_done(conn, adm["name"], leases):
+            done = db.one(conn, "outbox_event_insert_once", {**params, **ids, "answer": Jsonb(first)})
+        if done["claimed"]:
+            # What the statement stored: the answer and its occurred_at.
+            return Published(verdict, status, {**first, "occurred_at": answer_time(done["occurred_at"])})
+        # The key was answered already (a request admitted by its lease did not look), or a concurrent
+        # request with the same key committed while this one waited on it: its answer is there now,
+        # and this request's token goes back.
+        refund_token(conn, adm["name"], leases)
         row = db.one(conn, "api_idempotency_get", {"tenant_id": params["tenant_id"], "key": key})
         row = {"prior_hash": row["request_hash"], "prior_status": row["status"], "prior_response": row["response"]}
     verdict = backpressure.Admission(200)

@@ -106,6 +106,23 @@ def subscribe(cat: _catalogue.Catalogue, subscriber: str, event_type: str, job_t
     return sub
 
 
+def run_at_relay(cat: _catalogue.Catalogue, job_type: str, fn: Callable[[Any, list[dict]], int]) -> None:
+    """Let the relay do ``job_type``'s work itself, in the transaction that relays the events, instead of
+    inserting a job of that type per event for a worker to claim, run and complete.
+
+    ``fn(conn, jobs)`` gets the prepared job rows the relay would have inserted (``type``, ``payload``,
+    ``tenant_id``, ``event_id``, ``correlation_id``, ...; see :func:`opsboard.jobqueue.prepare_row`) and
+    returns how many jobs it made.  It runs inside the relay's transaction, so what it writes commits
+    exactly when its events are marked relayed: it may only write to the database (no provider call),
+    and it must be what the job's handler would do, idempotently -- when ``fn`` raises, the relay rolls
+    the batch back and relays it again with the jobs inserted as they were before (their handler does
+    the work later).  For a fan-out (``webhook.fanout``: one delivery per endpoint) it removes a whole
+    job's life per event: its row and index entries, its claim, its outcome and its attempt row.
+    """
+    cat.run_at_relay[job_type] = fn
+    cat.changed()
+
+
 def event_type(name: str, version: int) -> EventType:
     """The active catalogue's event type, or :class:`EventRefused` (``unknown_event_type``)."""
     types = _catalogue.active().event_types

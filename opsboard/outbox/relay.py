@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -12,6 +13,8 @@ from .. import catalogue as _catalogue
 from .. import db, jobqueue, jobtypes
 from ..config import QUEUE_NAMES
 from .registry import _id_suffix, MAX_PAYLOAD_BYTES, Subscription, upcast
+
+log = logging.getLogger("opsboard.outbox.relay")
 
 
 def default_job_payload(event: dict) -> dict:
@@ -61,10 +64,12 @@ class RelayResult:
     jobs: int = 0
     failed: list = field(default_factory=list)
     parked: list = field(default_factory=list)
+    #: Events of the batch routed in Python (:func:`jobs_for`), not by the one statement.
+    in_python: int = 0
 
 
 def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | None = None, *,
-                 park_after: timedelta = PARK_AFTER) -> RelayResult:
+                 park_after: timedelta = PARK_AFTER, expect_python: bool = False) -> RelayResult:
     """Relay one batch: lock unrelayed events (SKIP LOCKED), insert their jobs, mark them relayed.
 
     All in one transaction: a relay killed anywhere leaves either nothing or
@@ -84,9 +89,13 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
     neither blocks its aggregate nor fills the relay's batches forever, and
     the operator finds it (metrics ``opsboard_outbox_parked_24h``, the queue
     health page, the audit log).
+
+    ``expect_python`` (the previous batch routed events in Python: ``in_python``) skips the one-statement
+    attempt, which would lock such a batch only to unlock it again, and starts with the transaction.
     """
     done, set_based = {"events": 0, "jobs": 0}, True
-    if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+    if (conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and not expect_python):
         # The common case in one round trip: the statement is its own transaction.
         try:
             left, done = _relay_plain(conn, limit, now, set_based=True)
@@ -95,10 +104,17 @@ def relay_events(conn: psycopg.Connection, limit: int = 500, now: datetime | Non
         else:
             if not left:
                 return RelayResult(events=done["events"], jobs=done["jobs"])
-    try:
-        result = _relay_batch(conn, limit, now, park_after, set_based=set_based)
-    except _SetBasedRefused:  # rolled back: the same batch again, every event through jobs_for
-        result = _relay_batch(conn, limit, now, park_after, set_based=False)
+    at_relay = True
+    while True:
+        try:
+            result = _relay_batch(conn, limit, now, park_after, set_based=set_based, at_relay=at_relay)
+            break
+        except _SetBasedRefused:  # rolled back: the same batch again, every event through jobs_for
+            set_based = False
+        except _AtRelayRefused as exc:  # rolled back: the same batch again, those jobs inserted as jobs
+            log.warning("the work of %s done at the relay failed (%s: %s); inserting its jobs instead",
+                        exc, type(exc.__cause__).__name__, exc.__cause__)
+            at_relay = False
     result.events += done["events"]
     result.jobs += done["jobs"]
     return result
@@ -108,8 +124,12 @@ class _SetBasedRefused(Exception):
     pass
 
 
+class _AtRelayRefused(Exception):
+    pass
+
+
 def _relay_batch(conn: psycopg.Connection, limit: int, now: datetime | None, park_after: timedelta, *,
-                 set_based: bool) -> RelayResult:
+                 set_based: bool, at_relay: bool = True) -> RelayResult:
     result = RelayResult()
     with conn.transaction():
         events, plain = _relay_plain(conn, limit, now, set_based)
@@ -120,6 +140,9 @@ def _relay_batch(conn: psycopg.Connection, limit: int, now: datetime | None, par
                 routed.append((event, jobs_for(event)))
             except (jobtypes.JobTypeError, LookupError, ValueError, TypeError) as exc:
                 failed.append((event, f"{type(exc).__name__}: {exc}"))
+        made = 0
+        if at_relay and routed:
+            routed, made = _run_at_relay(conn, routed)
         rows = [r for _, rs in routed for r in rs]
         if rows:
             try:
@@ -146,9 +169,38 @@ def _relay_batch(conn: psycopg.Connection, limit: int, now: datetime | None, par
         done = [e["id"] for e, _ in routed] + [eid for eid, _ in result.parked]
         if done:
             db.execute(conn, "outbox_mark_relayed", {"ids": done, "now": now})
+        result.in_python = len(routed) + len(failed)
         result.events = plain["events"] + len(routed)
-        result.jobs = plain["jobs"] + sum(len(rs) for _, rs in routed)
+        result.jobs = plain["jobs"] + sum(len(rs) for _, rs in routed) + made
     return result
+
+
+def _run_at_relay(conn: psycopg.Connection, routed: list[tuple[dict, list[dict]]]):
+    """The jobs of ``routed`` whose type the relay does itself (:func:`~.registry.run_at_relay`), done
+    now, in this transaction: returns ``routed`` without them (the events stay, to be marked relayed)
+    and how many jobs their work made.  A failure rolls the whole batch back (:class:`_AtRelayRefused`:
+    no savepoint round trips on the common path) and :func:`relay_events` relays it again with those
+    jobs inserted as jobs."""
+    at_relay = _catalogue.active().run_at_relay
+    if not at_relay:
+        return routed, 0
+    by_type: dict[str, list[dict]] = {}
+    kept = []
+    for event, rows in routed:
+        left = []
+        for row in rows:
+            if row["type"] in at_relay:
+                by_type.setdefault(row["type"], []).append(row)
+            else:
+                left.append(row)
+        kept.append((event, left))
+    made = 0
+    for job_type, rows in by_type.items():
+        try:
+            made += at_relay[job_type](conn, rows)
+        except Exception as exc:
+            raise _AtRelayRefused(job_type) from exc
+    return kept, made
 
 
 def _relay_plain(conn: psycopg.Connection, limit: int, now: datetime | None,
@@ -182,6 +234,8 @@ def _plain_job_type(sub: Subscription) -> jobtypes.JobType | None:
     surely accepts it, a valid queue), else ``None``."""
     if sub.payload is not None or (sub.queue is not None and sub.queue not in QUEUE_NAMES):
         return None
+    if sub.job_type in _catalogue.active().run_at_relay:
+        return None  # done by the relay in Python (_run_at_relay), not inserted as a job
     try:
         jt = jobtypes.get(sub.job_type, sub.job_version)
     except jobtypes.JobTypeError:

@@ -134,7 +134,7 @@ SELECT (SELECT count(*) FROM outbox_events
 -- tenant's bucket row is locked for this statement only, never through the
 -- event's durable commit (which serialised one tenant's requests on the disk's
 -- flush time: the bench's one tenant waited 137 ms per request on it).
--- granted is NULL for a key already answered or a full queue.
+-- granted (the tokens taken, 0: refused) is NULL for a key already answered or a full queue.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 prior AS (
     SELECT request_hash, status, response FROM api_idempotency WHERE tenant_id = %(tenant_id)s AND key = %(key)s
@@ -152,9 +152,12 @@ prior AS (
       AND (%(mark)s::bigint IS NULL OR depth.waiting + 1 <= %(mark)s::bigint)
     OFFSET 0
 ), take AS (
+    -- %(want)s tokens at most (a web process's lease: backpressure.TokenLeases; 1 otherwise), and the
+    -- %(back)s its previous lease left unspent given back first (migration 0061).
     SELECT tk.granted, tk.wait_seconds
     FROM admitted a
-    CROSS JOIN LATERAL opsboard_take_token(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t) tk
+    CROSS JOIN LATERAL opsboard_take_tokens(%(name)s::text, greatest(1, a.burst)::float8, a.rate, a.t,
+                                            %(want)s::int, %(back)s::float8) tk
 )
 SELECT depth.waiting, lim.rate, lim.burst, take.granted, take.wait_seconds, (SELECT t FROM now_) AS now,
        prior.request_hash AS prior_hash, prior.status AS prior_status, prior.response AS prior_response,
@@ -167,8 +170,10 @@ FROM depth CROSS JOIN lim LEFT JOIN take ON true LEFT JOIN prior ON true;
 -- key's claim with its answer (%(answer)s plus occurred_at) and, only when the
 -- key was claimed, the event; one statement, committed (durably) in autocommit.
 -- A concurrent request holding the same key makes the claim wait until it
--- commits (then nothing is inserted and response is NULL: the caller reads the
--- stored answer and gives the token back) or rolls back.
+-- commits (then nothing is inserted and claimed is false: the caller reads the
+-- stored answer and gives the token back) or rolls back.  The stored answer is
+-- not sent back: the caller has it, and occurred_at (publish.answer_time
+-- writes it as to_char below does), without a jsonb parse per request.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 claim AS (
     INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response)
@@ -177,7 +182,7 @@ claim AS (
                'occurred_at', to_char(now_.t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
     FROM now_
     ON CONFLICT (tenant_id, key) DO NOTHING
-    RETURNING response
+    RETURNING 1
 ), ins AS (
     INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
                                correlation_id, payload)
@@ -186,4 +191,4 @@ claim AS (
     FROM now_, claim
     RETURNING occurred_at
 )
-SELECT (SELECT occurred_at FROM ins) AS occurred_at, (SELECT response FROM claim) AS response;
+SELECT (SELECT occurred_at FROM ins) AS occurred_at, EXISTS (SELECT 1 FROM claim) AS claimed;

@@ -203,6 +203,52 @@ def _cpu(pid: int) -> float:
     return total
 
 
+def _ports_of(root: int) -> set[int]:
+    """The local TCP ports of the sockets ``root`` and its children hold (``/proc``: their fds' socket
+    inodes looked up in ``/proc/net/tcp``): a backend whose ``client_port`` is one of them serves them."""
+    inodes = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            if int(entry) != root and ppid != root:
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                link = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _pg_cpu_of(b, ports: set[int]) -> float:
+    """CPU seconds of the bench database's backends whose client is on one of ``ports``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with b.conn() as c:
+        pids = [r["pid"] for r in c.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = "
+                                            "current_database() AND client_port = ANY(%s)", (list(ports),)).fetchall()]
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _pg_cpu(b) -> tuple[float, float]:
     """CPU seconds of the bench database's backends (``pg_stat_activity`` of this database, from /proc), and
     the machine's busy CPU seconds (``/proc/stat``: every process, other users' too).  A backend that exits
@@ -222,6 +268,51 @@ def _pg_cpu(b) -> tuple[float, float]:
         cpu = [int(x) for x in f.readline().split()[1:]]
     busy = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
     return total, busy
+
+
+def _statements_start(b) -> str | None:
+    """The WAL position now, and ``pg_stat_statements`` reset when the server preloads it (a private
+    cluster: the shared one does not); returns the LSN, or None when it cannot be read."""
+    with b.conn() as c:
+        if "pg_stat_statements" in c.execute("SHOW shared_preload_libraries").fetchone()["shared_preload_libraries"]:
+            c.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            c.execute("SELECT pg_stat_statements_reset()")
+        return c.execute("SELECT pg_current_wal_lsn()::text AS lsn").fetchone()["lsn"]
+
+
+def _statements_end(b, lsn: str, events: int, top: int = 15) -> None:
+    """WAL bytes per accepted event since ``lsn`` (the whole server's: other databases' writes count
+    too), and with ``pg_stat_statements`` the statements, their calls and time per event (this
+    database's), the heaviest ``top`` printed one a line."""
+    with b.conn() as c:
+        wal = c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::float8 AS b",
+                        (lsn,)).fetchone()["b"]
+        b.add("api_worker", "WAL per accepted event", wal / max(1, events), "bytes",
+              "the server's WAL from the load's start to the drain's end (other databases' too)")
+        has = c.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'").fetchone()
+        if not has:
+            return
+        rows = c.execute(
+            "SELECT calls, total_exec_time, plans, total_plan_time, rows, wal_records, wal_bytes,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+            " AS q FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time + total_plan_time DESC").fetchall()
+    n = max(1, events)
+    calls = sum(r["calls"] for r in rows)
+    ms = sum(r["total_exec_time"] for r in rows)
+    b.add("api_worker", "statements per accepted event", calls / n, "calls",
+          f"{ms / n:.3f} ms of execution per event (pg_stat_statements, load and drain, polls included)")
+    b.add("api_worker", "WAL records per accepted event", sum(r["wal_records"] for r in rows) / n, "records",
+          "pg_stat_statements' wal_records (commits not included)")
+    if any(r["plans"] for r in rows):  # pg_stat_statements.track_planning on
+        b.add("api_worker", "plans per accepted event", sum(r["plans"] for r in rows) / n, "plans",
+              f"{sum(r['total_plan_time'] for r in rows) / n:.3f} ms of planning per event")
+    print(f"  {'calls/ev':>9} {'ms/ev':>7} {'ms/call':>8} {'plans/ev':>8} {'plan ms/ev':>10} {'WAL B/ev':>9}  statement",
+          flush=True)
+    for r in rows[:top]:
+        print(f"  {r['calls'] / n:>9.3f} {r['total_exec_time'] / n:>7.3f} {r['total_exec_time'] / max(1, r['calls']):>8.3f}"
+              f" {r['plans'] / n:>8.3f} {r['total_plan_time'] / n:>10.3f}"
+              f" {float(r['wal_bytes']) / n:>9.0f}  {r['q']}", flush=True)
 
 
 def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: float = 120.0,
@@ -268,19 +359,27 @@ def api_worker(b) -> None:
         web, url = start_web(b, GUNICORN.split(), OPSBOARD_JOB_MODULES=MODULE)
         (worker,) = b.start_workers(1, WORKER_QUEUES, OPSBOARD_JOB_MODULES=MODULE, OPSBOARD_WEBHOOK_ALLOW="127.0.0.1")
 
-        secret, tenant = _tenant(b, "bench-apiw-warm", receiver.url)
-        wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
+        secret, warm = _tenant(b, "bench-apiw-warm", receiver.url)
+        warmed = wrk(url, secret, 2, 8, script.name)  # warm-up: pools, imports, caches
         secret, tenant = _tenant(b, "bench-apiw", receiver.url)
+        _drain(b, warm, warmed["statuses"].get(202, 0))  # the warm-up's backlog is not counted below
+        lsn = _statements_start(b)
         (pg_cpu0, busy0), web_cpu0, worker_cpu0 = _pg_cpu(b), _cpu(web.pid), _cpu(worker.pid)
+        sandbox_cpu0 = _cpu(receiver.proc.pid)
+        web_ports, worker_ports = _ports_of(web.pid), _ports_of(worker.pid)
+        web_pg0, worker_pg0 = _pg_cpu_of(b, web_ports), _pg_cpu_of(b, worker_ports)
         t0 = time.monotonic()
         res = wrk(url, secret, seconds, 8, script.name)
         wall = time.monotonic() - t0
         web_cpu, worker_cpu = _cpu(web.pid) - web_cpu0, _cpu(worker.pid) - worker_cpu0
+        sandbox_cpu = _cpu(receiver.proc.pid) - sandbox_cpu0
+        web_pg, worker_pg = _pg_cpu_of(b, web_ports) - web_pg0, _pg_cpu_of(b, worker_ports) - worker_pg0
         pg_cpu, busy = (a - z for a, z in zip(_pg_cpu(b), (pg_cpu0, busy0)))
         ok = res["statuses"].get(202, 0)
         rate = ok / seconds
         other = {k: v for k, v in res["statuses"].items() if k != 202}
         at_end, drained = _drain(b, tenant, ok)
+        _statements_end(b, lsn, ok)
         b.add("api_worker", "POST /events, 8 conns: accepted", rate, "req/s",
               f"goal >= {GOAL_RATE:,.0f}; {res['requests']} requests, not 202: {other or 0}, "
               f"socket errors {res['errors']}; gunicorn {GUNICORN}")
@@ -294,8 +393,16 @@ def api_worker(b) -> None:
               f"{worker_cpu / wall * 100:.0f} % of a core ({WORKER_QUEUES})")
         b.add("api_worker", "PostgreSQL CPU per accepted event", pg_cpu / max(1, ok) * 1000, "ms",
               f"{pg_cpu / wall * 100:.0f} % of a core (this database's backends, from /proc)")
+        b.add("api_worker", "PostgreSQL CPU per event: gunicorn's backends", web_pg / max(1, ok) * 1000, "ms",
+              "the backends of the web's pooled connections (matched by client port)")
+        b.add("api_worker", "PostgreSQL CPU per event: the worker's backends", worker_pg / max(1, ok) * 1000, "ms",
+              "the backends of the worker's connections (relay, claims, deliveries, completions)")
+        b.add("api_worker", "sandbox receiver CPU per accepted event", sandbox_cpu / max(1, ok) * 1000, "ms",
+              f"{sandbox_cpu / wall * 100:.0f} % of a core (the webhook receiver: not the product's)")
         b.add("api_worker", "machine CPU per accepted event", busy / max(1, ok) * 1000, "ms",
-              f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too)")
+              f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too); "
+              f"{(busy - web_cpu - worker_cpu - pg_cpu - sandbox_cpu - res['client_cpu_s']) / max(1, ok) * 1000:.2f} ms "
+              "outside gunicorn, the worker, the backends, the receiver and wrk")
         b.add("api_worker", "relayed / delivered by the end of the load", at_end["relayed"] / max(1, ok) * 100, "%",
               f"{at_end['relayed']} relayed, {at_end['delivered']} delivered of {ok} accepted")
         b.add("api_worker", "backlog drained after the load", drained, "s",

@@ -17,12 +17,19 @@ from .. import auth
 from . import bench_api
 from .bench import Bench, percentile
 
+def register(cat) -> None:
+    """The relay scenario's event and its one subscriber, in this process and in its worker's
+    (``OPSBOARD_JOB_MODULES``): the demo's ``order.paid`` it published is no product event."""
+    from .. import outbox
+    outbox.define_event(cat, "bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
+    outbox.subscribe(cat, "bench_noop", "bench.happened", "diag.noop")
+
+
 def relay(b: Bench) -> None:
     """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
     from .. import outbox
     from ..catalogue import active
-    outbox.define_event(active(), "bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
-    outbox.subscribe(active(), "bench_noop", "bench.happened", "diag.noop")
+    register(active())
     n = b.jobs or 20_000
     (tenant,) = b.tenants(1)
     with b.conn() as c:
@@ -47,14 +54,14 @@ def relay(b: Bench) -> None:
     with b.conn() as c:
         c.execute("TRUNCATE outbox_events, jobs CASCADE")
     # Commit -> job: a steady producer (~150 events/s, one per transaction) and one worker's relay (NOTIFY-woken).
-    b.start_workers(1, "critical=1,default=4,bulk=1")
+    b.start_workers(1, "critical=1,default=4,bulk=1", OPSBOARD_JOB_MODULES=__name__)
     time.sleep(0.5)
     m = 1000
     with b.conn() as c:
         for j in range(m):
             with c.transaction():
-                outbox.publish(c, "order.paid", 1, aggregate=("order", j % 100), tenant=tenant,
-                               payload={"order_id": str(j % 100), "amount_cents": j, "currency": "EUR"})
+                outbox.publish(c, "bench.happened", 1, aggregate=("thing", j % 100), tenant=tenant,
+                               payload={"n": j})
             time.sleep(0.005)
         deadline = time.monotonic() + 30
         while (c.execute("SELECT count(*) AS n FROM outbox_events WHERE relayed_at IS NULL").fetchone()["n"]

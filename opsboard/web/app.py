@@ -57,6 +57,7 @@ def create_app(test_config: dict | None = None) -> Flask:
                     "set it to the dashboard's host name(s)")
     app.config.update(test_config)
     app.extensions["opsboard_config"] = config
+    app.session_interface = security.CookieSessions()
 
     if database is None:
         database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
@@ -103,10 +104,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         flash(login.login_message, category=login.login_message_category)
         return redirect(login_url(login.login_view, next_url=request.url))
 
-    app.before_request(security.assign_request_id)
-    app.before_request(security.apply_body_limit)   # before any hook reads the body
-    app.before_request(security.reject_nul)
-    app.before_request(security.check_csrf)
+    # The request id, the view's body cap (before anything reads the body), NUL characters, CSRF.
+    app.before_request(security.before_request)
     app.after_request(security.security_headers)
     errors.register(app)
     from . import i18n

@@ -73,8 +73,9 @@ def test_event_is_stored_for_the_keys_tenant_and_relayed(client, key_for, app):
         e = c.execute("SELECT * FROM outbox_events WHERE id = %s", (r.json["id"],)).fetchone()
         assert e["tenant_id"] == tenant["id"] and e["payload"] == ORDER["payload"]
         assert Relay().run_once(c) == 1
+        # partner_webhook, receipt_email, notify; webhooks' fan-out is done by the relay (no endpoint: none)
         assert c.execute("SELECT count(*) AS n FROM jobs WHERE event_id = %s", (r.json["id"],)).fetchone()["n"] \
-            == len(outbox.subscriptions("order.paid"))  # webhooks, partner_webhook, receipt_email, notify
+            == len([s for s in outbox.subscriptions("order.paid") if s.job_type != "webhook.fanout"])
 
 
 @pytest.mark.parametrize("body,status,code,field", [

@@ -137,3 +137,18 @@ def test_no_json_body_reaches_a_5xx(client, callers, target, body):
     data = body if isinstance(body, str) and body[:1] in "[{" else json.dumps(body)
     r = client.post(path, data=data, content_type="application/json", headers=bearer(callers[who]))
     assert r.status_code < 500, (path, data[:200], r.status_code, r.get_data(as_text=True)[:300])
+
+
+def test_the_depth_limit_is_exact_and_brackets_in_strings_do_not_count(client, callers):
+    from opsboard.web.api.common import MAX_JSON_DEPTH
+
+    def post(data: str):
+        return client.post("/api/v1/events", data=data, content_type="application/json",
+                           headers=bearer(callers["key"]))
+
+    deepest = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert post(deepest).json["error"] == "invalid_json"  # parsed: not an object
+    assert post("[" + deepest + "]").json["error"] == "json_too_deep"
+    # Many brackets, none of them nesting (a count of brackets alone would refuse it).
+    flat = json.dumps({"type": "order.paid", "payload": {"note": "[{" * 100}, "aggregate": [[]] * 40})
+    assert post(flat).json["error"] not in ("json_too_deep", "invalid_json")

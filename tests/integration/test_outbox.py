@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from opsboard import outbox
+from opsboard.deliveries import webhooks
 from opsboard.outbox import EventRefused
 from opsboard.tools import demo_domain
 from tests.conftest import CATALOGUE, connect
@@ -29,22 +30,24 @@ def test_rolled_back_domain_transaction_leaves_neither_row_nor_event(db_url, mak
         done = demo_domain.sign_up_user(c, tenant["id"], "b@example.test")
         assert c.execute("SELECT count(*) AS n FROM outbox_events").fetchone()["n"] == 1
         assert Relay().run_once(c) == 1
-        assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report",
-                                                         "notify", "webhooks"}
+        # The "webhooks" subscription's fan-out is done by the relay itself (no endpoint here: no delivery).
+        assert set(_jobs(c, done["event"]["id"])) == {"welcome_email", "crm_webhook", "nightly_report", "notify"}
 
 
 def test_relay_makes_each_subscribers_job_once(conn, tenant):
+    endpoint = webhooks.create_endpoint(conn, tenant["id"], "http://127.0.0.1:9/hook")
     done = demo_domain.sign_up_user(conn, tenant["id"], "someone@example.test", plan="pro", correlation_id="req-1")
     event = done["event"]
     assert event["payload"] == {"user_id": str(done["user"]["id"]), "plan": "pro"}
     assert Relay().run_once(conn) == 1
     assert Relay().run_once(conn) == 0
     jobs = _jobs(conn, event["id"])
+    # The "webhooks" subscriber (webhook.fanout) is done by the relay: its endpoint's delivery, no fan-out job.
     assert {k: (j["type"], j["queue"]) for k, j in jobs.items()} == {
         "welcome_email": ("outbox_demo.email", "default"), "crm_webhook": ("outbox_demo.webhook", "default"),
         "nightly_report": ("outbox_demo.report_row", "bulk"), "notify": ("notifications.fanout", "default"),
-        "webhooks": ("webhook.fanout", "default")}
-    assert jobs["webhooks"]["payload"] == {"event_id": str(event["id"])}
+        str(endpoint["id"]): ("webhook.deliver", "default")}
+    assert jobs[str(endpoint["id"])]["payload"] == {"endpoint_id": str(endpoint["id"]), "event_id": str(event["id"])}
     assert jobs["crm_webhook"]["group_key"] == f"user:{done['user']['id']}:crm_webhook"
     assert jobs["welcome_email"]["group_key"] is None
     assert all(j["correlation_id"] == "req-1" and j["tenant_id"] == tenant["id"] for j in jobs.values())

@@ -141,3 +141,13 @@ def test_job_payload_screen_refuses_or_redacts():
 def test_a_log_line_with_a_card_in_persian_digits_is_redacted():
     line = redact(f"charge failed for {fa_digits('4111 1111 1111 1111')} ({uuid.UUID(int=1)})")
     assert "[card]" in line and "1111" not in line and str(uuid.UUID(int=1)) in line
+
+
+def test_a_key_holding_personal_data_is_found_every_time_short_or_long():
+    from opsboard.personal_data import find_in_payload, redact_in_payload
+    long_key = "note for " + "x" * 60 + " maria.rossi@example.com"
+    for _ in range(2):  # the second answer comes from the keys' cache
+        assert find_in_payload({"meta": {"maria.rossi@example.com": 1}}) == ("payload.meta", "email")
+        assert find_in_payload({"meta": {long_key: 1}}) == ("payload.meta", "email")
+        assert find_in_payload({"meta": {"order_id": "o-1"}}) is None
+    assert redact_in_payload({"maria.rossi@example.com": 1})[2] == ("payload", "email")

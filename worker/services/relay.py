@@ -59,12 +59,15 @@ class Relay:
         self.config = config
         self.interval = config.poll_interval
         self._logged: dict = {}
+        #: The last batch routed events in Python: the next starts with its transaction.
+        self._python = False
 
     def run_once(self, conn: psycopg.Connection, now: datetime | None = None) -> int:
         """Relay until no full batch is left; returns the number of events relayed."""
         total = 0
         while True:
-            result = outbox.relay_events(conn, self.config.batch, now)
+            result = outbox.relay_events(conn, self.config.batch, now, expect_python=self._python)
+            self._python = result.in_python > 0
             for event_id, reason in result.failed:
                 if self._first_in_a_while(event_id):  # passes come every active_poll while events flow
                     log.error("event %s cannot be relayed: %s", event_id, reason, extra={"event_id": event_id})

@@ -79,7 +79,9 @@ def json_depth(raw: bytes) -> int:
 def refuse_deep_json() -> None:
     """400 ``json_too_deep`` for a JSON body nested deeper than :data:`MAX_JSON_DEPTH` (a before_request)."""
     if request.is_json and request.content_length != 0 and request.method in ("POST", "PUT", "PATCH", "DELETE"):
-        if json_depth(request.get_data(cache=True)) > MAX_JSON_DEPTH:
+        raw = request.get_data(cache=True)
+        # Fewer brackets than the limit cannot nest deeper than it: two C counts instead of the scan.
+        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
             raise Problem(400, "json_too_deep", f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.",
                           "body")
 

@@ -1,0 +1,11 @@
+-- outbox_events_aggregate_idx (0006: every event by tenant, aggregate and id) is read by no
+-- statement: the relay's per-aggregate fence walks the partial outbox_events_aggregate_unrelayed_idx
+-- (only unrelayed events), the relay's batch the partial outbox_events_unrelayed_idx, and every
+-- other read is by id (the primary key).  Each event paid an entry in it twice: at its insert, and
+-- again when the relay marked it relayed (that UPDATE is not HOT: relayed_at is in the partial
+-- indexes' predicates, so the new row version gets an entry in every full index).
+--
+-- A DROP INDEX holds its table's ACCESS EXCLUSIVE lock for a moment (no rebuild); on a large outbox
+-- run DROP INDEX CONCURRENTLY IF EXISTS outbox_events_aggregate_idx first (docs/operations.md,
+-- "Upgrading without stopping"), and this file is a no-op.
+DROP INDEX IF EXISTS outbox_events_aggregate_idx;
