@@ -299,14 +299,15 @@ FROM unnest(%(names)s::text[]) AS name;
 -- row: a nested loop over every running job for every outcome, 0.4 s for a
 -- batch of 1,000 with 1,500 jobs running.)
 WITH d AS (
-    -- One row per (job, token), the first in the batch: a timeout and the
-    -- handler's late result can arrive together, and must write one attempt.
-    SELECT DISTINCT ON (id, token) *
+    -- One row per (job, token): the caller keeps the first of each
+    -- (opsboard.jobqueue.record_outcomes), so no sort here.  A batch of plain
+    -- successes comes without kinds, delays, codes and details (empty arrays:
+    -- unnest pads them with nulls): no kind is succeeded, no delay 0.
+    SELECT id, token, coalesce(kind, 'succeeded') AS kind, coalesce(delay, 0) AS delay, code, detail,
+           started_at, duration_ms
     FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(kinds)b::text[], %(delays)b::float8[],
                 %(codes)b::text[], %(details)b::text[], %(started)b::timestamptz[],
-                %(durations)b::int[]) WITH ORDINALITY
-         AS d(id, token, kind, delay, code, detail, started_at, duration_ms, n)
-    ORDER BY id, token, n
+                %(durations)b::int[]) AS d(id, token, kind, delay, code, detail, started_at, duration_ms)
 ), held AS MATERIALIZED (
     -- The outcomes whose job this worker still holds, each job locked: from
     -- here to the end of the statement nobody else can change it.  No status
