@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from opsboard import jobqueue, jobtypes, pauses
+from opsboard import db, jobqueue, jobtypes, pauses
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -189,8 +189,17 @@ class Fetcher:
         self.worker, self.qs = worker, qs
         if qs.after_tenant == jobqueue.ZERO_TENANT:
             qs.after_tenant = walk_origin(worker.id)
+        #: The claims' connection, kept while this queue has work (given back when a claim comes
+        #: back empty): one connection prepares and plans the claim, not every one of the pool.
+        self.kept = db.KeptConnection(worker.pool)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.kept.release()
+
+    def _run(self) -> None:
         w, qs = self.worker, self.qs
         failures = 0
         while not w.stopping.is_set():
@@ -220,7 +229,7 @@ class Fetcher:
                 continue
             qs.wake.clear()
             try:
-                with w.pool.connection() as conn:
+                with self.kept.connection() as conn:
                     holds = w.holds.get(conn)
                     w.apply_slots(holds)
                     claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
@@ -234,6 +243,7 @@ class Fetcher:
                 w.stopping.wait(w.retry_delay(failures))
                 continue
             if not rows:
+                self.kept.release()
                 qs.wake.wait(w.config.poll_interval)
                 continue
             if w.stopping.is_set():

@@ -57,7 +57,7 @@ def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable
     if any(o.kind != "succeeded" or o.delay or o.code is not None or o.detail is not None for o in outcomes):
         params.update(kinds=[o.kind for o in outcomes], delays=[float(o.delay) for o in outcomes],
                       codes=[o.code for o in outcomes], details=[o.detail for o in outcomes])
-    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params)}
+    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
 
 
 def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]],
