@@ -74,6 +74,8 @@ class HoldsCache:
         self._holds = None
         self._read_at = float("-inf")
         self._generation = 0
+        #: (holds, their limited tenants): see limited_tenants.
+        self._limited_tenants: tuple = (None, frozenset())
 
     def limited_types(self) -> frozenset[str]:
         """Types an operator limited live (directly or through their provider), from the last read:
@@ -87,9 +89,16 @@ class HoldsCache:
                          | {n for n, p in zip(names, provs) if p in providers})
 
     def limited_tenants(self) -> frozenset:
-        """Tenants with a concurrency limit, from the last read: one of their jobs ending may make room."""
+        """Tenants with a concurrency limit, from the last read: one of their jobs ending may make room.
+
+        Asked once per finished job (Executor.frees_others): built once per read of the holds."""
         holds = self._holds
-        return frozenset(t for t, _ in holds.tenant_limits) if holds is not None else frozenset()
+        if holds is None:
+            return frozenset()
+        cached = self._limited_tenants
+        if cached[0] is not holds:
+            cached = self._limited_tenants = (holds, frozenset(t for t, _ in holds.tenant_limits))
+        return cached[1]
 
     def fresh(self) -> "pauses.Holds | None":
         """The copy, if it is fresh enough to use without a read (else ``None``)."""
