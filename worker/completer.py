@@ -171,6 +171,8 @@ class Completer:
         #: writes) and when the last one succeeded (0: none yet).
         self.write_started: float | None = None
         self.last_written = 0.0
+        #: The outcome writes' connection, kept while outcomes keep coming (see db.KeptConnection).
+        self.kept = db.KeptConnection(worker.pool)
 
     def keeping_up(self, slow: float = 0.25) -> bool:
         """Whether outcomes are being recorded promptly: one write succeeded, the
@@ -195,10 +197,18 @@ class Completer:
             return False
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.kept.release()
+
+    def _run(self) -> None:
         w = self.worker
         last_stats = time.monotonic()
         while True:
             batch = self.outcomes.take(COMPLETE_BATCH_MAX, timeout=0.2)
+            if not batch:
+                self.kept.release()
             if batch:
                 self.writing = len(batch)
                 self.write_started = time.monotonic()
@@ -258,7 +268,7 @@ class Completer:
         while True:
             attempt += 1
             try:
-                with w.pool.connection() as conn:
+                with self.kept.connection() as conn:
                     return jobqueue.record_outcomes(conn, w.id, records)
             except psycopg.OperationalError as exc:
                 # The database is away: wait for it while the worker runs (the

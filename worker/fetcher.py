@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from opsboard import jobqueue, jobtypes, pauses
+from opsboard import db, jobqueue, jobtypes, pauses
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -74,6 +74,8 @@ class HoldsCache:
         self._holds = None
         self._read_at = float("-inf")
         self._generation = 0
+        #: (holds, their limited tenants): see limited_tenants.
+        self._limited_tenants: tuple = (None, frozenset())
 
     def limited_types(self) -> frozenset[str]:
         """Types an operator limited live (directly or through their provider), from the last read:
@@ -87,9 +89,16 @@ class HoldsCache:
                          | {n for n, p in zip(names, provs) if p in providers})
 
     def limited_tenants(self) -> frozenset:
-        """Tenants with a concurrency limit, from the last read: one of their jobs ending may make room."""
+        """Tenants with a concurrency limit, from the last read: one of their jobs ending may make room.
+
+        Asked once per finished job (Executor.frees_others): built once per read of the holds."""
         holds = self._holds
-        return frozenset(t for t, _ in holds.tenant_limits) if holds is not None else frozenset()
+        if holds is None:
+            return frozenset()
+        cached = self._limited_tenants
+        if cached[0] is not holds:
+            cached = self._limited_tenants = (holds, frozenset(t for t, _ in holds.tenant_limits))
+        return cached[1]
 
     def fresh(self) -> "pauses.Holds | None":
         """The copy, if it is fresh enough to use without a read (else ``None``)."""
@@ -189,8 +198,17 @@ class Fetcher:
         self.worker, self.qs = worker, qs
         if qs.after_tenant == jobqueue.ZERO_TENANT:
             qs.after_tenant = walk_origin(worker.id)
+        #: The claims' connection, kept while this queue has work (given back when a claim comes
+        #: back empty): one connection prepares and plans the claim, not every one of the pool.
+        self.kept = db.KeptConnection(worker.pool)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.kept.release()
+
+    def _run(self) -> None:
         w, qs = self.worker, self.qs
         failures = 0
         while not w.stopping.is_set():
@@ -220,7 +238,7 @@ class Fetcher:
                 continue
             qs.wake.clear()
             try:
-                with w.pool.connection() as conn:
+                with self.kept.connection() as conn:
                     holds = w.holds.get(conn)
                     w.apply_slots(holds)
                     claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
@@ -234,6 +252,7 @@ class Fetcher:
                 w.stopping.wait(w.retry_delay(failures))
                 continue
             if not rows:
+                self.kept.release()
                 qs.wake.wait(w.config.poll_interval)
                 continue
             if w.stopping.is_set():

@@ -87,7 +87,7 @@ class Worker:
         # services) has connections handlers can never take; handlers draw
         # from theirs, each job at most HANDLER_CONNECTIONS_PER_SLOT at a time.
         self.pool = db.make_pool(url, min_size=min(4, len(self.queues) + 2), max_size=len(self.queues) + 5,
-                                 name=f"worker-{self.id}", timeout=5, pooler=self.pooler)
+                                 name=f"worker-{self.id}", timeout=5, pooler=self.pooler, configure=db.fast_jsonb)
         handler_max = min(64, sum(q.slots + q.abandoned_max for q in self.queues.values()))
         self.handler_pool = db.make_pool(url, min_size=1, max_size=max(2, handler_max),
                                          name=f"handlers-{self.id}", timeout=10, pooler=self.pooler)

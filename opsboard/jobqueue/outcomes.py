@@ -35,18 +35,30 @@ def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable
     An outcome applies only while the job is ``running`` under this worker's
     fencing token; the others (lease lost, job reclaimed) are ignored.
     """
-    outcomes = list(outcomes)
+    # One outcome per (job, attempt), the first: a timeout and the handler's late result can
+    # arrive in one batch and must write one attempt.  Kept here rather than in the statement
+    # (DISTINCT ON there sorted the whole batch: 0.28 of 3.3 ms for 200 outcomes).
+    first: dict = {}
+    for o in outcomes:
+        # By the id's integer (a slot of UUID): UUID.__hash__ is a Python call per job.
+        first.setdefault((getattr(o.job_id, "int", o.job_id), o.token), o)
+    outcomes = list(first.values())
     if not outcomes:
         return set()
     params = {
         "worker": worker_id, "now": now,
         "ids": [o.job_id for o in outcomes], "tokens": [o.token for o in outcomes],
-        "kinds": [o.kind for o in outcomes], "delays": [float(o.delay) for o in outcomes],
-        "codes": [o.code for o in outcomes], "details": [o.detail for o in outcomes],
         "started": [o.started_at for o in outcomes], "durations": [int(o.duration_ms) for o in outcomes],
         "effect_job_ids": [o.job_id for o in outcomes if o.has_effects and o.kind == "succeeded"],
+        # A batch of plain successes (the usual one) sends no kinds, delays, codes or details: the
+        # statement reads a missing kind as succeeded and a missing delay as 0.  Each array is dumped
+        # element by element in Python (8 arrays were 11 % of a worker's CPU on no-op jobs).
+        "kinds": [], "delays": [], "codes": [], "details": [],
     }
-    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params)}
+    if any(o.kind != "succeeded" or o.delay or o.code is not None or o.detail is not None for o in outcomes):
+        params.update(kinds=[o.kind for o in outcomes], delays=[float(o.delay) for o in outcomes],
+                      codes=[o.code for o in outcomes], details=[o.detail for o in outcomes])
+    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
 
 
 def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]],

@@ -240,12 +240,16 @@ WITH RECURSIVE tenants_ready AS (
     -- Candidates of types without a limit, as they are; those of limited
     -- types (usually none) ranked per type and per provider, and kept while
     -- there is room.  Only the second arm sorts.  Without the limit locks
-    -- (%(locked)s false): only the candidates ahead of every one in lim, so
-    -- that the locked claim that follows (opsboard.jobqueue.claim) goes on in
-    -- the same fair order.
+    -- (%(locked)s false): only the candidates ahead of every one in lim (ahead
+    -- of its first: two one-time subplans, where `< ALL (SELECT * FROM lim)` scanned
+    -- lim once per candidate, 0.4 ms of a claim of 200), so that the locked
+    -- claim that follows (opsboard.jobqueue.claim) goes on in the same fair order.
     SELECT id, round, priority, available_at FROM cand
     WHERE cand.type <> ALL (%(limit_types)s::text[])
-      AND (%(locked)s OR (round, priority, available_at, id) < ALL (SELECT * FROM lim))
+      AND (%(locked)s OR NOT EXISTS (SELECT FROM lim)
+           OR (round, priority, available_at, id)
+              < (SELECT f.round, f.priority, f.available_at, f.id FROM lim f
+                 ORDER BY f.round, f.priority, f.available_at, f.id LIMIT 1))
     UNION ALL
     SELECT id, round, priority, available_at FROM (
         SELECT cand.*, l.type_room, gr.room AS group_room,
@@ -257,45 +261,22 @@ WITH RECURSIVE tenants_ready AS (
     ) ranked
     WHERE %(locked)s AND (type_room IS NULL OR type_rank <= type_room)
       AND (group_room IS NULL OR group_rank <= group_room)
-), locked AS (
-    -- Lock candidates in order, one primary-key probe each, until the batch is
-    -- full; rows another claim holds are skipped (the LATERAL keeps this an
-    -- index nested loop whatever the planner estimates for the CTEs above).
-    -- The status is checked on the locked row, outside the LATERAL (OFFSET 0
-    -- keeps it out): inside, it let the planner probe the ready partial index
-    -- (whole, for every candidate) when statistics call it empty.  A row
-    -- another claim took since this statement's snapshot is locked, found
-    -- running, and left.
-    SELECT l.id, l.ctid
-    FROM (SELECT id FROM allowed ORDER BY round, priority, available_at, id) a
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.status, j.ctid FROM jobs j
-        WHERE j.id = a.id
-        OFFSET 0
-        FOR UPDATE SKIP LOCKED
-    ) l
-    WHERE l.status IN ('pending', 'retryable')
-    LIMIT %(limit)s
+), ordered AS MATERIALIZED (
+    SELECT ARRAY(SELECT id FROM allowed ORDER BY round, priority, available_at, id) AS ids
 )
-UPDATE jobs j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    locked_by = %(worker)s,
-    locked_until = coalesce(%(now)s, statement_timestamp()) + make_interval(secs => %(lease)s),
-    started_at = coalesce(%(now)s, statement_timestamp())
--- By the locked rows' ctids (a TID scan, no second index descent per job).
--- Each is the row's latest version, locked above after its status was read:
--- no one can change it any more; were it newer than this statement's
--- snapshot, the TID scan would skip it and the job would stay pending.
--- opsboard_key_probe (0051) keeps it a TID scan in a plan made while jobs
--- was nearly empty (otherwise a sequential scan of the whole table, kept by
--- a worker's prepared statement while the table grows).
-WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM locked)) AND opsboard_key_probe(j.ctid)
-RETURNING j.id, j.type, j.version, j.tenant_id, j.queue, j.priority, j.payload, j.attempts, j.max_attempts,
-          j.idempotency_key, j.group_key, j.correlation_id, j.event_id, j.expires_at, j.created_at,
-          j.started_at, j.locked_until,
-          (SELECT count(*) FROM picked) AS tenants_seen,
-          (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim;
+-- Lock candidates in order, one primary-key probe each, until the batch is full, and update
+-- them (opsboard_claim_locked, migration 0065): in a statement of its own, on a snapshot taken
+-- after the walk above, so that a job another worker claimed meanwhile is seen running and
+-- left at once (in this statement a re-check of such a row rebuilt every subplan above:
+-- 11 % of the server's CPU with two workers).  Rows another claim holds are skipped.
+SELECT c.id, c.type, c.version, c.tenant_id, c.queue, c.priority, c.payload, c.attempts, c.max_attempts,
+       c.idempotency_key, c.group_key, c.correlation_id, c.event_id, c.expires_at, c.created_at,
+       c.started_at, c.locked_until,
+       (SELECT count(*) FROM picked) AS tenants_seen,
+       (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim
+FROM ordered o
+CROSS JOIN LATERAL opsboard_claim_locked(o.ids, %(limit)s::int, %(worker)s::text, %(lease)s::float8,
+                                         %(now)s::timestamptz) c;
 
 -- name: job_claim_lock_limits
 -- Serialise claims that check the same concurrency limits (released at commit).
@@ -318,14 +299,15 @@ FROM unnest(%(names)s::text[]) AS name;
 -- row: a nested loop over every running job for every outcome, 0.4 s for a
 -- batch of 1,000 with 1,500 jobs running.)
 WITH d AS (
-    -- One row per (job, token), the first in the batch: a timeout and the
-    -- handler's late result can arrive together, and must write one attempt.
-    SELECT DISTINCT ON (id, token) *
+    -- One row per (job, token): the caller keeps the first of each
+    -- (opsboard.jobqueue.record_outcomes), so no sort here.  A batch of plain
+    -- successes comes without kinds, delays, codes and details (empty arrays:
+    -- unnest pads them with nulls): no kind is succeeded, no delay 0.
+    SELECT id, token, coalesce(kind, 'succeeded') AS kind, coalesce(delay, 0) AS delay, code, detail,
+           started_at, duration_ms
     FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(kinds)b::text[], %(delays)b::float8[],
                 %(codes)b::text[], %(details)b::text[], %(started)b::timestamptz[],
-                %(durations)b::int[]) WITH ORDINALITY
-         AS d(id, token, kind, delay, code, detail, started_at, duration_ms, n)
-    ORDER BY id, token, n
+                %(durations)b::int[]) AS d(id, token, kind, delay, code, detail, started_at, duration_ms)
 ), held AS MATERIALIZED (
     -- The outcomes whose job this worker still holds, each job locked: from
     -- here to the end of the statement nobody else can change it.  No status

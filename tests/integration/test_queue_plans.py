@@ -9,6 +9,7 @@ plan the server picks depends on statistics these tests cannot fully stage
 under statistics that counted none), so each test also pins the shape that
 makes any plan linear: every row lock reads its job through the primary key.
 """
+import json
 from datetime import timedelta
 
 import psycopg
@@ -40,7 +41,9 @@ def locked_scans(node: dict, under_lock: bool = False) -> list[str]:
     """The index (or scan type) each row lock of the plan reads its rows through."""
     found = []
     if under_lock and "Relation Name" in node:
-        found.append(node.get("Index Name") or node["Node Type"])
+        # A bitmap heap scan reads through the index of its bitmap index scan.
+        bitmap = [c.get("Index Name") for c in node.get("Plans", []) if c["Node Type"] == "Bitmap Index Scan"]
+        found.append(node.get("Index Name") or (bitmap[0] if len(bitmap) == 1 else node["Node Type"]))
     for child in node.get("Plans", []):
         found += locked_scans(child, under_lock or node["Node Type"] == "LockRows")
     return found
@@ -54,6 +57,35 @@ def explain(conn, name: str, params: dict) -> dict:
         return conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + db.queries[name], params).fetchone()["QUERY PLAN"][0]
     finally:
         conn.execute("SET LOCAL plan_cache_mode = auto")
+
+
+def explain_all(conn, name: str, params: dict) -> dict:
+    """:func:`explain`, with the plans of the statements it runs inside functions (the claim locks and
+    updates in opsboard_claim_locked, migration 0065) as the top plan's last children, so that every
+    check below reads them too: auto_explain's plans (with their actual rows), sent back as notices.
+    PL/pgSQL plans are cached plans: the generic one is forced for them as for the statement."""
+    conn.execute("LOAD 'auto_explain'")
+    for setting, value in (("auto_explain.log_nested_statements", "on"), ("auto_explain.log_level", "notice"),
+                           ("auto_explain.log_format", "json"), ("auto_explain.log_analyze", "on"),
+                           ("auto_explain.log_min_duration", "0")):
+        conn.execute("SELECT set_config(%s, %s, true)", (setting, value))
+    nested: list[dict] = []
+
+    def keep(diag):
+        text = diag.message_primary or ""
+        if text.startswith("duration:") and "plan:" in text:
+            doc = json.loads(text.split("plan:", 1)[1])
+            if not doc["Query Text"].lstrip().upper().startswith(("EXPLAIN", "SELECT SET_CONFIG")):
+                nested.append(doc["Plan"])
+
+    conn.add_notice_handler(keep)
+    try:
+        plan = explain(conn, name, params)
+    finally:
+        conn.remove_notice_handler(keep)
+        conn.execute("SELECT set_config('auto_explain.log_min_duration', '-1', true)")
+    plan["Plan"].setdefault("Plans", []).extend(nested)
+    return plan
 
 
 def test_recording_a_batch_of_outcomes_reads_each_job_a_few_times_not_every_running_job(conn, tenant, t0):
@@ -99,7 +131,7 @@ def test_a_claim_probes_its_candidates_by_primary_key_whatever_the_statistics(co
     jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 5]) for i in range(N)])
     # The worker's claim, as it runs it (the limit locks first, when the queue has limits).
     params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1))
-    plan = explain(conn, "job_claim_many", params)
+    plan = explain_all(conn, "job_claim_many", params)
     assert rows_touched(plan["Plan"]) < 40 * N, plan
     # Before: the lock step probed the ready partial index (a scan of all of it per candidate).
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
@@ -123,7 +155,7 @@ def test_the_claim_stays_index_driven_with_pauses_and_a_tenant_limit_present(con
     params = jobqueue.claim_params("default", "w1", 200, 300, now=t0 + timedelta(seconds=1),
                                    holds=pauses.read_holds(conn))
     assert params["held_types"] == ["test.slow", "test.sms_a", "test.sms_b"] and not params["queue_held"]
-    plan = explain(conn, "job_claim_many", params)
+    plan = explain_all(conn, "job_claim_many", params)
     assert rows_touched(plan["Plan"]) < 40 * N, plan
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
     text = repr(plan)
@@ -150,7 +182,7 @@ def test_a_claim_reads_the_weights_of_the_tenants_it_picked_not_every_tenant(con
     conn.execute("ANALYZE tenants")
     conn.execute("ANALYZE jobs")
     params = jobqueue.claim_params("default", "w1", 30, 300, now=t0 + timedelta(seconds=1))
-    plan = explain(conn, "job_claim_many", params)
+    plan = explain_all(conn, "job_claim_many", params)
     assert tenant_rows_read(plan["Plan"]) <= 3, plan
     assert conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 30
 
@@ -166,7 +198,7 @@ def test_a_claim_passes_over_a_held_types_jobs_without_reading_them(conn, make_t
     conn.execute("ANALYZE jobs")
     params = jobqueue.claim_params("default", "w1", 10, 300, now=t0 + timedelta(seconds=1),
                                    holds=pauses.read_holds(conn))
-    plan = explain(conn, "job_claim_many", params)
+    plan = explain_all(conn, "job_claim_many", params)
     # Before: every held job was read and filtered out (N rows removed by the tenant's range scan).
     assert ready_index_rows(plan["Plan"]) < N // 10, plan
     assert locked_scans(plan["Plan"]) == ["jobs_pkey"]
@@ -201,8 +233,10 @@ def test_the_claim_and_the_outcomes_update_jobs_by_key_in_a_plan_made_while_jobs
             t0 = conn.execute("SELECT now() AS n").fetchone()["n"]
             jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenant["id"]) for i in range(3)])
             assert conn.execute("SELECT pg_relation_size('jobs') <= 8192 * 2 AS small").fetchone()["small"]
-            claim = explain(conn, "job_claim_many", jobqueue.claim_params("default", "w1", 2, 300, now=t0))
+            claim = explain_all(conn, "job_claim_many", jobqueue.claim_params("default", "w1", 2, 300, now=t0))
             assert updates_of_jobs(claim["Plan"]) == ["Tid Scan"], claim
+            # ...and the row locks probe the primary key (a sequential scan of jobs per candidate before).
+            assert locked_scans(claim["Plan"]) == ["jobs_pkey"], claim
             claimed = conn.execute("SELECT id, attempts FROM jobs WHERE status = 'running'").fetchall()
             assert len(claimed) == 2
             records = [OutcomeRecord(claimed[0]["id"], claimed[0]["attempts"], "succeeded", t0),
@@ -218,3 +252,27 @@ def test_the_claim_and_the_outcomes_update_jobs_by_key_in_a_plan_made_while_jobs
             assert conn.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, "
                                 "count(*) FILTER (WHERE status = 'retryable') AS retry FROM jobs").fetchone() \
                 == {"ok": 1, "retry": 1}
+
+
+def test_the_claim_locks_its_rows_in_a_statement_of_its_own(db_url):
+    """With two workers, a job the other one claimed after this claim's snapshot was re-checked by
+    EvalPlanQual, which rebuilt every subplan of the whole claim (the tenant walk, the limits) for
+    each such row: 11 % of PostgreSQL's CPU in `opsboard bench --scenario process_2`.  The rows are
+    locked and updated by opsboard_claim_locked (migration 0065), a statement of its own on a fresh
+    snapshot, whose re-checks rebuild that small statement only.  Its plan, made (and kept by
+    PL/pgSQL for the session) while jobs holds one page of analyzed rows, still probes the primary
+    key per candidate (a sequential scan of jobs per candidate otherwise)."""
+    from opsboard import auth
+
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row, options=SESSION_OPTIONS) as conn:
+        with conn.transaction(force_rollback=True):
+            tenants = [auth.ensure_tenant(conn, f"plans-own-{i}")["id"] for i in range(3)]
+            t0 = conn.execute("SELECT now() AS n").fetchone()["n"]
+            jobqueue.enqueue_many(conn, [NewJob("test.record", {"key": str(i)}, tenants[i % 3]) for i in range(30)])
+            conn.execute("ANALYZE jobs")
+            outer = explain(conn, "job_claim_many", jobqueue.claim_params("default", "w1", 10, 300, now=t0))
+            assert not locked_scans(outer["Plan"]) and not updates_of_jobs(outer["Plan"]), outer
+            both = explain_all(conn, "job_claim_many", jobqueue.claim_params("default", "w1", 10, 300, now=t0))
+            assert locked_scans(both["Plan"]) == ["jobs_pkey"], both
+            assert updates_of_jobs(both["Plan"]) == ["Tid Scan"], both
+            assert conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'running'").fetchone()["n"] == 20
