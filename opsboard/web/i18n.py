@@ -223,6 +223,23 @@ def word_label(value: str) -> str:
     return value
 
 
+#: A notification channel and a suppression reason (deliveries' channel, suppression_reason), as readers name them.
+CHANNEL_LABELS = {"inbox": _l("Inbox"), "push": _l("Push"), "sms": _l("SMS"), "email": _l("Email")}
+SUPPRESSION_LABELS = {"permission": _l("no permission"), "membership": _l("not a member"),
+                      "preference": _l("turned off by the recipient"), "unreachable": _l("no address or device"),
+                      "sensitivity": _l("too sensitive for this channel")}
+
+
+def channel_label(value) -> str:
+    label = CHANNEL_LABELS.get(str(value))
+    return str(label) if label is not None else str(value)
+
+
+def suppression_label(value) -> str:
+    label = SUPPRESSION_LABELS.get(str(value))
+    return str(label) if label is not None else str(value).replace("_", " ")
+
+
 def status_label(value) -> str:
     raw = str(getattr(value, "value", value))
     label = STATUS_LABELS.get(raw)
@@ -243,6 +260,7 @@ def init_app(app) -> None:
                                  num=num, digits=digits,
                                  ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
+                                 channel_label=channel_label, suppression_label=suppression_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
                                  live_text=live_text, system_text=system_text, actor_name=actor_name)
     app.register_blueprint(bp)

@@ -24,6 +24,7 @@ from ..notifications.policy import CHANNELS
 from . import sse
 from .context import get_db, request_id
 from .errors import ApiError
+from .i18n import CHANNEL_LABELS
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -111,7 +112,6 @@ CATEGORY_LABELS = {"otp": _l("One-time codes"), "security": _l("Security alerts"
                    "official": _l("Official notices"), "account": _l("Account"), "ticket": _l("Support tickets"),
                    "system": _l("Platform notices"), "alerts": _l("Queue alerts"),
                    "alerts_critical": _l("Critical queue alerts")}
-CHANNEL_LABELS = {"inbox": _l("Inbox"), "push": _l("Push"), "sms": _l("SMS"), "email": _l("Email")}
 DAY_LABELS = [(1, _l("Mon")), (2, _l("Tue")), (3, _l("Wed")), (4, _l("Thu")), (5, _l("Fri")), (6, _l("Sat")),
               (7, _l("Sun"))]
 _ERRORS = {"critical_category": _l("Critical notifications such as one-time codes cannot be turned off."),

@@ -94,7 +94,7 @@ def test_ops_view_shows_each_channel_with_reason_and_member_inbox_page(app, clie
     login_as("ops")
     html = client.get(f"/notifications/?event_id={ev['id']}").get_data(as_text=True)
     assert html.count('data-channel="') == 4
-    assert 'data-channel="sms" data-status="suppressed"' in html and "unreachable" in html
+    assert 'data-channel="sms" data-status="suppressed"' in html and '<span data-reason="unreachable">no address or device</span>' in html
     assert client.get("/notifications/?event_id=nope").status_code == 400
     client.post("/logout", data={"csrf_token": client.csrf})
     login_as("member", tenant="acme-web", operator=False, email="enduser@example.test")
