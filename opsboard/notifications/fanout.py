@@ -141,13 +141,13 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
     A broadcast (a policy with an ``audience``) fans out one page of the audience's ``page_size`` recipients
     after the user id ``after``; when the page is full, the next page's ``notifications.fanout`` job is
     enqueued (``next_after`` in the counts, only then) and a retry of this page finds it there already
-    (its idempotency key).  With one lane (the default) it is enqueued in the page's transaction: one page
-    at a time.  With ``lanes`` N > 1 it is committed before the page writes, in the job group of lane
-    ``(lane + 1) % N`` (``lane`` comes from this page's own group key, :func:`lane_of`), so that N pages
-    are written at once.  At 600,000 members on the shared 2-core machine, two lanes took 39.9 and 33.9 s
-    against 53.4 s for one, but another tenant's p99 reached 900 ms in the first (97 ms in the second; one
-    lane: 86 ms) and the OTP's p99 was no better (docs/performance.md, "Broadcast, part 4"): one lane
-    stays the default until quiet runs say otherwise.
+    (its idempotency key).  With one lane it is enqueued in the page's transaction: one page at a time.
+    With ``lanes`` N > 1 (the default, 2: :func:`opsboard.notifications.policy.tenant_members`) it is
+    committed before the page writes, in the job group of lane ``(lane + 1) % N`` (``lane`` comes from this
+    page's own group key, :func:`lane_of`), so that N pages are written at once.  Another tenant's
+    occasional second of waiting in earlier two-lane runs was the default queue's claim reading every held
+    deliver job (a plan made without statistics on ``jobs``), which one lane met as well
+    (docs/performance.md, "Broadcast, part 5").
     """
     event = load_event(conn, event_id)
     counts = {"recipients": 0, "inbox": 0, "deliveries": 0, "jobs": 0, "suppressed": 0}

@@ -165,8 +165,9 @@ class Bench:
         shown = f"{r.goal} {goal_mark(r.met)}" if r.goal else ""
         print(f"  {scenario:<18} {metric:<40} {value:>12,.1f} {unit:<8} {shown:<20} {note}", flush=True)
 
-    def conn(self) -> psycopg.Connection:
-        return connect(self.url)
+    def conn(self, **kwargs) -> psycopg.Connection:
+        """A connection to the scratch database (``application_name=`` names it in ``pg_stat_activity``)."""
+        return connect(self.url, **kwargs)
 
     def tenants(self, n: int) -> list[uuid.UUID]:
         with self.conn() as c:

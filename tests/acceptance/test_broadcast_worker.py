@@ -21,7 +21,8 @@ def test_a_broadcast_reaches_every_member_once_in_pages(db_url, start_worker):
         small = auth.ensure_tenant(c, "bystander")["id"]
         everyone = members(c, big, 1050)
         [bystander] = members(c, small, 1)
-        ev = outbox.publish(c, broadcast.EVENT, 1, aggregate=("announcement", "b1"), tenant=big,
+        # The product's default: two lanes (two pages written at once), a worker killed among them.
+        ev = outbox.publish(c, broadcast.EVENT_LANES, 1, aggregate=("announcement", "b1"), tenant=big,
                             payload={"text": "maintenance tonight"})
     w1 = start_worker(db_url, "--queues", "default=4", "--id", "w1", OPSBOARD_LEASE_SECONDS="5")
     with connect(db_url) as c:

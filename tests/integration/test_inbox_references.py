@@ -167,3 +167,36 @@ def test_an_insert_racing_a_delete_waits_for_it_then_is_refused(db_url):
         inserter.join(30)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.ForeignKeyViolation)
         assert admin.execute("SELECT count(*) AS n FROM notifications").fetchone()["n"] == 0
+
+
+def test_an_insert_under_repeatable_read_racing_a_delete_waits_for_it_then_is_refused(db_url):
+    """Under REPEATABLE READ the check cannot see a delete committed while it waited (its snapshot is the
+    transaction's), so it locks the recipients' rows as before migration 0057."""
+    with connect(db_url) as producer, connect(db_url) as admin, connect(db_url) as watcher:
+        t, u = _tenant(producer), _user(producer)
+
+        def insert():
+            with producer.transaction():
+                producer.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                producer.execute("SELECT 1")  # the snapshot: taken before the delete commits
+                _inbox_row(producer, t, u)
+
+        with admin.transaction():
+            admin.execute("DELETE FROM users WHERE id = %s", (u,))
+            inserter, errors = _started(insert)
+            wait_for(lambda: _blocked(watcher, producer.info.backend_pid), message="the insert to wait on the user")
+        inserter.join(30)
+        assert len(errors) == 1
+        assert isinstance(errors[0], (psycopg.errors.SerializationFailure, psycopg.errors.ForeignKeyViolation))
+        assert admin.execute("SELECT count(*) AS n FROM notifications").fetchone()["n"] == 0
+
+
+def test_an_insert_leaves_its_recipients_rows_unlocked(db_url):
+    """Migration 0057: the recipient check takes no row lock (a broadcast's lock per recipient was a WAL
+    record and a dirtied users page each); what a delete must wait for is the advisory lock."""
+    with connect(db_url) as producer, connect(db_url) as other:
+        t, u = _tenant(producer), _user(producer)
+        with producer.transaction():
+            _inbox_row(producer, t, u)
+            with other.transaction():
+                assert other.execute("SELECT id FROM users WHERE id = %s FOR UPDATE NOWAIT", (u,)).fetchone()

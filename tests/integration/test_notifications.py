@@ -132,6 +132,23 @@ def test_each_suppression_rule_in_order_with_its_reason(conn, tenant, make_tenan
                         (ev["id"],)).fetchone()["n"] == 3   # ok, opted_out, no_phone
 
 
+def test_a_member_of_an_operator_tenant_holds_the_permission_in_every_tenant(conn, tenant, make_tenant):
+    """The policy statement reads a recipient's memberships of this tenant and of every operator tenant
+    (one range of memberships_pkey, filtered); a membership of another ordinary tenant grants nothing."""
+    ops = make_tenant(conn, is_operator=True)
+    ordinary = make_tenant(conn)
+    operator_agent = _user(conn, ops)                     # support_agent of the operator tenant: tickets.view
+    operator_author = _user(conn, ops, "template_author")  # no tickets.view anywhere
+    elsewhere = _user(conn, ordinary)                      # support_agent, but of another tenant
+    ev = _notice(conn, tenant, [operator_agent, operator_author, elsewhere])
+    fanout.fan_out(conn, ev["id"])
+    d = _deliveries(conn, ev["id"])
+    assert d[(operator_agent, "inbox")]["status"] == "delivered"
+    assert d[(operator_agent, "email")]["status"] == "queued"
+    assert d[(operator_author, "inbox")]["suppression_reason"] == "permission"
+    assert d[(elsewhere, "inbox")]["suppression_reason"] == "permission"
+
+
 def test_a_sensitive_push_is_generic_even_when_the_category_may_go_by_sms(conn, tenant):
     uid = _user(conn, tenant)
     conn.execute("INSERT INTO push_subscriptions (id, tenant_id, user_ref, endpoint, p256dh, auth) "
