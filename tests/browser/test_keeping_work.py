@@ -73,6 +73,7 @@ def test_ticket_actions_keep_drafts_and_focus_and_a_reload_keeps_drafts(app, ser
     page.click("#ticket-btn-reply")
     page.locator('div[data-kind="reply"]', has_text="looking into the VPN").wait_for()
     assert reply.input_value() == "" and note.input_value() == "Probably the new firewall rule."
+    page.locator(":focus").wait_for()       # focus moves once the swap has settled, not with the new message
     assert _focused(page) != "body"
     page.reload()
     assert reply.input_value() == "" and note.input_value() == "Probably the new firewall rule."
