@@ -22,6 +22,10 @@ class Claim:
 
     rows: list[dict]
     next_after_tenant: uuid.UUID = ZERO_TENANT
+    #: Nothing claimed although jobs were due: other workers' claims held or took every
+    #: candidate (the walk had some).  A worker then claims again soon instead of waiting for
+    #: an enqueue's notification, which may never come while the queue drains.
+    contended: bool = False
 
 
 def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *,
@@ -84,7 +88,9 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     # under the locks, in the same fair order, for the rest of the batch.
     free = _claim_wrapping(conn, {**params, "locked": False})
     rest = limit - len(free)
-    if (free and not free.tail[2]) or rest <= 0:  # tail[2]: a candidate needed the locks
+    # tail[2]: a candidate needed the locks.  (No tail: the walk found no tenant with due work.)
+    # Without such a candidate the locked claim would walk the same candidates again.
+    if free.tail is None or not free.tail[2] or rest <= 0:
         return _result(free, max_tenants)
     rest_params = claim_params(queue, worker_id, rest, lease_seconds, after_tenant=after_tenant,
                                max_tenants=max_tenants, now=now, holds=holds)
@@ -101,20 +107,23 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
         # The jobs claimed already are this worker's: hand them over (a lasting
         # error shows again at the connection's next use).
         return _result(free, max_tenants)
-    return _result(_Claimed(locked + free, locked.tail if locked else free.tail), max_tenants)
+    return _result(_Claimed(locked + free, locked.tail if locked else free.tail,
+                            contended=locked.contended or free.contended), max_tenants)
 
 
 #: job_claim_many's last columns: the statement's own figures, the same on every row.
-_TAIL = ("tenants_seen", "last_tenant", "lim")
+_TAIL = ("tenants_seen", "last_tenant", "lim", "candidates")
 
 
 class _Claimed(list):
     """Claimed rows, each a dict of the job's columns, and the statement's figures once
-    (``tail``: tenants_seen, last_tenant, lim) instead of in every row."""
+    (``tail``: tenants_seen, last_tenant, lim, candidates) instead of in every row;
+    ``contended``: a run of the statement locked nothing out of candidates it had."""
 
-    def __init__(self, rows=(), tail: tuple | None = None):
+    def __init__(self, rows=(), tail: tuple | None = None, contended: bool = False):
         super().__init__(rows)
         self.tail = tail
+        self.contended = contended
 
 
 def _claimed(cur: psycopg.Cursor) -> _Claimed:
@@ -126,7 +135,10 @@ def _claimed(cur: psycopg.Cursor) -> _Claimed:
     n = len(names) - len(_TAIL)
     assert tuple(names[n:]) == _TAIL, names
     keys = names[:n]
-    return _Claimed([dict(zip(keys, v)) for v in rows], rows[0][n:] if rows else None)
+    tail = rows[0][n:] if rows else None
+    if rows and rows[0][0] is None:  # nothing locked: the statement's one row without a job
+        return _Claimed((), tail, contended=bool(tail[3]))
+    return _Claimed([dict(zip(keys, v)) for v in rows], tail)
 
 
 def _claim_wrapping(conn: psycopg.Connection, params: dict) -> _Claimed:
@@ -135,7 +147,9 @@ def _claim_wrapping(conn: psycopg.Connection, params: dict) -> _Claimed:
     whole poll interval every other claim)."""
     rows = _run_claim(conn, params)
     if not rows and params["after_tenant"] != ZERO_TENANT:
+        first = rows
         rows = _run_claim(conn, {**params, "after_tenant": ZERO_TENANT})
+        rows.contended = rows.contended or (first.contended and not rows)
     return rows
 
 
@@ -175,7 +189,9 @@ def _claim_locked_pipelined(conn: psycopg.Connection, lock_names: list[str], par
 
     rows = once(params)
     if not rows and params["after_tenant"] != ZERO_TENANT:
+        first = rows
         rows = once({**params, "after_tenant": ZERO_TENANT})  # the wrap-around (see _claim_wrapping)
+        rows.contended = rows.contended or (first.contended and not rows)
     return rows
 
 
@@ -183,8 +199,8 @@ def _result(rows: _Claimed, max_tenants: int) -> Claim:
     """The claimed rows and the cursor for the next claim (from the statement's figures:
     the last statement's when two ran)."""
     if not rows:
-        return Claim([], ZERO_TENANT)
-    seen, last, _ = rows.tail
+        return Claim([], ZERO_TENANT, contended=rows.contended)
+    seen, last, _, _ = rows.tail
     rows = list(rows)
     # Visited as many tenants as allowed: continue after the last one next time;
     # otherwise the walk reached the end of the tenants: wrap around.

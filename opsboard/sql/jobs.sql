@@ -268,15 +268,19 @@ WITH RECURSIVE tenants_ready AS (
 -- them (opsboard_claim_locked, migration 0065): in a statement of its own, on a snapshot taken
 -- after the walk above, so that a job another worker claimed meanwhile is seen running and
 -- left at once (in this statement a re-check of such a row rebuilt every subplan above:
--- 11 % of the server's CPU with two workers).  Rows another claim holds are skipped.
+-- 11 % of the server's CPU with two workers).  Rows another claim holds are skipped.  A claim
+-- that locks nothing still returns one row, without a job (id null), for its figures: how many
+-- candidates it had, so that the worker can tell "another worker took them all" (claim again at
+-- once) from "nothing is due" (wait for a notification).
 SELECT c.id, c.type, c.version, c.tenant_id, c.queue, c.priority, c.payload, c.attempts, c.max_attempts,
        c.idempotency_key, c.group_key, c.correlation_id, c.event_id, c.expires_at, c.created_at,
        c.started_at, c.locked_until,
        (SELECT count(*) FROM picked) AS tenants_seen,
-       (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim
+       (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim,
+       cardinality(o.ids) AS candidates
 FROM ordered o
-CROSS JOIN LATERAL opsboard_claim_locked(o.ids, %(limit)s::int, %(worker)s::text, %(lease)s::float8,
-                                         %(now)s::timestamptz) c;
+LEFT JOIN LATERAL opsboard_claim_locked(o.ids, %(limit)s::int, %(worker)s::text, %(lease)s::float8,
+                                        %(now)s::timestamptz) c ON true;
 
 -- name: job_claim_lock_limits
 -- Serialise claims that check the same concurrency limits (released at commit).

@@ -6,7 +6,7 @@ FOR UPDATE;
 
 -- name: pause_upsert
 -- Hold a thing, or change the reason and resume time of a hold already there.
--- The trigger pauses_notify wakes every worker.
+-- The pauses_notify triggers (migration 0067: only when a row changed) wake every worker.
 INSERT INTO pauses (kind, target, reason, paused_by, paused_at, resume_at, tenant_id)
 VALUES (%(kind)s, %(target)s, %(reason)s, %(paused_by)s, coalesce(%(now)s::timestamptz, now()),
         %(resume_at)s, %(tenant_id)s)

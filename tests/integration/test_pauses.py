@@ -198,3 +198,34 @@ def test_a_tenants_live_rate_binds_its_next_enqueue(conn, make_tenant, t0):
     pauses.set_tenant_limits(conn, OPS, a["slug"], "flood", rate=0.001, burst=1)
     # The bucket the default filled is clamped to the new burst at once.
     assert [admit() for _ in range(2)] == [200, 429]
+
+
+def test_only_a_statement_that_changes_a_hold_or_a_limit_wakes_the_workers(db_url):
+    """The leader tidies expired holds every second, and the holds page on every view: a DELETE of no
+    rows notified every worker all the same (0027), and each fetcher of each queue claimed again."""
+    from opsboard.schema import PAUSES_CHANNEL
+    from tests.conftest import connect
+
+    with connect(db_url) as c, connect(db_url) as listener:
+        listener.execute(f"LISTEN {PAUSES_CHANNEL}")
+
+        def received() -> int:
+            c.execute("SELECT pg_notify(%s, 'sentinel')", (PAUSES_CHANNEL,))
+            n = 0
+            for note in listener.notifies(timeout=10):
+                if note.payload == "sentinel":
+                    return n
+                n += 1
+            raise AssertionError("the sentinel notification never arrived")
+
+        ops = audit.Actor(label="ops")
+        assert received() == 0
+        assert Pauses().run_once(c) == 0 and pauses.list_pauses(c) == []
+        c.execute("UPDATE limit_overrides SET value = value WHERE false")
+        assert received() == 0
+        pauses.pause(c, ops, "type", "test.slow", "failing")
+        assert received() == 1
+        pauses.set_limit(c, ops, "type", "test.slow", 3, "slow down")
+        assert received() == 1
+        pauses.resume(c, ops, "type", "test.slow", "fixed")
+        assert received() == 1

@@ -4,6 +4,7 @@ schedules, expiry, ordered groups, NOTIFY, outcomes.
 Time is passed in (``now=``) instead of waited for.  Most tests run in the
 rolled-back ``conn``; the NOTIFY test commits in its own database.
 """
+import uuid
 from datetime import datetime, timedelta
 
 import psycopg
@@ -438,3 +439,26 @@ def test_a_claim_whose_cursor_is_past_the_last_tenant_wraps_around(conn, make_te
     # Round-robin still: the tenants alternate.
     assert got[0::2] == [got[0]] * 3 and got[1::2] == [got[1]] * 3 and got[0] != got[1]
     assert jobqueue.claim(conn, "default", "w", 1, 30, after_tenant=cursor, now=t0).rows == []
+
+
+def test_a_claim_tells_jobs_other_claims_hold_from_no_jobs_due(db_url):
+    """contended: due jobs all locked by another claim (claim again soon), not "nothing due" (wait
+    for a notification): see worker.fetcher."""
+    from opsboard import pauses
+    with connect(db_url) as c, connect(db_url) as holder:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        assert jobqueue.claim(c, "default", "w", 10, 30) == jobqueue.Claim([], jobqueue.ZERO_TENANT, contended=False)
+        jobqueue.enqueue_many(c, [NewJob("test.record", rec(f"k{i}"), t) for i in range(3)])
+        with holder.transaction():
+            holder.execute("SELECT id FROM jobs FOR UPDATE")
+            got = jobqueue.claim(c, "default", "w", 10, 30, after_tenant=uuid.UUID(int=1))
+            assert got.rows == [] and got.contended
+        got = jobqueue.claim(c, "default", "w", 10, 30)
+        assert len(got.rows) == 3 and not got.contended
+        again = jobqueue.claim(c, "default", "w", 10, 30)
+        assert again.rows == [] and not again.contended
+        # Held jobs are not candidates: nothing to claim again for.
+        pauses.pause(c, audit.Actor(label="ops"), "type", "test.slow", "failing")
+        jobqueue.enqueue(c, "test.slow", {"key": "h", "ms": 1}, tenant=t)
+        held = jobqueue.claim(c, "default", "w", 10, 30)
+        assert held.rows == [] and not held.contended
