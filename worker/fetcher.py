@@ -145,6 +145,8 @@ class QueueState:
     in_flight: int = 0
     #: Round-robin cursor over tenants (see opsboard.jobqueue.claim).
     after_tenant: uuid.UUID = jobqueue.ZERO_TENANT
+    #: The next claim takes the limit locks first (the last one's ``locked_next``).
+    locked_first: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     slot_freed: threading.Event = field(default_factory=threading.Event)
     #: A slot that frees its job wakes the fetcher (``slot_freed``) only once
@@ -246,8 +248,9 @@ class Fetcher:
                     holds = w.holds.get(conn)
                     w.apply_slots(holds)
                     claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
-                                          after_tenant=qs.after_tenant, holds=holds)
-                rows, qs.after_tenant = claimed.rows, claimed.next_after_tenant
+                                             after_tenant=qs.after_tenant, holds=holds,
+                                             locked_first=qs.locked_first)
+                rows, qs.after_tenant, qs.locked_first = claimed.rows, claimed.next_after_tenant, claimed.locked_next
                 failures = 0
                 w.db_ok()
             except psycopg.Error as exc:

@@ -305,23 +305,27 @@ WHERE id = ANY(%s::uuid[]) AND locked_by = 'bench-scale'
 """
 
 
-def _worker_claims(c, holds, runs: int, warm: int = 5) -> list[float]:
+def _worker_claims(c, holds, runs: int, warm: int = 5, state: dict | None = None) -> list[float]:
     """Claims of 64 from the default queue as a worker makes them: ``jobqueue.claim`` on an autocommit
     connection (its own short transaction; prepared by psycopg after a few runs, as the worker's is),
-    the round-robin cursor carried from claim to claim; each claim's jobs are put back after it
-    (``_UNCLAIM_SQL``, not timed), so the seed stays as it was.  Times in ms, the ``warm`` first left out."""
+    the round-robin cursor and ``locked_next`` carried from claim to claim; each claim's jobs are put back after it
+    (``_UNCLAIM_SQL``, not timed), so the seed stays as it was.  Times in ms, the ``warm`` first left out;
+    ``state`` carries the cursor and ``locked_next`` from one call to the next."""
     from .. import jobqueue
-    times, after = [], None
+    state = {} if state is None else state
+    times, after, locked_first = [], state.get("after"), state.get("locked_first", False)
     for i in range(warm + runs):
         t1 = time.perf_counter()
-        got = jobqueue.claim(c, "default", "bench-scale", 64, 30, holds=holds, after_tenant=after)
+        got = jobqueue.claim(c, "default", "bench-scale", 64, 30, holds=holds, after_tenant=after,
+                             locked_first=locked_first)
         ms = (time.perf_counter() - t1) * 1000
         c.execute(_UNCLAIM_SQL, ([r["id"] for r in got.rows],))
         if len(got.rows) != 64:
             raise RuntimeError(f"the claim took {len(got.rows)} jobs, not 64")
-        after = got.next_after_tenant
+        after, locked_first = got.next_after_tenant, got.locked_next
         if i >= warm:
             times.append(ms)
+    state.update(after=after, locked_first=locked_first)
     return times
 
 
@@ -534,9 +538,10 @@ def measure_pruner(b, total: int, shape: dict) -> None:
 
     def claimer():
         with b.conn() as c2:
-            _worker_claims(c2, holds, 0)  # the warm-up: prepared, as in a running worker
+            state: dict = {}
+            _worker_claims(c2, holds, 0, state=state)  # the warm-up: prepared, as in a running worker
             while not stop.is_set():
-                during += _worker_claims(c2, holds, 1, warm=0)
+                during.extend(_worker_claims(c2, holds, 1, warm=0, state=state))
                 time.sleep(0.02)
 
     thread = threading.Thread(target=claimer, daemon=True)

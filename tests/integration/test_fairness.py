@@ -167,6 +167,49 @@ def test_a_claim_takes_unlimited_work_without_the_limit_locks_and_stops_at_the_f
         assert [r["id"] for r in rest] == [limited["id"], behind["id"]]
 
 
+def test_a_claim_led_by_limited_work_has_the_next_take_the_locks_first_and_walk_once(db_url):
+    """At 10,000,000 jobs a flood of a limited type made each claim walk twice (without the locks,
+    a few jobs; under them, the rest: 5.8 + 10.8 ms, `opsboard bench --scenario scale`).  A claim
+    that got most of its batch under the locks says so (locked_next) and the next one takes them
+    first: one walk, the same limits."""
+    names = jobtypes.concurrency_limits("default").lock_names
+    with connect(db_url) as holder, connect(db_url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.limited", {"key": f"l{i}", "ms": 1}, t) for i in range(6)])
+        jobqueue.enqueue_many(c, [jobqueue.NewJob("test.span", {"key": f"s{i}", "ms": 1}, t) for i in range(6)])
+        first = jobqueue.claim(c, "default", "w1", 5, 30)
+        # The tenant offers its first 5 (all limited): 3 may run, all claimed under the locks.
+        assert [r["type"] for r in first.rows] == ["test.limited"] * 3
+        assert first.locked_next
+        # Under the locks from its start: with them held elsewhere it claims nothing before it waits
+        # (the walk without them would hand over this unlimited job first, as in the test above).
+        ahead = jobqueue.enqueue(c, "test.span", {"key": "ahead", "ms": 1}, tenant=t, priority=1)
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || %s, 0))",
+                           (names[0],))
+            c.execute("SET statement_timeout = 300")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                jobqueue.claim(c, "default", "w1", 5, 30, locked_first=True)
+            assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        c.execute("SET statement_timeout = 0")
+        assert c.execute("SELECT status FROM jobs WHERE id = %s", (ahead["id"],)).fetchone()["status"] == "pending"
+        second = jobqueue.claim(c, "default", "w1", 5, 30, locked_first=True)
+        # The type's limit (3) still holds: of the next 5 (3 limited, 2 not), the unlimited ones.
+        assert [r["type"] for r in second.rows] == ["test.span"] * 2 and ahead["id"] in {r["id"] for r in second.rows}
+        assert second.locked_next  # limited jobs are still among the candidates
+        jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded", r["started_at"])
+                                           for r in first.rows + second.rows])
+        third = jobqueue.claim(c, "default", "w1", 5, 30, locked_first=True)
+        assert sorted(r["type"] for r in third.rows) == ["test.limited"] * 3 + ["test.span"] * 2
+        assert third.locked_next
+        jobqueue.record_outcomes(c, "w1", [jobqueue.OutcomeRecord(r["id"], r["attempts"], "succeeded", r["started_at"])
+                                           for r in third.rows])
+        # No limited work left: back to the walk without the locks.
+        jobqueue.enqueue(c, "test.span", {"key": "late", "ms": 1}, tenant=t)
+        last = jobqueue.claim(c, "default", "w1", 5, 30, locked_first=True)
+        assert [r["type"] for r in last.rows] == ["test.span"] * 4 and not last.locked_next
+
+
 def _running(c, provider_types):
     return c.execute("SELECT queue, count(*) AS n FROM jobs WHERE status = 'running' AND type = ANY(%s) "
                      "GROUP BY queue ORDER BY queue", (list(provider_types),)).fetchall()
