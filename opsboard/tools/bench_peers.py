@@ -52,6 +52,26 @@ class Row:
     p50: float | None = None
     p99: float | None = None
     split: list[int] = field(default_factory=list)
+    #: Share of the machine's CPU time busy while k workers processed (/proc/stat), by k.
+    busy: dict[int, float] = field(default_factory=dict)
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat; ``None`` elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _busy_since(start: tuple[int, int] | None) -> float | None:
+    end = _cpu_ticks()
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
 
 
 def _env() -> dict:
@@ -123,8 +143,11 @@ def _as_url(conninfo: str) -> str:
     return f"postgresql://{auth_part}@{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d['dbname']}"
 
 
-def _record_run(row, workers: int, rate: float, reports: list[dict]) -> None:
-    """One processing run's rate into ``row`` (1 or 2 workers; with 2, each worker's share)."""
+def _record_run(row, workers: int, rate: float, reports: list[dict], busy: float | None = None) -> None:
+    """One processing run's rate into ``row`` (1 or 2 workers; with 2, each worker's share) and the
+    machine's busy CPU share meanwhile."""
+    if busy is not None:
+        row.busy[workers] = busy
     if workers == 1:
         row.p1 = rate
     else:
@@ -193,7 +216,9 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
                     procs.opsboard(url, k, queues)
                     time.sleep(0.5)
                     go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t").fetchone()["t"]
+                    ticks = _cpu_ticks()
             _wait(url, OPS_UNFINISHED)
+            busy = _busy_since(ticks)
         finally:
             procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs")
@@ -201,6 +226,8 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
         if n_att != jobs:
             raise RuntimeError(f"opsboard: {n_att} attempt rows for {jobs} jobs")
         rate = jobs / (end - go)
+        if busy is not None:
+            row.busy[k] = busy
         if k == 1:
             row.p1 = rate
         else:
@@ -260,12 +287,14 @@ def bare_system(url: str, jobs: int, single: int, lat: int) -> Row:
                 procs.peer("bare", url, k)
                 time.sleep(0.5)
                 go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+                ticks = _cpu_ticks()
                 c.commit()
             _wait(url, "SELECT count(*) FROM bare_jobs WHERE status <> 'done'")
+            busy = _busy_since(ticks)
         finally:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(finished_at))::float8 FROM bare_jobs")
-        _record_run(row, k, jobs / (end - go), reports)
+        _record_run(row, k, jobs / (end - go), reports, busy)
         _exec(url, "TRUNCATE bare_jobs")
     procs = Procs()
     try:
@@ -333,7 +362,7 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
     row.batch, row.single = asyncio.run(with_queries(enqueue_bench))
     done = "SELECT count(*) FROM pgqueuer"
 
-    def timed_run(k: int, procs: Procs) -> float:
+    def timed_run(k: int, procs: Procs) -> tuple[float, tuple[int, int] | None]:
         async def run(q, conn):
             tr = conn.transaction()
             await tr.start()
@@ -343,15 +372,17 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
             procs.peer("pgqueuer", url, k)
             await asyncio.sleep(0.5)
             go = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+            ticks = _cpu_ticks()
             await tr.commit()
-            return go
+            return go, ticks
         return asyncio.run(with_queries(run))
 
     for k in (1, 2):
         procs = Procs()
         try:
-            go = timed_run(k, procs)
+            go, ticks = timed_run(k, procs)
             _wait(url, done)
+            busy = _busy_since(ticks)
             # Completion logs are written in batches: let the last one land.
             deadline = time.monotonic() + 10
             while _scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'") < jobs \
@@ -361,7 +392,7 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(created))::float8 FROM pgqueuer_log "
                            "WHERE status = 'successful'")
-        _record_run(row, k, jobs / (end - go), reports)
+        _record_run(row, k, jobs / (end - go), reports, busy)
         _exec(url, "TRUNCATE pgqueuer, pgqueuer_log")
     procs = Procs()
     try:
@@ -412,6 +443,14 @@ def print_table(rows: list[Row]) -> None:
         fair = (o.split[0] / o.split[-1]) if len(o.split) == 2 and o.split[-1] else float("inf")
         print(f"  {o.system}: 2 workers / 1 worker {_ratio(o.p2, o.p1)}{_goal(o.p2, o.p1, PEER_GOALS['self'], 'p2')}; "
               f"busiest worker / other {fair:.2f}")
+    busy = [r for r in rows if r.busy]
+    if busy:
+        # A second worker can only add what the first left idle: with the machine's cores already busy
+        # (workers and PostgreSQL on one host), 2 workers / 1 worker stays near 1.
+        print(f"machine CPU busy while processing ({os.cpu_count()} CPUs, /proc/stat: workers, PostgreSQL and the rest):")
+        for r in busy:
+            print(f"  {r.system}: " + ", ".join(f"{k} worker{'s' if k > 1 else ''} {v * 100:.0f} %"
+                                                for k, v in sorted(r.busy.items())))
 
 
 #: Issue 24's goals for opsboard's ratios (opsboard / peer, higher is better), printed beside them.

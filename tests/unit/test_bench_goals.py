@@ -73,6 +73,20 @@ def test_peer_ratios_are_set_beside_issue_24s_goals(capsys):
     assert without["batch enqueue / pgqueuer's"].met is None
 
 
+def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_processed(capsys):
+    from opsboard.tools.bench_peers import _busy_since, _cpu_ticks, print_table
+    start = _cpu_ticks()
+    sum(i * i for i in range(200_000))  # some CPU time passes
+    share = _busy_since(start)
+    assert share is not None and 0.0 < share <= 1.0
+    rows = [Row("opsboard, default=64", p1=20_000, p2=22_000, split=[11_000, 11_000], busy={1: 0.68, 2: 0.83}),
+            Row("bare UPDATE ... SKIP LOCKED LIMIT 100 loop", p1=40_000, p2=60_000, busy={1: 0.43, 2: 0.75})]
+    print_table(rows)
+    out = capsys.readouterr().out
+    assert "opsboard, default=64: 1 worker 68 %, 2 workers 83 %" in out
+    assert "bare UPDATE ... SKIP LOCKED LIMIT 100 loop: 1 worker 43 %, 2 workers 75 %" in out
+
+
 def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default():
     assert "notify_scale" in bench.SCENARIOS and "notify_scale" in bench.GROUPS
     ran = []
