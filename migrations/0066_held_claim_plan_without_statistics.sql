@@ -22,10 +22,11 @@
 -- lateral scan) the planner drops that key, and jobs_ready_idx, filtered by type, needs no sort
 -- either.  Otherwise the same statement as before, so the same rows in the same order; without a
 -- hold nothing changes (the inlined range scan of 0039, and the function is not called: a one-time
--- filter).  ROWS 1: the planner cannot see that filter when it estimates the union, and PL/pgSQL's
--- default of 1,000 rows per call planned the claim without holds for 1,000 candidates per tenant:
--- 0.6 -> 1.7 ms per claim of 64 on a small database, and an idle worker's enqueue -> start p50 went
--- from 1.7 to 3.0 ms (`opsboard bench --peers`), until this was added.
+-- filter).  ROWS 1: the estimate of the union does not see that filter, and with PL/pgSQL's default
+-- of 1,000 rows a call the generic plan of the worker's prepared claim looked dearer than a plan for
+-- the values at hand, so PostgreSQL planned the claim again at every run (pg_prepared_statements: 15
+-- custom plans, no generic one, in 15 runs): 0.6 -> 1.7 ms per claim of 64 on a small database, an idle
+-- worker's enqueue -> start p50 1.7 -> 3.0 ms (`opsboard bench --peers`), until this was added.
 CREATE FUNCTION opsboard_ready_jobs_held(p_queue text, p_tenant uuid, p_take integer, p_held text[],
                                          p_now timestamptz)
 RETURNS TABLE (id uuid, type text, priority smallint, available_at timestamptz)
