@@ -1,4 +1,3 @@
-import time
 import uuid
 
 from opsboard import auth, jobqueue
@@ -34,11 +33,14 @@ def test_a_worker_whose_claim_other_claims_left_empty_claims_again_before_its_po
     with connect(db_url) as holder, connect(db_url) as c:
         with holder.transaction():
             assert len(holder.execute("SELECT id FROM jobs WHERE status = 'pending' FOR UPDATE").fetchall()) == 5
-            start_worker(db_url, "--queues", "default=4,critical=1", OPSBOARD_POLL_INTERVAL=30)
-            # The worker claims as soon as it is up (a claim passes locked rows over: nothing to see).
-            wait_for(lambda: c.execute("SELECT count(*) AS n FROM workers").fetchone()["n"] == 1,
-                     message="the worker to start")
-            time.sleep(1.5)
+            start_worker(db_url, "--queues", "default=4", OPSBOARD_POLL_INTERVAL=30)
+            # The worker's claim has run (and passed the locked rows over) once one of its backends shows
+            # the claim as its last statement, finished.
+            others = (holder.info.backend_pid, c.info.backend_pid)
+            wait_for(lambda: c.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> ALL(%s) AND state = 'idle' AND query LIKE '%%tenants_ready%%'",
+                (list(others),)).fetchone()["n"] >= 1, message="the worker's first claim")
             assert c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'").fetchone()["n"] == 5
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'").fetchone()["n"] == 5,
                  timeout=10, message="the 5 jobs to succeed well before the poll interval")
