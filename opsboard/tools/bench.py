@@ -98,6 +98,15 @@ GOALS: dict[tuple[str, str], Goal] = {
 }
 
 
+def cpu_ceiling(cores: int, cpu_seconds: float, items: float) -> float:
+    """Items per second ``cores`` carry when ``items`` cost ``cpu_seconds`` of CPU in all: the rate of a
+    run that keeps every core busy at this cost.  Beside a goal above it, it says that the goal needs
+    less work per item on this machine, not less waiting (NaN when nothing was measured)."""
+    if not items or items <= 0 or cpu_seconds is None or cpu_seconds <= 0:
+        return float("nan")
+    return cores * items / cpu_seconds
+
+
 def goal_mark(met: bool | None) -> str:
     return {True: "met", False: "NOT met", None: "no figure"}[met]
 

@@ -346,6 +346,7 @@ def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: flo
 def api_worker(b) -> None:
     """POST /api/v1/events (wrk, Idempotency-Key per request) through gunicorn while a real worker relays,
     fans out and delivers each event to a sandbox receiver; then 4x the admitted rate."""
+    from .bench import cpu_ceiling
     from .bench_webhooks import _Receiver
     from ..catalogue import active
 
@@ -403,6 +404,14 @@ def api_worker(b) -> None:
               f"{busy / wall * 100:.0f} % of {os.cpu_count()} cores busy (/proc/stat: other processes too); "
               f"{(busy - web_cpu - worker_cpu - pg_cpu - sandbox_cpu - res['client_cpu_s']) / max(1, ok) * 1000:.2f} ms "
               "outside gunicorn, the worker, the backends, the receiver and wrk")
+        # What the cores carry at this cost, and what they would carry if the web tier cost nothing: a rate
+        # goal above the second needs a cheaper delivery path (worker, its backends), whatever the web does.
+        cores = os.cpu_count() or 1
+        b.add("api_worker", "CPU ceiling at this cost", cpu_ceiling(cores, busy, ok), "req/s",
+              f"{cores} cores / machine CPU per accepted event: the rate that keeps every core busy")
+        b.add("api_worker", "CPU ceiling with a free web tier", cpu_ceiling(cores, busy - web_cpu - web_pg, ok),
+              "req/s", "the same without gunicorn's and its backends' CPU: the worker, its backends, the "
+              "receiver, wrk and the rest alone")
         b.add("api_worker", "relayed / delivered by the end of the load", at_end["relayed"] / max(1, ok) * 100, "%",
               f"{at_end['relayed']} relayed, {at_end['delivered']} delivered of {ok} accepted")
         b.add("api_worker", "backlog drained after the load", drained, "s",

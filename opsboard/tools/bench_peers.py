@@ -451,6 +451,18 @@ def print_table(rows: list[Row]) -> None:
         for r in busy:
             print(f"  {r.system}: " + ", ".join(f"{k} worker{'s' if k > 1 else ''} {v * 100:.0f} %"
                                                 for k, v in sorted(r.busy.items())))
+        # At a CPU cost per job no lower with 2 workers than with 1 (both walk the same tenants' heads),
+        # 2 workers reach at most the whole machine: 1 / (the share 1 worker kept busy) times its rate.
+        for r in busy:
+            if r.system.startswith("opsboard") and r.busy.get(1):
+                print(f"  {r.system}: 2 workers / 1 worker at most {two_worker_ceiling(r.busy[1]):.2f}x "
+                      "at one worker's CPU per job (all cores / the share one worker kept busy)")
+
+
+def two_worker_ceiling(busy_one: float) -> float:
+    """The most 2 workers / 1 worker can reach on this machine when a job costs 2 workers no less CPU
+    than it costs 1: the whole machine over the share of it one worker (and its backends) kept busy."""
+    return 1 / busy_one if busy_one > 0 else float("nan")
 
 
 #: Issue 24's goals for opsboard's ratios (opsboard / peer, higher is better), printed beside them.

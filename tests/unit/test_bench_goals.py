@@ -88,6 +88,22 @@ def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_process
     out = capsys.readouterr().out
     assert "opsboard, default=64: 1 worker 68 %, 2 workers 83 %" in out
     assert "bare UPDATE ... SKIP LOCKED LIMIT 100 loop: 1 worker 43 %, 2 workers 75 %" in out
+    # The ceiling of 2 workers / 1 worker: one worker kept 68 % of the machine busy, so at its CPU per
+    # job two reach at most 1 / 0.68 = 1.47x; printed for opsboard only (the peers have no such goal).
+    assert "opsboard, default=64: 2 workers / 1 worker at most 1.47x" in out
+    assert "bare UPDATE ... SKIP LOCKED LIMIT 100 loop: 2 workers / 1 worker at most" not in out
+
+
+def test_a_cpu_ceiling_is_what_every_core_carries_at_the_measured_cost():
+    from opsboard.tools.bench import cpu_ceiling
+    from opsboard.tools.bench_peers import two_worker_ceiling
+    # 5,800 events cost 19.7 s of machine CPU (3.4 ms each): 2 cores carry 588 a second, whatever waits.
+    assert math.isclose(cpu_ceiling(2, 19.72, 5_800), 2 * 5_800 / 19.72)
+    assert round(cpu_ceiling(2, 19.72, 5_800)) == 588
+    # Nothing measured (no events, no CPU read): no ceiling rather than an infinite or zero one.
+    assert math.isnan(cpu_ceiling(2, 0.0, 5_800)) and math.isnan(cpu_ceiling(2, 19.72, 0))
+    assert math.isclose(two_worker_ceiling(0.79), 1 / 0.79) and two_worker_ceiling(0.79) < 1.3
+    assert math.isnan(two_worker_ceiling(0.0))
 
 
 def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default():
