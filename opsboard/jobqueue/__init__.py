@@ -7,7 +7,8 @@
 * :mod:`.outcomes` -- the worker's batched outcomes (:func:`record_outcomes`) and heartbeats;
 * :mod:`.effects` -- the effect ledger (at most one external effect where it matters);
 * :mod:`.replay` -- audited replay of dead jobs, one (:func:`replay`) or a group (:func:`replay_many`);
-* :mod:`.prune` -- retention: :func:`prune_finished` deletes old succeeded and cancelled jobs.
+* :mod:`.prune` -- retention: :func:`prune_finished` deletes old succeeded and cancelled jobs
+  (:func:`prune_finished_slice`: a bounded slice of that walk, resumed by the next).
 
 Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(...)`` (it was
 ``opsboard.queue``, which shadowed the standard library's ``queue``).
@@ -20,4 +21,4 @@ from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa:
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401
 from .replay import BulkReplay, DeadFilter, replay, replay_many  # noqa: F401
-from .prune import prune_finished  # noqa: F401
+from .prune import PruneSlice, prune_finished, prune_finished_slice  # noqa: F401

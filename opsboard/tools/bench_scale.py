@@ -363,18 +363,28 @@ module, make, runs = sys.argv[2], sys.argv[3], int(sys.argv[4])
 scope = {}
 exec(f"from {module} import *", scope)
 service = eval(make, scope)
+idle = service.interval
 out = []
 with connect(sys.argv[1]) as conn:
     for _ in range(runs):
-        t = time.perf_counter()
-        n = service.run_once(conn)
-        out.append({"ms": (time.perf_counter() - t) * 1000, "n": n})
+        # One run: run_once again after the interval it sets, as the leader does, until it is back at
+        # its idle interval (a paced backlog service works in slices with rests between them).
+        t, n, slices = time.perf_counter(), 0, 0
+        while True:
+            n += service.run_once(conn)
+            slices += 1
+            if service.interval >= idle:
+                break
+            time.sleep(service.interval)
+        out.append({"ms": (time.perf_counter() - t) * 1000, "n": n, "slices": slices})
 print(json.dumps(out))
 """
 
 
 def run_service(b, module: str, make: str, runs: int = 1) -> list[dict]:
-    """``runs`` calls of ``make``'s (an expression, e.g. ``DepthSampler()``) ``run_once``, in a child process."""
+    """``runs`` runs of ``make``'s (an expression, e.g. ``DepthSampler()``) service in a child process: each
+    calls ``run_once``, and again after the interval it set while that is shorter than its idle one (the
+    slices and rests of a paced backlog, as the leader runs them)."""
     import json
     import os
     import subprocess
@@ -524,43 +534,55 @@ def measure_pages(b, total: int, shape: dict, only: str | None = None) -> None:
             _set_clock(b, False)
 
 
+#: The pruner's runs: the product's default pace, and flat out (no rest between batches) beside it.
+PRUNER_PACES = (("paced", "PrunerConfig().pace"), ("flat out", "Pace(duty=1.0)"))
+
+
 def measure_pruner(b, total: int, shape: dict) -> None:
-    """The real pruner on the oldest slice of finished jobs, with claims timed before and meanwhile."""
+    """The real pruner on the oldest slice of finished jobs, with claims timed before and meanwhile: at the
+    product's default pace, then flat out (the slice put back between them)."""
     from .. import pauses
     slice_rows = max(10_000, min(200_000, shape["finished"] // 20))
     cutoff = shape["base"] - (shape["finished"] - slice_rows) * timedelta(seconds=shape["finished_step"])
-    with b.conn() as c:
-        holds = pauses.read_holds(c)
-        before = _worker_claims(c, holds, 20)
-        now = c.execute("SELECT now() AS n").fetchone()["n"]
-    during: list[float] = []
-    stop = threading.Event()
+    for label, pace in PRUNER_PACES:
+        with b.conn() as c:
+            holds = pauses.read_holds(c)
+            before = _worker_claims(c, holds, 20)
+            now = c.execute("SELECT now() AS n").fetchone()["n"]
+        during: list[float] = []
+        stop = threading.Event()
 
-    def claimer():
-        with b.conn() as c2:
-            state: dict = {}
-            _worker_claims(c2, holds, 0, state=state)  # the warm-up: prepared, as in a running worker
-            while not stop.is_set():
-                during.extend(_worker_claims(c2, holds, 1, warm=0, state=state))
-                time.sleep(0.02)
+        def claimer():
+            with b.conn() as c2:
+                state: dict = {}
+                _worker_claims(c2, holds, 0, state=state)  # the warm-up: prepared, as in a running worker
+                while not stop.is_set():
+                    during.extend(_worker_claims(c2, holds, 1, warm=0, state=state))
+                    time.sleep(0.02)
 
-    thread = threading.Thread(target=claimer, daemon=True)
-    days = (now - cutoff).total_seconds() / 86400
-    thread.start()
-    try:
-        [run] = run_service(b, "worker.services.pruner", f"Pruner(PrunerConfig(retention_days={days!r}))")
-    finally:
-        stop.set()
-        thread.join()
-    deleted, elapsed = run["n"], run["ms"] / 1000
-    b.add("scale", "pruner: finished jobs deleted per second", deleted / elapsed, "jobs/s",
-          f"goal >= 20,000 jobs/s; {deleted:,} jobs (with attempts) in {elapsed:.1f} s (run_once, default batches)")
-    b.add("scale", "claim of 64 while the pruner runs", statistics.median(during) if during else float("nan"), "ms",
-          f"goal: not slower; {len(during)} claims, p90 {sorted(during)[int(len(during) * 0.9)] if during else 0:.1f} ms;"
-          f" before it: median {statistics.median(before):.1f} ms")
-    t1 = time.perf_counter()
-    n = restore_slice(b, shape, slice_rows + 10)
-    print(f"  (put {n:,} pruned jobs back in {time.perf_counter() - t1:.0f} s)", flush=True)
+        thread = threading.Thread(target=claimer, daemon=True)
+        days = (now - cutoff).total_seconds() / 86400
+        thread.start()
+        try:
+            [run] = run_service(b, "worker.services.pruner",
+                                f"Pruner(PrunerConfig(retention_days={days!r}, pace={pace}))")
+        finally:
+            stop.set()
+            thread.join()
+        deleted, elapsed = run["n"], run["ms"] / 1000
+        suffix = "" if label == "paced" else f" ({label})"
+        b.add("scale", "pruner: finished jobs deleted per second" + suffix, deleted / elapsed, "jobs/s",
+              f"goal >= 20,000 jobs/s; {deleted:,} jobs (with attempts) in {elapsed:.1f} s, {run['slices']} "
+              + ("slice(s) of 1 s with their rests (the default pace: deleting half the time)" if label == "paced"
+                 else "slice(s) without rests"))
+        b.add("scale", "claim of 64 while the pruner runs" + suffix,
+              statistics.median(during) if during else float("nan"), "ms",
+              f"goal: not slower; {len(during)} claims, p90 "
+              f"{sorted(during)[int(len(during) * 0.9)] if during else 0:.1f} ms; "
+              f"before it: median {statistics.median(before):.1f} ms")
+        t1 = time.perf_counter()
+        n = restore_slice(b, shape, slice_rows + 10)
+        print(f"  (put {n:,} pruned jobs back in {time.perf_counter() - t1:.0f} s)", flush=True)
 
 
 def run(b) -> None:

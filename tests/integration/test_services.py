@@ -1,5 +1,6 @@
 """Maintenance services called through run_once with an explicit ``now``."""
 import time
+import uuid
 from datetime import timedelta
 
 import psycopg
@@ -10,6 +11,7 @@ from opsboard.jobqueue import OutcomeRecord
 from worker.leader import LeaderLock
 from worker.services.expiry import Expiry, ExpiryConfig
 from opsboard.schema import uuid7_floor
+from worker.services.pace import Pace
 from worker.services.pruner import Pruner, PrunerConfig
 from worker.services.reaper import Reaper, ReaperConfig
 
@@ -86,6 +88,83 @@ def test_pruner_deletes_old_finished_jobs_with_their_attempts_and_keeps_dead_one
     assert conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s)", (ok,)).fetchone()["n"] == 0
     assert conn.execute("SELECT count(*) AS n FROM job_attempts WHERE job_id = ANY(%s)", (dead,)).fetchone()["n"] == 2
     assert pruner.run_once(conn, now=t0 + timedelta(days=365)) == 0
+
+
+class Ticks:
+    """A clock for the pacing: each reading is one second after the last."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_the_pruner_deletes_a_backlog_in_paced_slices_that_resume_where_the_last_stopped(conn, tenant, t0):
+    """A slice stops after the batch that crossed its deadline (here the first: the clock moves a second per
+    reading) and sets the service's interval to its rest; the next resumes after the last id read; the
+    slice that reaches the cutoff puts the interval back, and the next pass starts from the oldest job
+    again.  The oldest job finished later than the rest: it becomes old enough only while the walk is past
+    it, so it waits for the next pass.  (Without the deadline the first run deletes all six; without the
+    resume point the second slice goes back for it.)"""
+    [late] = enqueue(conn, tenant, 1)
+    ok = enqueue(conn, tenant, 6)
+    rows = {r["id"]: r for r in jobqueue.claim_batch(conn, "default", "w", 100, 30, now=t0)}
+    finish(conn, [rows[late]], "succeeded", t0 + timedelta(days=2))
+    finish(conn, [rows[i] for i in ok], "succeeded", t0)
+    pruner = Pruner(PrunerConfig(retention_days=7, batch=2, pace=Pace(slice_seconds=1.0, duty=0.5)), clock=Ticks())
+    deleted, rests, resumed = [], [], []
+    for day in (8, 10, 10, 10):
+        deleted.append(pruner.run_once(conn, now=t0 + timedelta(days=day)))
+        rests.append(pruner.interval)
+        resumed.append(pruner.resume_after)
+    assert deleted == [2, 2, 2, 0]
+    # Each slice read two readings past its start: a rest as long as it worked (duty 0.5).
+    assert rests == [2.0, 2.0, 2.0, 60.0]
+    assert resumed == [ok[1], ok[3], ok[5], None]
+    assert conn.execute("SELECT count(*) AS n FROM jobs WHERE id = ANY(%s)", (ok,)).fetchone()["n"] == 0
+    assert jobqueue.get_job(conn, late) is not None
+    assert pruner.run_once(conn, now=t0 + timedelta(days=10)) == 1 and pruner.interval == 60.0
+    assert jobqueue.get_job(conn, late) is None
+    # A lower duty rests longer after the same slice: t * (1 - 0.25) / 0.25.
+    more = enqueue(conn, tenant, 3)
+    finish(conn, jobqueue.claim_batch(conn, "default", "w", 100, 30, now=t0), "succeeded", t0)
+    slow = Pruner(PrunerConfig(retention_days=7, batch=2, pace=Pace(duty=0.25)), clock=Ticks())
+    assert slow.run_once(conn, now=t0 + timedelta(days=8)) == 2 and slow.interval == 6.0
+    assert slow.run_once(conn, now=t0 + timedelta(days=8)) == 1 and slow.interval == 60.0
+    assert conn.execute("SELECT count(*) AS n FROM jobs WHERE id = ANY(%s)", (more,)).fetchone()["n"] == 0
+
+
+def test_the_outbox_pruner_paces_a_backlog_of_relayed_events(conn, tenant, t0):
+    from opsboard import outbox
+    from worker.services.outbox_pruner import OutboxPruner, OutboxPrunerConfig
+    for i in range(5):
+        ticket = str(uuid.uuid4())
+        outbox.publish(conn, "ticket.created", 1, aggregate=("ticket", ticket), tenant=tenant["id"],
+                       payload={"ticket_id": ticket, "priority": "normal"})
+    conn.execute("UPDATE outbox_events SET relayed_at = %s WHERE tenant_id = %s", (t0, tenant["id"]))
+    pruner = OutboxPruner(OutboxPrunerConfig(batch=2, pace=Pace(duty=0.5)), clock=Ticks())
+    later = t0 + timedelta(days=8)
+    runs = []
+    for _ in range(5):
+        runs.append((pruner.run_once(conn, now=later), pruner.interval))
+        if pruner.interval == OutboxPrunerConfig().interval:
+            break
+    assert runs == [(2, 2.0), (2, 2.0), (1, 60.0)]
+
+
+@pytest.mark.parametrize("bad", [{"duty": 0}, {"duty": 1.5}, {"slice_seconds": 0}, {"duty": float("nan")}])
+def test_a_pace_out_of_range_is_refused(bad):
+    with pytest.raises(ValueError):
+        Pace(**bad)
+
+
+def test_a_pace_rests_in_proportion_to_the_slice_and_not_at_all_when_the_backlog_is_gone():
+    assert Pace(duty=0.5).next_interval(1.2, True, 60.0) == pytest.approx(1.2)
+    assert Pace(duty=1.0).next_interval(1.2, True, 60.0) == 0.0
+    assert Pace(duty=0.2).next_interval(1.0, True, 60.0) == pytest.approx(4.0)
+    assert Pace().next_interval(1.0, False, 60.0) == 60.0
 
 
 def test_pruner_keeps_a_replayed_dead_job_and_prunes_its_succeeded_replay(conn, tenant, t0):

@@ -2,10 +2,14 @@
 API Idempotency-Keys past 24 hours.  Unrelayed events are never deleted."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 from opsboard import db
+
+from .pace import Pace
 
 
 @dataclass(frozen=True)
@@ -14,6 +18,8 @@ class OutboxPrunerConfig:
     batch: int = 5000
     retention_days: float = 7.0
     idempotency_hours: float = 24.0
+    #: A backlog of relayed events goes in paced slices, as the jobs pruner's does.
+    pace: Pace = field(default_factory=Pace)
 
     @classmethod
     def from_config(cls, config) -> "OutboxPrunerConfig":
@@ -24,19 +30,25 @@ class OutboxPrunerConfig:
 class OutboxPruner:
     name = "outbox_pruner"
 
-    def __init__(self, config: OutboxPrunerConfig = OutboxPrunerConfig()):
+    def __init__(self, config: OutboxPrunerConfig = OutboxPrunerConfig(),
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.interval = config.interval
+        self.clock = clock
 
     def run_once(self, conn, now: datetime | None = None) -> int:
         total = 0
         keep = f"{self.config.retention_days} days"
+        start = self.clock()
+        until = start + self.config.pace.slice_seconds
         while True:
             with conn.transaction():
                 n = len(db.all_rows(conn, "outbox_prune_relayed", {"now": now, "keep": keep,
                                                                    "limit": self.config.batch}))
             total += n
-            if n < self.config.batch:
+            more = n == self.config.batch
+            if not more or self.clock() >= until:
                 break
+        self.interval = self.config.pace.next_interval(self.clock() - start, more, self.config.interval)
         db.execute(conn, "api_idempotency_prune", {"now": now, "keep": f"{self.config.idempotency_hours} hours"})
         return total
