@@ -16,5 +16,15 @@ UPDATE api_idempotency SET status = %(status)s, response = %(response)s
 WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
 
 -- name: api_idempotency_prune
--- Forget Idempotency-Keys older than the retention.
-DELETE FROM api_idempotency WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval;
+-- Forget up to %(limit)s Idempotency-Keys older than the retention, oldest first
+-- (api_idempotency_created_idx): the outbox pruner calls it batch after batch in
+-- paced slices, so that the keys of a day without a leader at a high API rate go
+-- in many short statements, never in one long one.  One row per key forgotten.
+WITH old AS (
+    SELECT tenant_id, key FROM api_idempotency
+    WHERE created_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+DELETE FROM api_idempotency a USING old WHERE a.tenant_id = old.tenant_id AND a.key = old.key
+RETURNING 1;

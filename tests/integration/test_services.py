@@ -154,6 +154,29 @@ def test_the_outbox_pruner_paces_a_backlog_of_relayed_events(conn, tenant, t0):
     assert runs == [(2, 2.0), (2, 2.0), (1, 60.0)]
 
 
+def test_the_outbox_pruner_forgets_a_backlog_of_idempotency_keys_in_paced_batches(conn, tenant, t0):
+    """Old keys go a batch at a time, oldest first, paced like the events (one unbounded DELETE before:
+    after a day without a leader at a high API rate, millions of rows in one statement); a key within
+    its 24 hours stays."""
+    from worker.services.outbox_pruner import OutboxPruner, OutboxPrunerConfig
+    for i in range(5):
+        conn.execute("INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response, created_at) "
+                     "VALUES (%s, %s, '\\x00', 202, '{}', %s)", (tenant["id"], f"old-{i}", t0 + timedelta(minutes=i)))
+    conn.execute("INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response, created_at) "
+                 "VALUES (%s, 'fresh', '\\x00', 202, '{}', %s)", (tenant["id"], t0 + timedelta(hours=30)))
+    pruner = OutboxPruner(OutboxPrunerConfig(batch=2, pace=Pace(duty=0.5)), clock=Ticks())
+    left, rests = [], []
+    for _ in range(5):
+        pruner.run_once(conn, now=t0 + timedelta(hours=40))
+        rests.append(pruner.interval)
+        left.append([r["key"] for r in conn.execute(
+            "SELECT key FROM api_idempotency WHERE tenant_id = %s ORDER BY created_at", (tenant["id"],))])
+        if pruner.interval == OutboxPrunerConfig().interval:
+            break
+    assert rests == [2.0, 2.0, 60.0]
+    assert left == [["old-2", "old-3", "old-4", "fresh"], ["old-4", "fresh"], ["fresh"]]
+
+
 @pytest.mark.parametrize("bad", [{"duty": 0}, {"duty": 1.5}, {"slice_seconds": 0}, {"duty": float("nan")}])
 def test_a_pace_out_of_range_is_refused(bad):
     with pytest.raises(ValueError):

@@ -18,7 +18,7 @@ class OutboxPrunerConfig:
     batch: int = 5000
     retention_days: float = 7.0
     idempotency_hours: float = 24.0
-    #: A backlog of relayed events goes in paced slices, as the jobs pruner's does.
+    #: A backlog of relayed events, then of Idempotency-Keys, goes in paced slices, as the jobs pruner's does.
     pace: Pace = field(default_factory=Pace)
 
     @classmethod
@@ -37,18 +37,27 @@ class OutboxPruner:
         self.clock = clock
 
     def run_once(self, conn, now: datetime | None = None) -> int:
-        total = 0
-        keep = f"{self.config.retention_days} days"
+        """Relayed events past the retention, then Idempotency-Keys past theirs, in batches until the
+        slice's deadline; returns the events deleted.  Keys wait while events fill the slices."""
         start = self.clock()
         until = start + self.config.pace.slice_seconds
+        total, more = self._prune(conn, "outbox_prune_relayed",
+                                  {"now": now, "keep": f"{self.config.retention_days} days"}, until)
+        if not more:
+            _, more = self._prune(conn, "api_idempotency_prune",
+                                  {"now": now, "keep": f"{self.config.idempotency_hours} hours"}, until)
+        self.interval = self.config.pace.next_interval(self.clock() - start, more, self.config.interval)
+        return total
+
+    def _prune(self, conn, query: str, params: dict, until: float) -> tuple[int, bool]:
+        """Batches of ``query`` (each its own transaction) until one deletes less than a batch (returns
+        False: nothing left) or the clock passes ``until`` (True: more to do)."""
+        total = 0
         while True:
             with conn.transaction():
-                n = len(db.all_rows(conn, "outbox_prune_relayed", {"now": now, "keep": keep,
-                                                                   "limit": self.config.batch}))
+                n = len(db.all_rows(conn, query, {**params, "limit": self.config.batch}))
             total += n
-            more = n == self.config.batch
-            if not more or self.clock() >= until:
-                break
-        self.interval = self.config.pace.next_interval(self.clock() - start, more, self.config.interval)
-        db.execute(conn, "api_idempotency_prune", {"now": now, "keep": f"{self.config.idempotency_hours} hours"})
-        return total
+            if n < self.config.batch:
+                return total, False
+            if self.clock() >= until:
+                return total, True
