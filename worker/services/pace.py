@@ -3,13 +3,14 @@
 The leader runs its services one after another in one thread.  A pruner facing
 millions of old rows (a first deploy at scale, a shorter retention, a day the
 leader was away) used to delete them in one ``run_once``: the reaper, expiry and
-depth services waited for all of it, a shutdown waited for all of it, and its
-back-to-back deletes slowed every claim meanwhile (a claim of 64 at 10,000,000
-jobs: 8.3 -> 21.4 ms while the pruner ran flat out, ``opsboard bench --scenario
-scale``).  With a :class:`Pace`, one ``run_once`` works for at most
-``slice_seconds`` and, while work is left, sets the service's ``interval`` so that
-its share of the time stays at ``duty``: the leader's other services run between
-slices, and the claims find the database idle half the time (by default).
+depth services waited for all of it (over a minute at 10,000,000 jobs), a shutdown
+waited for all of it, and the deletes ran back to back beside the claims.  With a
+:class:`Pace`, one ``run_once`` works for at most ``slice_seconds`` and, while work
+is left, sets the service's ``interval`` so that its share of the time stays at
+``duty``: the leader's other services run between slices, a shutdown waits for one
+slice at most, and the deletes leave the database to the claims half the time (by
+default; ``opsboard bench --scenario scale`` times a claim meanwhile, paced and
+flat out).
 """
 from __future__ import annotations
 
