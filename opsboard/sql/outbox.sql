@@ -100,15 +100,28 @@ WHERE id = ANY(%(ids)s::uuid[]) AND relayed_at IS NULL;
 SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]));
 
 -- name: outbox_prune_relayed
--- Delete up to %(limit)s relayed events older than the retention (the trigger
--- refuses to delete an unrelayed one).
-WITH doomed AS (
+-- Delete up to %(limit)s events relayed before the cutoff (the trigger refuses to
+-- delete an unrelayed one), walking the primary key upwards from %(after_id)s as
+-- job_prune_finished does: UUIDv7 ids sort by creation time and an event is
+-- relayed after it was made, so the walk stops at the cutoff's id and reads the
+-- old end of the table only, and the next batch starts after the last id read
+-- (the rows already deleted are passed once per walk).  By id = ANY(array): the
+-- join to the CTE it replaces hashed the whole table for every batch (a
+-- sequential scan of 500,000 events, 118 ms a batch of 5,000; now 42 ms with
+-- random ids, independent of the table's size).  Returns the events deleted,
+-- the rows read and the last id read.
+WITH old AS (
     SELECT id FROM outbox_events
-    WHERE relayed_at IS NOT NULL AND relayed_at < coalesce(%(now)s::timestamptz, now()) - %(keep)s::interval
+    WHERE id > %(after_id)s::uuid AND id < %(cutoff_id)s::uuid
+      AND relayed_at IS NOT NULL AND relayed_at < %(cutoff)s::timestamptz
+    ORDER BY id
     LIMIT %(limit)s
+), gone AS (
+    DELETE FROM outbox_events e WHERE e.id = ANY (ARRAY(SELECT id FROM old))
+    RETURNING e.id
 )
-DELETE FROM outbox_events e USING doomed d WHERE e.id = d.id
-RETURNING 1;
+SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM old) AS seen,
+       (SELECT id FROM old ORDER BY id DESC LIMIT 1) AS last_id;
 
 -- name: outbox_backlog
 -- Events of the tenants in a scope waiting for a relay, the age of the oldest

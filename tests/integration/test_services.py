@@ -144,14 +144,19 @@ def test_the_outbox_pruner_paces_a_backlog_of_relayed_events(conn, tenant, t0):
         outbox.publish(conn, "ticket.created", 1, aggregate=("ticket", ticket), tenant=tenant["id"],
                        payload={"ticket_id": ticket, "priority": "normal"})
     conn.execute("UPDATE outbox_events SET relayed_at = %s WHERE tenant_id = %s", (t0, tenant["id"]))
+    ids = [r["id"] for r in conn.execute("SELECT id FROM outbox_events WHERE tenant_id = %s ORDER BY id",
+                                         (tenant["id"],))]
     pruner = OutboxPruner(OutboxPrunerConfig(batch=2, pace=Pace(duty=0.5)), clock=Ticks())
     later = t0 + timedelta(days=8)
     runs = []
     for _ in range(5):
-        runs.append((pruner.run_once(conn, now=later), pruner.interval))
+        runs.append((pruner.run_once(conn, now=later), pruner.interval, pruner.resume_after))
         if pruner.interval == OutboxPrunerConfig().interval:
             break
-    assert runs == [(2, 2.0), (2, 2.0), (1, 60.0)]
+    # Each slice resumes after the last id the one before read; the last one reaches the cutoff.
+    assert runs == [(2, 2.0, ids[1]), (2, 2.0, ids[3]), (1, 60.0, None)]
+    assert conn.execute("SELECT count(*) AS n FROM outbox_events WHERE tenant_id = %s",
+                        (tenant["id"],)).fetchone()["n"] == 0
 
 
 def test_the_outbox_pruner_forgets_a_backlog_of_idempotency_keys_in_paced_batches(conn, tenant, t0):
