@@ -20,6 +20,12 @@ of the scratch database's server processes (``/proc/<pid>/stat`` of every
 backend ``pg_stat_activity`` lists for it, sampled every 0.2 s; only when the
 server runs on this host), and the server's WAL per recipient (the whole
 server's: other databases' writes count too).
+
+Where the OTP's time goes while the broadcast runs: the producer's backend is
+sampled in ``pg_stat_activity`` every 10 ms (:func:`wait_profile`), and the
+share of its time inside a transaction spent waiting on the WAL (a commit's
+flush behind the broadcast's writes), on a CPU, on locks and on its own client
+is printed beside the OTP's figures.
 """
 from __future__ import annotations
 
@@ -36,6 +42,40 @@ EVENT = "bench_broadcast.sent"
 #: The application_name of the connection that enqueues the OTPs and publishes the other tenant's events.
 OTP_APPLICATION = "opsboard-bench-otp"
 MODULE = __name__
+#: How often the OTP producer's backend is sampled (pg_stat_activity) while the broadcast runs.
+WAIT_SAMPLE_SECONDS = 0.01
+
+#: What a backend inside a transaction was doing, by its pg_stat_activity wait event: the WAL's I/O and
+#: locks (a commit waits for its flush, behind every byte written before its commit record), none (on a
+#: CPU or waiting for one: PostgreSQL cannot tell the two apart), its client (the next statement or the
+#: rows' reading), heavyweight and other lightweight locks, other I/O.
+WAIT_KINDS = ("WAL", "CPU", "client", "locks", "other I/O", "other")
+
+
+def wait_kind(state: str | None, wait_type: str | None, wait_event: str | None) -> str | None:
+    """The :data:`WAIT_KINDS` entry of one sample of a backend (None: idle, outside any transaction)."""
+    if state is None or state == "idle":
+        return None
+    event = wait_event or ""
+    if wait_type is None:
+        return "CPU"
+    if wait_type == "Client":
+        return "client"
+    if event.startswith("WAL") and wait_type in ("IO", "LWLock"):
+        return "WAL"
+    if wait_type in ("Lock", "LWLock"):
+        return "locks"
+    if wait_type == "IO":
+        return "other I/O"
+    return "other"
+
+
+def wait_profile(samples) -> dict[str, float]:
+    """Each :data:`WAIT_KINDS` entry's share (%) of the samples taken inside a transaction."""
+    kinds = [k for k in (wait_kind(*s) for s in samples) if k is not None]
+    if not kinds:
+        return {}
+    return {k: 100.0 * kinds.count(k) / len(kinds) for k in WAIT_KINDS}
 
 
 def _cpu_ticks(pid: int) -> int | None:
@@ -110,6 +150,18 @@ def broadcast(b) -> None:
                         other_seen.setdefault(r["e"], now)
                         seq = r["seq"]
 
+    broadcasting = threading.Event()  # set from the publish to the last inbox row
+    otp_waits: list[tuple] = []  # (state, wait_event_type, wait_event) of the OTP producer's backend
+
+    def sample_otp_waits() -> None:
+        with b.conn() as c:
+            while not stop.is_set():
+                if broadcasting.is_set():
+                    otp_waits.extend((r["state"], r["wait_event_type"], r["wait_event"]) for r in c.execute(
+                        "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+                        "WHERE application_name = %s", (OTP_APPLICATION,)))
+                time.sleep(WAIT_SAMPLE_SECONDS)
+
     otp_commit: list[float] = []  # the OTP enqueue's own transaction, ms (the producer's commit waits too)
     otp_committed: dict[str, float] = {}  # job id -> wall clock when its commit returned (same host as the server)
 
@@ -133,7 +185,7 @@ def broadcast(b) -> None:
                 next_at += 1 / 20
                 time.sleep(max(0.0, next_at - time.monotonic()))
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (sample, listen, side_traffic)]
+    threads = [threading.Thread(target=f, daemon=True) for f in (sample, listen, side_traffic, sample_otp_waits)]
     for t in threads:
         t.start()
     time.sleep(1.0)  # side traffic flowing before the broadcast
@@ -142,6 +194,7 @@ def broadcast(b) -> None:
         wal_at_publish = c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"]
         with c.transaction():
             ev = outbox.publish(c, EVENT, 1, aggregate=("notice", "big"), tenant=big, payload={})
+        broadcasting.set()
         deadline = time.monotonic() + max(300, n / 1000)
         # Pages go in user-id order: the last member's inbox row commits with the last page (one probe of
         # the inbox's unique key; a count by event reads every row so far, so it waits for that first);
@@ -152,6 +205,7 @@ def broadcast(b) -> None:
         every_row = "SELECT count(*) = %s AS done FROM notifications WHERE event_id = %s"
         while not c.execute(every_row, (n, ev["id"])).fetchone()["done"] and time.monotonic() < deadline:
             time.sleep(0.1)
+        broadcasting.clear()
         time.sleep(0.3)  # one more CPU sample after the last page
         ticks_at_done = dict(ticks)
         wal_row = c.execute("SELECT pg_current_wal_lsn() AS l, pg_current_wal_lsn() - %s::pg_lsn AS b",
@@ -206,6 +260,12 @@ def broadcast(b) -> None:
           percentile(otp_commit, 50), "ms", f"p99 {percentile(otp_commit, 99):.1f} ms: the producer's commit")
     b.add("broadcast", "OTP commit -> start p50 / p99 (in the above)", percentile(after_commit, 50), "ms",
           f"p99 {percentile(after_commit, 99):.1f} ms: the workers' part")
+    waits = wait_profile(otp_waits)
+    in_transaction = sum(1 for w in otp_waits if wait_kind(*w) is not None)
+    b.add("broadcast", "OTP producer's backend: waiting on the WAL (in the above)", waits.get("WAL", float("nan")),
+          "%", f"{in_transaction} samples inside its transactions (OTP enqueues, the other tenant's publishes), "
+          f"every {WAIT_SAMPLE_SECONDS * 1000:.0f} ms; "
+          + ", ".join(f"{k} {waits[k]:.0f} %" for k in WAIT_KINDS[1:] if k in waits))
     b.add("broadcast", "other tenant: publish -> inbox p50", percentile(other, 50), "ms",
           f"{len(other)} notifications at 5/s")
     b.add("broadcast", "other tenant: publish -> inbox p99", percentile(other, 99), "ms",

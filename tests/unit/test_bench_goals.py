@@ -128,3 +128,25 @@ def test_a_scenario_whose_program_is_missing_is_refused_before_anything_starts(m
     monkeypatch.setattr(bench.shutil, "which", lambda name: None)
     with pytest.raises(UsageError, match=r"api_worker scenario needs wrk \(apt-get install wrk\)"):
         bench.run_bench(config=None, scenarios=["api_worker"])
+
+
+def test_the_otp_producers_samples_are_told_apart_by_what_its_backend_waited_on():
+    from opsboard.tools.bench_broadcast import WAIT_KINDS, wait_kind, wait_profile
+
+    assert wait_kind("idle", "Client", "ClientRead") is None  # between transactions: not counted
+    assert wait_kind("active", "IO", "WALSync") == "WAL"
+    assert wait_kind("active", "LWLock", "WALWrite") == "WAL"
+    assert wait_kind("active", "IO", "WALInitWrite") == "WAL"
+    assert wait_kind("active", None, None) == "CPU"
+    assert wait_kind("idle in transaction", "Client", "ClientRead") == "client"
+    assert wait_kind("active", "Lock", "object") == "locks"
+    assert wait_kind("active", "LWLock", "BufferContent") == "locks"
+    assert wait_kind("active", "IO", "DataFileRead") == "other I/O"
+    samples = ([("active", "IO", "WALSync")] * 6 + [("active", None, None)] * 2
+               + [("idle in transaction", "Client", "ClientRead")] + [("active", "Lock", "object")]
+               + [("idle", "Client", "ClientRead")] * 30)
+    profile = wait_profile(samples)
+    assert set(profile) == set(WAIT_KINDS)
+    assert profile["WAL"] == 60.0 and profile["CPU"] == 20.0 and profile["client"] == 10.0
+    assert profile["locks"] == 10.0 and math.isclose(sum(profile.values()), 100.0)
+    assert wait_profile([("idle", "Client", "ClientRead")]) == {}
