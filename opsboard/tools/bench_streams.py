@@ -95,17 +95,29 @@ def _pss_kib(pid: int) -> int:
     return _rss_kib(pid)
 
 
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` so far (0 for a process that is gone)."""
-    total = 0
+def _backend_pids(conn) -> list[int]:
+    """This database's server processes but ``conn``'s own (empty when the server is not on this host)."""
+    pids = [r["pid"] for r in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+    return [p for p in pids if os.path.exists(f"/proc/{p}")]
+
+
+def _ticks(pids: list[int]) -> dict[int, int]:
+    """User + system CPU clock ticks of each of ``pids`` still running."""
+    out = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            out[pid] = int(fields[11]) + int(fields[12])
         except (OSError, IndexError, ValueError):
             pass
-    return total / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (0 for a process that is gone)."""
+    return sum(_ticks(pids).values()) / os.sysconf("SC_CLK_TCK")
 
 
 class _Clients:
@@ -264,17 +276,27 @@ def streams(b) -> None:
         load = os.getloadavg()[0]
         cpu0 = (_cpu_s(server), _cpu_s([p.pid for p in clients.procs]), time.monotonic())
         in_rounds = 0.0  # the stream server's CPU from each commit until every stream has the row
+        # From each commit until every stream has its row: the CPU of the stream server, the load
+        # clients and this database's backends (the stream server's reads; the probe's few), for the floor.
+        round_cpu = {"server": 0.0, "clients": 0.0, "postgres": 0.0}
+        hz = os.sysconf("SC_CLK_TCK")
         with b.conn() as c:
+            backends = _backend_pids(c)
             for r in range(ROUNDS):
                 before = _cpu_s(server)
                 with c.transaction():
                     ev = outbox.publish(c, EVENT, 1, aggregate=("notice", f"streams-{r}"), tenant=tenant, payload={})
                 fanoutmod.fan_out(c, ev["id"])  # commits: one row per user, one '*' NOTIFY
                 rounds.append(time.monotonic())
+                at_commit = (_cpu_s(server), _cpu_s([p.pid for p in clients.procs]), _ticks(backends))
                 wait_until = time.monotonic() + 60
                 while time.monotonic() < wait_until and clients.count(r) < clients.connected:
                     time.sleep(0.02)
                 in_rounds += _cpu_s(server) - before
+                db_ticks = _ticks(backends := _backend_pids(c))
+                round_cpu["server"] += _cpu_s(server) - at_commit[0]
+                round_cpu["clients"] += _cpu_s([p.pid for p in clients.procs]) - at_commit[1]
+                round_cpu["postgres"] += sum(t - at_commit[2].get(pid, 0) for pid, t in db_ticks.items()) / hz
                 time.sleep(0.5)
                 server_ms.append(_server_gaps(streams_port, PROCESSES))
         cpu1 = (_cpu_s(server), _cpu_s([p.pid for p in clients.procs]), time.monotonic())
@@ -297,6 +319,13 @@ def streams(b) -> None:
     b.add("streams", "commit -> every stream, p50", _percentile(latencies, 0.5) * 1000, "ms")
     b.add("streams", "commit -> every stream, p99", _percentile(latencies, 0.99) * 1000, "ms")
     b.add("streams", "commit -> last stream (max)", max(latencies, default=float("nan")) * 1000, "ms")
+    if round_cpu["postgres"] > 0:  # the server runs on this host: every part of a round's CPU is known
+        cores = os.cpu_count() or 1
+        spent = sum(round_cpu.values()) / max(len(rounds), 1)
+        b.add("streams", "CPU floor: commit -> every stream on every core", spent / cores * 1000, "ms",
+              f"a round's CPU over {cores} cores: stream server {round_cpu['server'] / len(rounds) * 1000:.0f}, "
+              f"load clients {round_cpu['clients'] / len(rounds) * 1000:.0f}, "
+              f"PostgreSQL {round_cpu['postgres'] / len(rounds) * 1000:.0f} ms a round")
     b.add("streams", "server: NOTIFY -> last stream written", _percentile(server_ms, 0.5), "ms",
           f"median of {len(server_ms)} rounds, slowest process (the client's reading is not in it)")
     b.add("streams", "stream server memory (PSS)", rss_after / 1024, "MiB",
