@@ -8,7 +8,8 @@
 * :mod:`.effects` -- the effect ledger (at most one external effect where it matters);
 * :mod:`.replay` -- audited replay of dead jobs, one (:func:`replay`) or a group (:func:`replay_many`);
 * :mod:`.prune` -- retention: :func:`prune_finished` deletes old succeeded and cancelled jobs
-  (:func:`prune_finished_slice`: a bounded slice of that walk, resumed by the next).
+  (:func:`prune_finished_slice`: a bounded slice of that walk, resumed by the next;
+  :func:`walk_in_key_order` keeps each batch on the primary key, with or without statistics).
 
 Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(...)`` (it was
 ``opsboard.queue``, which shadowed the standard library's ``queue``).
@@ -21,4 +22,4 @@ from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa:
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401
 from .replay import BulkReplay, DeadFilter, replay, replay_many  # noqa: F401
-from .prune import PruneSlice, prune_finished, prune_finished_slice  # noqa: F401
+from .prune import PruneSlice, prune_finished, prune_finished_slice, walk_in_key_order  # noqa: F401

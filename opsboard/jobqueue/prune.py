@@ -23,6 +23,12 @@ class PruneSlice:
     resume_after: uuid.UUID | None
 
 
+def walk_in_key_order(conn: psycopg.Connection) -> None:
+    """In a pruner's batch transaction, before its walk: the walk reads the primary key in order, a batch's
+    worth, with or without table statistics (``job_prune_walk_plan``)."""
+    db.one(conn, "job_prune_walk_plan")
+
+
 def prune_finished_slice(conn: psycopg.Connection, cutoff: datetime, batch: int = 5000, *,
                          after: uuid.UUID | None = None, until: float | None = None,
                          clock: Callable[[], float] = time.monotonic) -> PruneSlice:
@@ -41,6 +47,7 @@ def prune_finished_slice(conn: psycopg.Connection, cutoff: datetime, batch: int 
     after = after or uuid.UUID(int=0)
     while True:
         with conn.transaction():
+            walk_in_key_order(conn)
             row = db.one(conn, "job_prune_finished", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
                                                       "after_id": after, "limit": batch})
         total += row["n"]

@@ -427,6 +427,19 @@ UPDATE jobs j SET status = 'dead', last_error_code = 'expired',
 FROM stale WHERE j.id = stale.id
 RETURNING j.id;
 
+-- name: job_prune_walk_plan
+-- Before a pruner's batch, in its transaction: the walk up the primary key
+-- (job_prune_finished, outbox_prune_relayed) reads the key in order, a batch's
+-- worth, whatever the statistics say.  Without any (a restore: pg_restore
+-- brings none; a bulk load before autovacuum's ANALYZE; a server without
+-- autovacuum) the planner believed the range small and read all of it through
+-- a bitmap, then sorted it, for every batch: 100,000 finished jobs read for a
+-- batch of 50 (EXPLAIN ANALYZE, no statistics), so a backlog of N cost N times
+-- N / batch.  With bitmaps and sorts off the ordered scan of the key is the one
+-- plan left; the deletes by id = ANY(array) probe the key all the same.
+-- Local to the transaction (PgBouncer's transaction pooling keeps it there).
+SELECT set_config('enable_bitmapscan', 'off', true) AS bitmapscan, set_config('enable_sort', 'off', true) AS sort;
+
 -- name: job_prune_finished
 -- The pruner: delete succeeded and cancelled jobs finished before the cutoff,
 -- with their attempts, one primary-key range at a time.  UUIDv7 ids sort by

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from opsboard import db
+from opsboard import db, jobqueue
 from opsboard.schema import uuid7_floor
 
 from .pace import Pace
@@ -58,6 +58,7 @@ class OutboxPruner:
         total, after = 0, self.resume_after or uuid.UUID(int=0)
         while True:
             with conn.transaction():
+                jobqueue.walk_in_key_order(conn)
                 row = db.one(conn, "outbox_prune_relayed", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
                                                             "after_id": after, "limit": self.config.batch})
             total += row["n"]
