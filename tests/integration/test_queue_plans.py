@@ -351,9 +351,8 @@ def test_the_outbox_pruners_batches_read_what_they_delete_not_the_whole_table(co
         "INSERT INTO api_idempotency (tenant_id, key, request_hash, status, response, created_at) "
         "SELECT %s, 'k' || g, '\\x00', 202, '{}', CASE WHEN g <= 3000 THEN %s ELSE %s END::timestamptz "
         "FROM generate_series(1, 6000) g", (tenant["id"], t0 - timedelta(hours=30), t0))
-    # With statistics, as a server with autovacuum has them (without any, the generic plan of the events'
-    # walk reads the backlog's id range through a bitmap and sorts it, as job_prune_finished's does: still
-    # not the younger rows, which the join read every time).
+    # With statistics, as a server with autovacuum has them (without any, the events' walk alone reads the
+    # backlog's id range through a bitmap and sorts it: the pruners pin the walk's plan, see the next test).
     conn.execute("ANALYZE outbox_events")
     conn.execute("ANALYZE api_idempotency")
     events = explain(conn, "outbox_prune_relayed", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
