@@ -9,7 +9,8 @@
 * :mod:`.replay` -- audited replay of dead jobs, one (:func:`replay`) or a group (:func:`replay_many`);
 * :mod:`.prune` -- retention: :func:`prune_finished` deletes old succeeded and cancelled jobs
   (:func:`prune_finished_slice`: a bounded slice of that walk, resumed by the next;
-  :func:`walk_in_key_order` keeps each batch on the primary key, with or without statistics).
+  :func:`walk_in_index_order` keeps each batch of it, and of the expiry, on its index's order,
+  with or without statistics).
 
 Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(...)`` (it was
 ``opsboard.queue``, which shadowed the standard library's ``queue``).
@@ -22,4 +23,4 @@ from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa:
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401
 from .replay import BulkReplay, DeadFilter, replay, replay_many  # noqa: F401
-from .prune import PruneSlice, prune_finished, prune_finished_slice, walk_in_key_order  # noqa: F401
+from .prune import PruneSlice, prune_finished, prune_finished_slice, walk_in_index_order  # noqa: F401

@@ -23,10 +23,11 @@ class PruneSlice:
     resume_after: uuid.UUID | None
 
 
-def walk_in_key_order(conn: psycopg.Connection) -> None:
-    """In a pruner's batch transaction, before its walk: the walk reads the primary key in order, a batch's
-    worth, with or without table statistics (``job_prune_walk_plan``)."""
-    db.one(conn, "job_prune_walk_plan")
+def walk_in_index_order(conn: psycopg.Connection) -> None:
+    """In a maintenance batch's transaction, before its statement (the pruners' walk up a primary key, the
+    expiry's oldest expired jobs): the batch reads its index in order, a batch's worth, with or without
+    table statistics (``job_walk_in_index_order``)."""
+    db.one(conn, "job_walk_in_index_order")
 
 
 def prune_finished_slice(conn: psycopg.Connection, cutoff: datetime, batch: int = 5000, *,
@@ -47,7 +48,7 @@ def prune_finished_slice(conn: psycopg.Connection, cutoff: datetime, batch: int 
     after = after or uuid.UUID(int=0)
     while True:
         with conn.transaction():
-            walk_in_key_order(conn)
+            walk_in_index_order(conn)
             row = db.one(conn, "job_prune_finished", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
                                                       "after_id": after, "limit": batch})
         total += row["n"]

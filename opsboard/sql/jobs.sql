@@ -427,17 +427,21 @@ UPDATE jobs j SET status = 'dead', last_error_code = 'expired',
 FROM stale WHERE j.id = stale.id
 RETURNING j.id;
 
--- name: job_prune_walk_plan
--- Before a pruner's batch, in its transaction: the walk up the primary key
--- (job_prune_finished, outbox_prune_relayed) reads the key in order, a batch's
--- worth, whatever the statistics say.  Without any (a restore: pg_restore
--- brings none; a bulk load before autovacuum's ANALYZE; a server without
--- autovacuum) the planner believed the range small and read all of it through
--- a bitmap, then sorted it, for every batch: 100,000 finished jobs read for a
--- batch of 50 (EXPLAIN ANALYZE, no statistics), so a backlog of N cost N times
--- N / batch.  With bitmaps and sorts off the ordered scan of the key is the one
--- plan left; the deletes by id = ANY(array) probe the key all the same.
--- Local to the transaction (PgBouncer's transaction pooling keeps it there).
+-- name: job_walk_in_index_order
+-- Before a maintenance batch that takes the first rows of an index's order (the
+-- pruners' walk up a primary key: job_prune_finished, outbox_prune_relayed; the
+-- expiry's oldest expired jobs: job_expire_many), in the batch's transaction:
+-- the batch reads that index in order, a batch's worth, whatever the statistics
+-- say.  Without any (a restore: pg_restore brings none; a bulk load before
+-- autovacuum's ANALYZE; a server without autovacuum), or with stale ones, the
+-- planner believed the range small and read all of it through a bitmap (or
+-- through another partial index), then sorted it, for every batch: 100,000
+-- finished jobs read for a prune batch of 50, 100,000 expired jobs for an
+-- expiry batch of 500 (EXPLAIN ANALYZE), so a backlog of N cost N times
+-- N / batch.  With bitmaps and sorts off the ordered index scan is the plan
+-- left, the one the planner takes with statistics; probes by id = ANY(array)
+-- use the key all the same.  Local to the transaction (PgBouncer's transaction
+-- pooling keeps it there).
 SELECT set_config('enable_bitmapscan', 'off', true) AS bitmapscan, set_config('enable_sort', 'off', true) AS sort;
 
 -- name: job_prune_finished

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from opsboard import db
+from opsboard import db, jobqueue
 from opsboard.config import Config
 
 
@@ -40,6 +40,7 @@ class Expiry:
         total = 0
         while True:
             with conn.transaction():
+                jobqueue.walk_in_index_order(conn)
                 ids = [r["id"] for r in db.all_rows(conn, "job_expire_many", {"now": now, "limit": self.config.batch})]
                 if ids:
                     db.all_rows(conn, "delivery_expire_for_jobs", {"job_ids": ids, "now": now})

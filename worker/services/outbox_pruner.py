@@ -58,7 +58,7 @@ class OutboxPruner:
         total, after = 0, self.resume_after or uuid.UUID(int=0)
         while True:
             with conn.transaction():
-                jobqueue.walk_in_key_order(conn)
+                jobqueue.walk_in_index_order(conn)
                 row = db.one(conn, "outbox_prune_relayed", {"cutoff": cutoff, "cutoff_id": uuid7_floor(cutoff),
                                                             "after_id": after, "limit": self.config.batch})
             total += row["n"]
