@@ -36,7 +36,7 @@ import time
 from .. import audit, auth, jobqueue, outbox, pauses
 from ..notifications import policy
 from ..notifications.inbox import CHANNEL
-from .bench_notifications import _rss_kib, seed_members
+from .bench_notifications import _cpu_ticks, _rss_kib, seed_members
 
 EVENT = "bench_broadcast.sent"
 #: The application_name of the connection that enqueues the OTPs and publishes the other tenant's events.
@@ -76,16 +76,6 @@ def wait_profile(samples) -> dict[str, float]:
     if not kinds:
         return {}
     return {k: 100.0 * kinds.count(k) / len(kinds) for k in WAIT_KINDS}
-
-
-def _cpu_ticks(pid: int) -> int | None:
-    """A process's user + system CPU time in clock ticks (None: gone, or not on this host)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def register(cat) -> None:

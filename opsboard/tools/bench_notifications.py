@@ -79,6 +79,16 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """A process's user + system CPU time in clock ticks (None: gone, or not on this host)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def sse(b) -> None:
     """1,000 SSE streams on one gunicorn gthread process: a new inbox row reaching all of them (p50/p99), KiB per stream."""
     import os

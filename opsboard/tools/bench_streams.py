@@ -37,7 +37,7 @@ from .. import auth, outbox
 from ..catalogue import active
 from ..notifications import fanout as fanoutmod
 from ..notifications import inbox, policy
-from .bench_notifications import EVENT, _recipients, _rss_kib, seed_members
+from .bench_notifications import EVENT, _cpu_ticks, _recipients, _rss_kib, seed_members
 
 #: Notifications published to every stream (OPSBOARD_BENCH_ROUNDS: more for a profile).
 ROUNDS = int(os.environ.get("OPSBOARD_BENCH_ROUNDS", "3"))
@@ -104,15 +104,7 @@ def _backend_pids(conn) -> list[int]:
 
 def _ticks(pids: list[int]) -> dict[int, int]:
     """User + system CPU clock ticks of each of ``pids`` still running."""
-    out = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[pid] = int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
+    return {pid: t for pid in pids if (t := _cpu_ticks(pid)) is not None}
 
 
 def _cpu_s(pids: list[int]) -> float:
