@@ -43,6 +43,7 @@ A refreshed alert whose severity rises does not notify again.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,6 +57,8 @@ from .auth import TenantScope
 from .config import DEFAULT_QUEUE_AGE_TARGET, Config, QUEUE_AGE_TARGETS, QUEUE_NAMES, WORKER_LIVE_SECONDS
 from .errors import OpsError
 from .schema import new_id
+
+log = logging.getLogger("worker.alerts")
 
 RULES = ("dead_rising", "error_code", "queue_age", "no_worker")
 SEVERITIES = ("info", "warning", "critical")
@@ -274,6 +277,25 @@ _SAMPLE = {"severity": "critical", "rule": "no_worker", "key": "critical",
            "link": "/alerts/01900000-0000-7000-8000-000000000000"}
 
 
+
+class AlertService:
+    """The leader's alert service: evaluates every rule on an interval, so that one process opens
+    and closes alerts (contributed to the worker through the catalogue, ``services["alerts"]``)."""
+
+    name = "alerts"
+
+    def __init__(self, config: AlertConfig = AlertConfig()):
+        self.config = config
+        self.interval = config.interval
+
+    def run_once(self, conn, now: datetime | None = None) -> int:
+        """Evaluate every rule once; returns the alerts opened plus those closed."""
+        counts = evaluate(conn, self.config, now)
+        if counts["opened"] or counts["closed"]:
+            log.warning("alerts: %d opened, %d closed, %d still open", counts["opened"], counts["closed"],
+                        counts["refreshed"])
+        return counts["opened"] + counts["closed"]
+
 def register(cat) -> None:
     """The alerts feature's events, categories, policies and shipped templates (see the module docstring).
 
@@ -305,6 +327,7 @@ def register(cat) -> None:
                     **_SAMPLE, "severity": "warning", "rule": "dead_rising", "key": "all",
                     "summary": "14 jobs went dead in the last 10 min (threshold 10)"}
                 cat.ship_template(key, channel, locale, subject, body, _VARS, sample)
+    cat.services["alerts"] = lambda config: AlertService(AlertConfig.from_config(config))
 
 
 # ---------------------------------------------------------------- the dashboard's side

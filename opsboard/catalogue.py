@@ -73,6 +73,13 @@ class Catalogue:
     report_kinds: dict[str, Any] = field(default_factory=dict)
     #: ``name -> schedules.Schedule``
     schedules: dict[str, Any] = field(default_factory=dict)
+    #: Leader-only maintenance services a feature contributes: ``name -> factory(config) -> service``
+    #: (a service has ``name``, ``interval`` and ``run_once(conn, now=None) -> int``, like the
+    #: worker's own in ``worker/services``; the worker's leader runs them beside its own).
+    services: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    #: Run once by each worker as it starts, with a connection: ``name -> fn(conn)`` (seeding
+    #: shipped templates a deployment skipped).  A hook that raises ``psycopg.Error`` is logged.
+    start_hooks: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     #: What registered into it, in order (module names): for ``opsboard catalogue`` and errors.
     registered: list[str] = field(default_factory=list)
     #: Bumped by every change; derived tables (claim limits, relay routes) are cached per revision.
@@ -110,7 +117,7 @@ class Catalogue:
                 "categories": len(self.categories), "policies": len(self.policies),
                 "message_templates": len(self.message_templates),
                 "shipped_templates": len(self.shipped_templates), "report_kinds": len(self.report_kinds),
-                "schedules": len(self.schedules)}
+                "schedules": len(self.schedules), "services": len(self.services)}
 
 
 _active = Catalogue()

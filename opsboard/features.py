@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from . import alerts, deliveries, jobtypes, reports, tickets
+from . import alerts, deliveries, diagnostics, jobtypes, reports, tickets
 from .catalogue import Catalogue
 from .config import Config, ConfigError
 from .notifications import policy
 
 #: The product's own features, in the order they register.
 FEATURES = (
-    ("diagnostics", jobtypes.register),
+    ("diagnostics", diagnostics.register),
     ("deliveries", deliveries.register),
     ("notifications", policy.register),
     ("tickets", tickets.register),
@@ -31,7 +31,7 @@ FEATURES = (
 
 def build_catalogue(config: Config | None = None, *, modules: Iterable[str] | None = None) -> Catalogue:
     """A new catalogue with every feature and the extension ``modules`` (default: the configuration's
-    ``job_modules``) registered, in that order.
+    ``job_modules``) registered, in that order, every handler given by path imported.
 
     An extension module must have a ``register(catalogue)`` function; one that cannot be imported, has
     none, or fails while registering raises :class:`ConfigError` naming it (the CLI and the worker stop
@@ -45,6 +45,7 @@ def build_catalogue(config: Config | None = None, *, modules: Iterable[str] | No
         modules = config.job_modules if config is not None else ()
     for name in modules:
         register_module(cat, name)
+    jobtypes.resolve_handlers(cat)
     return cat
 
 

@@ -3,7 +3,7 @@
 A producer cannot enqueue an unknown type/version or a payload that breaks its
 contract: :func:`validate` raises before anything is written, so a job never
 discovers a predictable user error late.  The handler is named by a dotted path
-(``"worker.handlers.diag:noop"``) and resolved only by the worker, so the core
+(``"opsboard.diagnostics:noop"``) and resolved only by the worker, so the core
 never imports the worker.
 
 Types live in the :class:`~opsboard.catalogue.Catalogue`: each feature's
@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
+import dataclasses
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import catalogue as _catalogue
 from . import personal_data as _personal_data
-from .config import QUEUE_NAMES
+from .config import QUEUE_NAMES, ConfigError
 
 #: Largest payload accepted, as JSON bytes: payloads carry ids and options only.
 MAX_PAYLOAD_BYTES = 16 * 1024
@@ -128,6 +130,7 @@ class JobPolicy:
 class JobType:
     name: str
     version: int
+    #: The handler's ``"module:function"`` path (for display, logs and errors).
     handler: str
     policy: JobPolicy
     fields: dict[str, Field] = field(default_factory=dict)
@@ -157,6 +160,11 @@ class JobType:
     #: message and the notification delivery they would have sent are failed, error ``cancelled``),
     #: so nothing stays queued for a job that will never run.  One row per thing settled (``id``).
     on_cancel: str | None = None
+    #: The handler function: given to :func:`define`, or imported from ``handler`` by
+    #: :func:`resolve_handlers` when the catalogue is built.
+    run: Callable | None = field(default=None, compare=False, repr=False)
+    #: The ``prepare_batch`` function, likewise.
+    prepare: Callable | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -304,7 +312,7 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
                              tuple(groups[g][0] for g in sorted(groups)), tuple(groups[g][1] for g in sorted(groups)))
 
 
-_HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+_HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -318,29 +326,92 @@ def provider_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return cat.derived(("provider_types",), build)
 
 
-def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str,
+def _path_of(fn: Callable) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: str | Callable,
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
-           description: str = "", prepare_batch: str | None = None, relaxed_effects: bool = False,
+           description: str = "", prepare_batch: str | Callable | None = None, relaxed_effects: bool = False,
            public: bool = False, on_replay: str | None = None, on_cancel: str | None = None,
            **policy: Any) -> JobType:
     """Register a job type in ``cat``; redefining the same (name, version) replaces it.
 
-    ``handler`` (and ``prepare_batch``) are ``"module:function"`` paths, resolved by the
-    worker when it starts (it refuses to start when one points nowhere).  ``public`` types
+    ``handler`` (and ``prepare_batch``) is the function itself, which the feature that owns
+    the type keeps beside its definition, or a ``"module:function"`` path that
+    :func:`resolve_handlers` imports when the catalogue is built (an extension may name a
+    handler in a module it would rather not import while registering).  ``public`` types
     may be enqueued over the HTTP API; the others only by the product's own code.  ``on_replay``
     names the query an operator's replay of a dead job runs (see :attr:`JobType.on_replay`),
     ``on_cancel`` the one a cancel of unstarted jobs runs (:attr:`JobType.on_cancel`).
     """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
-    for what, path in (("handler", handler), ("prepare_batch", prepare_batch)):
-        if path is not None and not (isinstance(path, str) and _HANDLER_RE.fullmatch(path)):
-            raise ValueError(f"job type {name!r}: {what} {path!r} must be 'module:function'")
-    jt = JobType(name, int(version), handler, JobPolicy(**policy), dict(fields or {}), check, description,
-                 prepare_batch, bool(relaxed_effects), bool(public), on_replay, on_cancel)
+    functions: dict[str, Callable | None] = {}
+    paths: dict[str, str | None] = {}
+    for what, value in (("handler", handler), ("prepare_batch", prepare_batch)):
+        if callable(value):
+            functions[what], paths[what] = value, _path_of(value)
+        elif value is None or (isinstance(value, str) and _HANDLER_RE.fullmatch(value)):
+            functions[what], paths[what] = None, value
+        else:
+            raise ValueError(f"job type {name!r}: {what} {value!r} must be a function or 'module:function'")
+    if paths["handler"] is None:
+        raise ValueError(f"job type {name!r}: a handler is required")
+    jt = JobType(name, int(version), paths["handler"], JobPolicy(**policy), dict(fields or {}), check, description,
+                 paths["prepare_batch"], bool(relaxed_effects), bool(public), on_replay, on_cancel,
+                 functions["handler"], functions["prepare_batch"])
     cat.job_types[(jt.name, jt.version)] = jt
     cat.changed()
     return jt
+
+
+def _import_path(path: str) -> Callable:
+    module, _, attr = path.partition(":")
+    fn = importlib.import_module(module)
+    for part in attr.split("."):
+        fn = getattr(fn, part)
+    return fn
+
+
+def resolve_handlers(cat: _catalogue.Catalogue) -> None:
+    """Import every handler and ``prepare_batch`` given by path in ``cat`` (``build_catalogue`` calls it).
+
+    Raises :class:`~opsboard.config.ConfigError` (one line, exit status 2) naming the first type
+    whose path points nowhere or at something that is not callable: a deployment that cannot run
+    a type it may claim must not start.
+    """
+    for key, jt in list(cat.job_types.items()):
+        found: dict[str, Callable | None] = {"run": jt.run, "prepare": jt.prepare}
+        for what, attr, path in (("handler", "run", jt.handler), ("prepare_batch", "prepare", jt.prepare_batch)):
+            if path is None or found[attr] is not None:
+                continue
+            try:
+                fn = _import_path(path)
+            except ImportError as exc:
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} cannot be imported "
+                                  f"({type(exc).__name__}: {exc})") from None
+            except AttributeError:
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r}: the module has no "
+                                  f"{path.partition(':')[2]!r}") from None
+            if not callable(fn):
+                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} is not callable")
+            found[attr] = fn
+        if found["run"] is not jt.run or found["prepare"] is not jt.prepare:
+            cat.job_types[key] = dataclasses.replace(jt, run=found["run"], prepare=found["prepare"])
+    cat.changed()
+
+
+def handler_of(jt: JobType) -> Callable:
+    """``jt``'s handler function (imported from its path when the catalogue was not resolved)."""
+    return jt.run if jt.run is not None else _import_path(jt.handler)
+
+
+def prepare_of(jt: JobType) -> Callable | None:
+    """``jt``'s ``prepare_batch`` function, or None."""
+    if jt.prepare is not None or jt.prepare_batch is None:
+        return jt.prepare
+    return _import_path(jt.prepare_batch)
 
 
 def get(name: str, version: int = 1) -> JobType:
@@ -449,15 +520,3 @@ def _names(types) -> str:
     return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "a boolean",
                         list: "a list", dict: "an object", uuid.UUID: "a UUID string"}.get(t, t.__name__)
                        for t in types)
-
-
-def register(cat: _catalogue.Catalogue) -> None:
-    """The diagnostic types: used by ``opsboard bench``, the demo and smoke tests."""
-    # Public: producers' smoke tests enqueue them over the API.
-    define(cat, "diag.noop", handler="worker.handlers.diag:noop", max_attempts=3, timeout=10, public=True,
-           description="Does nothing; measures the queue's own overhead.")
-    define(cat, "diag.sleep", handler="worker.handlers.diag:sleep", fields={"ms": Field((int, float))}, public=True,
-           max_attempts=3, timeout=60, description="Sleeps for ms milliseconds.")
-    define(cat, "diag.sleep", 2, handler="worker.handlers.diag:sleep", queue="critical", priority=0, public=True,
-           fields={"ms": Field((int, float)), "sent_at": Field((int, float), required=False)},
-           max_attempts=3, timeout=10, description="Critical-queue variant, for latency measurements.")

@@ -35,11 +35,9 @@ def run(config: Config, args: argparse.Namespace) -> int:
     from opsboard.db import resolve_direct_url, resolve_url
     from opsboard.features import build_catalogue
 
-    from .executor import resolve_handlers
     from .runner import Worker
 
-    catalogue = build_catalogue(config)
-    resolve_handlers(catalogue.job_types.values())  # a handler that points nowhere: one line, status 2
+    catalogue = build_catalogue(config)  # a handler that points nowhere: one line, status 2
 
     try:
         queues = parse_queue_slots(args.queues) if args.queues else None

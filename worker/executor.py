@@ -7,7 +7,6 @@ behind, slots wait there and the fetcher stops claiming.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -102,45 +101,11 @@ class Slot(threading.Thread):
             self.qs.abandoned -= 1
 
 
-def _resolve(path: str) -> Callable:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def resolve_handlers(job_types) -> dict[str, Callable]:
-    """Every ``handler`` and ``prepare_batch`` path of ``job_types``, imported: ``{path: function}``.
-
-    Raises :class:`~opsboard.config.ConfigError` (the worker exits with status 2 and one
-    line) naming the first type whose path points nowhere: a worker that cannot run a
-    type it may claim must not start.
-    """
-    from opsboard.config import ConfigError
-
-    found: dict[str, Callable] = {}
-    for jt in job_types:
-        for what, path in (("handler", jt.handler), ("prepare_batch", jt.prepare_batch)):
-            if path is None or path in found:
-                continue
-            try:
-                fn = _resolve(path)
-            except ImportError as exc:
-                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} cannot be imported "
-                                  f"({type(exc).__name__}: {exc})") from None
-            except AttributeError:
-                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r}: the module has no "
-                                  f"{path.partition(':')[2]!r}") from None
-            if not callable(fn):
-                raise ConfigError(f"job type {jt.name} v{jt.version}: {what} {path!r} is not callable")
-            found[path] = fn
-    return found
-
-
 class Executor:
     """Runs jobs in slots and turns each run into an outcome for the completer."""
 
     def __init__(self, worker: "Worker"):
         self.worker = worker
-        self.handlers: dict[str, Callable] = {}
         #: Types whose finish may let another job start (a concurrency limit):
         #: their outcomes wake the claimers of every worker (NOTIFY).
         self.limited_types: frozenset[str] = frozenset()
@@ -150,12 +115,6 @@ class Executor:
         qs.threads.append(slot)
         slot.start()
         return slot
-
-    def handler(self, path: str) -> Callable:
-        fn = self.handlers.get(path)
-        if fn is None:
-            fn = self.handlers[path] = _resolve(path)
-        return fn
 
     def free_slot(self, r: Running) -> None:
         qs = r.slot.qs
@@ -223,7 +182,7 @@ class Executor:
                 if waiting is not None:
                     outcome = waiting
                 else:
-                    outcome = retry.classify(self.handler(jt.handler)(r.ctx))
+                    outcome = retry.classify(jobtypes.handler_of(jt)(r.ctx))
             except retry.Outcome as exc:
                 outcome = exc
             except psycopg.errors.QueryCanceled as exc:
@@ -261,8 +220,7 @@ class Executor:
                 hook = hooks[key]
             except KeyError:
                 try:
-                    path = jobtypes.get(*key).prepare_batch
-                    hook = self.handler(path) if path else None
+                    hook = jobtypes.prepare_of(jobtypes.get(*key))
                 except Exception:  # unknown type, hook not importable: run_job deals with it
                     hook = None
                 hooks[key] = hook

@@ -48,7 +48,7 @@ from opsboard.features import build_catalogue
 from opsboard.db import connect
 
 from .completer import Completer
-from .executor import Executor, Running, resolve_handlers
+from .executor import Executor, Running
 from .fetcher import Fetcher, HoldsCache, QueueState
 from .keeper import Keeper
 from .leader import Leader
@@ -137,7 +137,7 @@ class Worker:
         activate(self.catalogue)
         # Every handler resolved now: a type this worker may claim but cannot run stops the start
         # (ConfigError: one line, exit status 2), not each of its jobs later.
-        self.executor.handlers.update(resolve_handlers(self.catalogue.job_types.values()))
+        jobtypes.resolve_handlers(self.catalogue)
         self.executor.limited_types = frozenset(
             t for q in self.queues for t in jobtypes.concurrency_limits(q).types)
         # The pool's own per-attempt warnings would say the same thing many
@@ -156,7 +156,7 @@ class Worker:
                 "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
                 "version": opsboard.__version__})
-            self._seed_shipped_templates(conn)
+            self._run_start_hooks(conn)
         for qs in self.queues.values():
             for _ in range(qs.slots):
                 self.executor.spawn_slot(qs)
@@ -170,24 +170,22 @@ class Worker:
         if self.run_services:
             if self.services is None:
                 from .services import default_services
-                self.services = default_services(self.config)
+                self.services = default_services(self.config, self.catalogue)
             self.leader = Leader(self, self.services)
             self._thread(self.leader.run, "leader")
         log.info("worker started", extra={"worker_id": self.id})
         log.info("queues: %s", ", ".join(f"{q.name}={q.slots}" for q in self.queues.values()))
         return self
 
-    def _seed_shipped_templates(self, conn) -> None:
-        """Publish the catalogue's shipped templates missing from the database (one query when none is):
-        a deployment that skipped ``opsboard migrate``'s seeding still renders its notifications."""
-        from opsboard.notifications.templates import seed_shipped
-        try:
-            seeded = seed_shipped(conn)
-        except psycopg.Error as exc:
-            log.warning("shipped templates not seeded: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
-            return
-        if seeded:
-            log.info("%d shipped template(s) published", len(seeded))
+    def _run_start_hooks(self, conn) -> None:
+        """The features' start hooks (``catalogue.start_hooks``: publishing the shipped templates a
+        deployment that skipped ``opsboard migrate``'s seeding misses); one that fails is logged."""
+        for name, hook in self.catalogue.start_hooks.items():
+            try:
+                hook(conn)
+            except psycopg.Error as exc:
+                log.warning("start hook %s failed: %s", name,
+                            str(exc).strip().splitlines()[0] if str(exc) else exc)
 
     def _wait_for_database(self) -> bool:
         """Block until the database answers; ``False`` if stopped meanwhile.

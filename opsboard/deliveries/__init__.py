@@ -18,10 +18,10 @@ where                                    what
                                          guard: address checks, DNS resolution)
 ``opsboard/sql/deliveries.sql``          the feature's named queries (endpoints, messages, push
                                          subscriptions, breakers)
-``worker/handlers/deliveries.py``        the handlers of the job types below (thin: load, gate, send)
-``worker/providers/``                    the worker's clients of the providers: ``http`` (bounded client,
-                                         pinned target check), ``webhook``, ``smtp``, ``sms``, ``push``;
-                                         each returns a classified outcome
+``opsboard/deliveries/handlers.py``      the handlers of the job types below (thin: load, gate, send)
+``opsboard/deliveries/providers/``       the provider adapters: ``http`` (bounded client, pinned target
+                                         check), ``webhook``, ``smtp``, ``sms``, ``push``; each returns a
+                                         classified outcome
 ``opsboard/web/deliveries.py``,          the deliveries page (breakers), the webhook endpoint pages and
 ``opsboard/web/webhooks.py``,            the ``/api/v1/webhooks`` API
 ``opsboard/web/api/webhooks.py``
@@ -73,30 +73,30 @@ def register(cat: _catalogue.Catalogue) -> None:
     # enqueued otherwise (a replay, the relay's fallback) is done with its claimed batch in one
     # transaction (webhook_fanout_prepare).
     run_at_relay(cat, "webhook.fanout", fanout_at_relay)
-    define(cat, "webhook.fanout", handler="worker.handlers.deliveries:webhook_fanout", fields={"event_id": Field(uuid.UUID)},
-           prepare_batch="worker.handlers.deliveries:webhook_fanout_prepare",
+    define(cat, "webhook.fanout", handler="opsboard.deliveries.handlers:webhook_fanout", fields={"event_id": Field(uuid.UUID)},
+           prepare_batch="opsboard.deliveries.handlers:webhook_fanout_prepare",
            max_attempts=10, timeout=30, backoff_base=1.0, backoff_cap=300.0,
            description="Enqueue one webhook.deliver per subscribed endpoint of the event's tenant.")
     # A claimed batch of deliveries is begun in one statement (webhook_prepare); a started
     # delivery is reconciled by sending again with the same webhook-id (relaxed_effects).
-    define(cat, "webhook.deliver", handler="worker.handlers.deliveries:webhook_deliver",
-           prepare_batch="worker.handlers.deliveries:webhook_prepare", relaxed_effects=True,
+    define(cat, "webhook.deliver", handler="opsboard.deliveries.handlers:webhook_deliver",
+           prepare_batch="opsboard.deliveries.handlers:webhook_prepare", relaxed_effects=True,
            fields={"endpoint_id": Field(uuid.UUID), "event_id": Field(uuid.UUID)}, provider="webhooks",
            max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
            description="POST one event to one endpoint, signed per Standard Webhooks.")
     # An operator's replay of a dead provider job reopens the message and its notification delivery
     # (outbound_message_reopen, delivery_push_reopen): the replay's answer is then the one recorded.
     # A cancel before it ran fails them (outbound_message_cancel, delivery_push_cancel): never sent.
-    define(cat, "email.send", handler="worker.handlers.deliveries:email_send", fields={"message_id": Field(uuid.UUID)},
+    define(cat, "email.send", handler="opsboard.deliveries.handlers:email_send", fields={"message_id": Field(uuid.UUID)},
            on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="smtp", max_attempts=8, timeout=60, backoff_base=10.0, backoff_cap=3600.0,
            description="Send one outbound_messages email over SMTP.")
-    define(cat, "sms.send", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
+    define(cat, "sms.send", handler="opsboard.deliveries.handlers:sms_send", fields={"message_id": Field(uuid.UUID)},
            on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="sms_gateway", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=1800.0,
            description="Send one outbound_messages SMS through the HTTP gateway.")
-    define(cat, "sms.otp", handler="worker.handlers.deliveries:sms_send", fields={"message_id": Field(uuid.UUID)},
+    define(cat, "sms.otp", handler="opsboard.deliveries.handlers:sms_send", fields={"message_id": Field(uuid.UUID)},
            on_replay="outbound_message_reopen", on_cancel="outbound_message_cancel", provider="sms_gateway", queue="critical", priority=0, max_attempts=3, timeout=15, backoff_base=1.0,
            backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
-    define(cat, "push.send", handler="worker.handlers.deliveries:push_send",
+    define(cat, "push.send", handler="opsboard.deliveries.handlers:push_send",
            fields={"subscription_id": Field(uuid.UUID), "notification_id": Field(uuid.UUID),
                    "title": Field(str, required=False, max_length=80)},
            on_replay="delivery_push_reopen", on_cancel="delivery_push_cancel", provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,

@@ -7,7 +7,7 @@ it) POSTs each report it receives, as the raw message, to
 of "t.body">`` in the ``Opsboard-Signature`` header; five minutes of clock skew at most).
 
 A report names the message it is about by the ``Message-ID`` we gave it
-(``<outbound message id@sender domain>``, :func:`worker.providers.smtp.message_id`)
+(``<outbound message id@sender domain>``, :func:`opsboard.deliveries.providers.smtp.message_id`)
 in its returned headers; per recipient its ``Action`` says what happened:
 
 * ``failed`` (a ``5.x.x`` status) -> the delivery is ``bounced``;

@@ -13,7 +13,7 @@ carries is.
 
 Checked when an endpoint is registered (a clear refusal for its owner) and
 again on every delivery, where the connection is pinned to the address that
-was checked (:mod:`worker.providers.http`, used by webhooks and Web Push).
+was checked (:mod:`opsboard.deliveries.providers.http`, used by webhooks and Web Push).
 Names are looked up through :data:`lookup` (tests replace it to play a DNS
 answer that changes between registration and delivery).
 """

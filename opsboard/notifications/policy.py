@@ -240,6 +240,9 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
 def register(cat: _catalogue.Catalogue) -> None:
     """The notification tier's categories and job types (policies come with the features whose events
     they notify)."""
+    from . import templates  # templates reads this module's channels: imported when registering
+
+    cat.start_hooks["shipped_templates"] = templates.seed_at_start
     define_category(cat, "otp", critical=True, sms_approved=True, description="One-time passwords.")
     define_category(cat, "security", critical=True, sms_approved=True, description="Sign-ins, password changes.")
     define_category(cat, "financial", sms_approved=True, description="Payments, invoices, refunds.")
@@ -247,19 +250,19 @@ def register(cat: _catalogue.Catalogue) -> None:
     define_category(cat, "account", description="Sign-ups and account changes.")
     define_category(cat, "ticket", description="Support ticket updates.")
     define_category(cat, "system", description="Platform notices.")
-    jobtypes.define(cat, "notifications.fanout", handler="worker.handlers.notifications:fanout",
+    jobtypes.define(cat, "notifications.fanout", handler="opsboard.notifications.handlers:fanout",
                     fields={"event_id": jobtypes.Field(uuid.UUID),
                             "after": jobtypes.Field(uuid.UUID, required=False)}, max_attempts=10, timeout=120,
                     description="One event -> inbox rows, deliveries and channel jobs for every recipient "
                                 "(a broadcast: one page of its audience, after the user id in 'after').")
-    jobtypes.define(cat, "notifications.deliver", handler="worker.handlers.notifications:deliver",
+    jobtypes.define(cat, "notifications.deliver", handler="opsboard.notifications.handlers:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=5, timeout=30,
                     on_cancel="delivery_cancel_unsent",
                     description="One delivery (recipient x event x channel): render and hand to the provider job.")
-    jobtypes.define(cat, "notifications.deliver_critical", handler="worker.handlers.notifications:deliver",
+    jobtypes.define(cat, "notifications.deliver_critical", handler="opsboard.notifications.handlers:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, queue="critical", priority=0, max_attempts=3,
                     timeout=10, on_cancel="delivery_cancel_unsent", description="A critical delivery (OTP, security) on the critical queue.")
-    jobtypes.define(cat, "notifications.sms_status", handler="worker.handlers.notifications:sms_status",
+    jobtypes.define(cat, "notifications.sms_status", handler="opsboard.notifications.handlers:sms_status",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=12, timeout=30, backoff_base=15.0,
                     backoff_cap=1800.0,
                     description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "

@@ -13,6 +13,7 @@ ends there (:func:`opsboard.notifications.render.locale_chain`).
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 
 import psycopg
@@ -179,6 +180,13 @@ def diff(old: dict | None, new: dict) -> list[str]:
 def usage(conn: psycopg.Connection, key: str) -> list[dict]:
     """How many deliveries used each version of ``key``."""
     return db.all_rows(conn, "template_usage", {"key": key})
+
+
+def seed_at_start(conn: psycopg.Connection) -> None:
+    """A worker's start hook (``catalogue.start_hooks``): :func:`seed_shipped`, saying what it published."""
+    seeded = seed_shipped(conn)
+    if seeded:
+        logging.getLogger("worker").info("%d shipped template(s) published", len(seeded))
 
 
 def seed_shipped(conn: psycopg.Connection, shipped: dict | None = None) -> list[dict]:

@@ -27,17 +27,17 @@ def register(cat: _catalogue.Catalogue) -> None:
         description=_l("Jobs per day, type and status created in the range (days in the chosen time zone)."),
     ))
 
-    define(cat, "reports.request", handler="worker.handlers.reports:request", queue="bulk", long_running=True,
+    define(cat, "reports.request", handler="opsboard.reports.handlers:request", queue="bulk", long_running=True,
            fields={"run_id": Field(uuid.UUID)}, max_attempts=5, timeout=600, backoff_base=2,
            backoff_cap=60, description="Plans a report run into keyset slices and enqueues a chunk job per slice.")
-    define(cat, "reports.chunk", handler="worker.handlers.reports:chunk", queue="bulk", long_running=True,
+    define(cat, "reports.chunk", handler="opsboard.reports.handlers:chunk", queue="bulk", long_running=True,
            fields={"run_id": Field(uuid.UUID), "seq": Field(int)}, max_attempts=5, timeout=900,
            backoff_base=2, backoff_cap=120,
            description="Writes one slice of a report run to storage; the last one enqueues the assembly.")
-    define(cat, "reports.assemble", handler="worker.handlers.reports:assemble", queue="bulk", long_running=True,
+    define(cat, "reports.assemble", handler="opsboard.reports.handlers:assemble", queue="bulk", long_running=True,
            fields={"run_id": Field(uuid.UUID)}, max_attempts=5, timeout=1800, backoff_base=2,
            backoff_cap=120, description="Streams a run's parts into one CSV in storage; the run is then ready.")
-    define(cat, "reports.scheduled", handler="worker.handlers.reports:scheduled", queue="bulk",
+    define(cat, "reports.scheduled", handler="opsboard.reports.handlers:scheduled", queue="bulk",
            fields={"kind": Field(str, max_length=100), "params": Field(dict), "source_key": Field(str, max_length=200),
                    "schedule": Field(str, max_length=100)},
            max_attempts=5, timeout=120, description="A schedule slot's report for one tenant: makes the run once.")

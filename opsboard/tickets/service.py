@@ -537,7 +537,7 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
 
 def define_types(cat) -> None:
     """The ticket feature's job type (see :func:`opsboard.tickets.register`)."""
-    define(cat, "tickets.sla_check", handler="worker.handlers.tickets:sla_check",
+    define(cat, "tickets.sla_check", handler="opsboard.tickets.handlers:sla_check",
            fields={"ticket_id": Field(uuid.UUID), "kind": Field(str, choices=("first_response", "resolution")),
                    "due_at": Field(str, max_length=40)},
            max_attempts=5, timeout=30,

@@ -55,7 +55,7 @@ def every_role(app):
         dead = seed.jobs(c, tenant_id, 4, "test.permanent", {"note": "ارسال پیامک"})
         seed.kill(c, dead, "http_410", at=now - timedelta(minutes=3), detail="پیامک نرسید")
         seed.jobs(c, tenant_id, 3)
-        from worker.services.alerts import Alerts
+        from opsboard.alerts import AlertService as Alerts
         from worker.services.depth import DepthSampler
         DepthSampler().run_once(c)
         Alerts().run_once(c)

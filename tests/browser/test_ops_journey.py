@@ -92,7 +92,7 @@ def world(app):
                   detail="POST https://hooks.example/x?[redacted] answered 410 Gone")
         seed.fail(c, seed.jobs(c, acme, 2, "test.raise"), "smtp_timeout", at=now - timedelta(minutes=1))
         seed.jobs(c, acme, 4)  # ready, and no worker: a no_worker alert
-        from worker.services.alerts import Alerts
+        from opsboard.alerts import AlertService as Alerts
         Alerts().run_once(c)
     return {"dead": dead}
 

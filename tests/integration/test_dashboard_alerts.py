@@ -14,7 +14,7 @@ from opsboard.config import Config
 from tests.conftest import connect
 from tests.support import dashboard as seed
 from worker.services import default_services
-from worker.services.alerts import Alerts
+from opsboard.alerts import AlertService as Alerts
 
 HX = {"HX-Request": "true"}
 JSON = {"Accept": "application/json"}

@@ -11,7 +11,7 @@ import pytest
 
 from opsboard import retry
 from opsboard.config import ProviderSettings
-from worker.providers import http as http_provider, webhook
+from opsboard.deliveries.providers import http as http_provider, webhook
 
 ALLOW = (ipaddress.ip_network("127.0.0.1/32"),)
 #: How long a dripping server keeps going at most (well past the client's deadline).

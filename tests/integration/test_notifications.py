@@ -15,7 +15,7 @@ from opsboard.notifications import fanout, inbox, policy, preferences, templates
 from opsboard.outbox import EventField
 from opsboard.tools import demo_domain
 from tests.conftest import CATALOGUE, connect, wait_for
-from worker.handlers import notifications as handlers
+from opsboard.notifications import handlers
 
 AUTHOR = Actor(label="author@example.test")
 

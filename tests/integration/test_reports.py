@@ -221,7 +221,7 @@ def test_a_scheduled_slot_makes_one_run_whoever_runs_it_twice(conn, tenant):
     from types import SimpleNamespace
 
     from opsboard import retry
-    from worker.handlers import reports as handlers
+    from opsboard.reports import handlers
 
     nightly = next(s for s in schedules.all_schedules() if s.name == "reports.nightly_activity")
     slot = nightly.slot_at_or_before(datetime(2026, 3, 10, 23, 0, tzinfo=timezone.utc))

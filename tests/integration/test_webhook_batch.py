@@ -12,7 +12,7 @@ from tests.conftest import connect
 from tests.support.delivery import insert_event, provider_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 from worker.context import JobContext
-from worker.handlers import deliveries
+from opsboard.deliveries import handlers as deliveries
 
 
 def _ctx(row, pool, settings, worker="w1"):

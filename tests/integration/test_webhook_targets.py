@@ -24,7 +24,7 @@ from opsboard.deliveries import messages, targets, webhooks
 from opsboard.config import ProviderSettings
 from tests.support.delivery import sandbox_settings
 from tests.support.sandbox import sandbox  # noqa: F401  (fixture)
-from worker.providers import http as http_provider, push, webhook
+from opsboard.deliveries.providers import http as http_provider, push, webhook
 
 ALLOW = (ipaddress.ip_network("127.0.0.1/32"),)
 NAME = "hooks.example.test"

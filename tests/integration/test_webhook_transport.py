@@ -9,8 +9,8 @@ import pytest
 
 from opsboard import auth, jobqueue
 from tests.conftest import connect
-import worker.handlers.deliveries  # noqa: F401  (declares webhooks' effects resend-reconciled)
-from worker.providers import http as http_provider
+import opsboard.deliveries.handlers  # noqa: F401  (declares webhooks' effects resend-reconciled)
+from opsboard.deliveries.providers import http as http_provider
 
 ALLOW = (ipaddress.ip_network("127.0.0.1/32"),)
 

@@ -15,7 +15,7 @@ from opsboard.deliveries import webhooks
 from tests.conftest import connect
 from tests.support.delivery import insert_event, provider_settings, runner, sandbox_settings  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
-from worker.providers import http as http_provider
+from opsboard.deliveries.providers import http as http_provider
 
 
 def _setup(db_url, sandbox, n=1, types=("*",), path="/hooks/a", secret=None):

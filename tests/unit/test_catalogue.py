@@ -105,7 +105,7 @@ def test_an_extension_module_that_cannot_register_is_a_config_error(module, mess
 
 
 def test_a_handler_must_be_a_module_function_path():
-    for bad in ("worker.handlers.diag", "worker handlers:noop", ":noop", "x:"):
+    for bad in ("opsboard.diagnostics", "worker handlers:noop", ":noop", "x:"):
         with pytest.raises(ValueError, match="module:function"):
             jobtypes.define(catalogue.Catalogue(), "bad.path", handler=bad)
 
@@ -123,3 +123,27 @@ def test_every_replay_and_cancel_hook_names_a_query_with_the_parameters_it_is_gi
     for hook, name in hooks:
         assert name in db.queries, (hook, name)
         assert set(re.findall(r"%\((\w+)\)s", db.queries[name])) <= given[hook], (hook, name)
+
+
+def test_a_handler_given_as_a_function_is_kept_with_its_path():
+    from opsboard import diagnostics
+    jt = jobtypes.define(catalogue.Catalogue(), "fn.handler", handler=diagnostics.noop)
+    assert jt.run is diagnostics.noop and jt.handler == "opsboard.diagnostics:noop"
+
+
+@pytest.mark.parametrize("path, message", [
+    ("opsboard.no_such_module:run", "cannot be imported"),
+    ("opsboard.diagnostics:no_such_function", "has no 'no_such_function'"),
+    ("opsboard.diagnostics:MAX", "has no"),
+])
+def test_a_handler_path_that_points_nowhere_fails_when_the_catalogue_is_built(path, message):
+    cat = catalogue.Catalogue()
+    jobtypes.define(cat, "wrong.handler", handler=path)
+    with pytest.raises(ConfigError, match=message):
+        jobtypes.resolve_handlers(cat)
+
+
+def test_build_catalogue_resolves_every_handler_path():
+    cat = build_catalogue(modules=[])
+    assert all(jt.run is not None for jt in cat.job_types.values())
+    assert all(jt.prepare is not None for jt in cat.job_types.values() if jt.prepare_batch)

@@ -12,7 +12,7 @@ from opsboard.deliveries import webhooks
 from opsboard.config import ConfigError
 from opsboard.config import ProviderSettings
 from opsboard.deliveries.messages import InvalidRecipient, check_e164, render
-from worker.providers import http
+from opsboard.deliveries.providers import http
 
 
 @pytest.mark.parametrize("status, kind", [(200, retry.Success), (204, retry.Success), (301, retry.Permanent),

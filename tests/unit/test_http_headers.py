@@ -1,5 +1,5 @@
 """The providers' HTTP client parses an answer's headers without the email parser
-(worker.providers.http.parse_headers): what a provider's answer says must read the same
+(opsboard.deliveries.providers.http.parse_headers): what a provider's answer says must read the same
 as through http.client's own parser (status, Retry-After, Connection, lengths)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from worker.providers import http as http_provider
+from opsboard.deliveries.providers import http as http_provider
 
 BLOCKS = [
     b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n",

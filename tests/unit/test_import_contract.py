@@ -1,7 +1,7 @@
 """Imports point one way (contracts in pyproject.toml, ``[tool.importlinter]``):
 the core never imports Flask, the web app, the tools, the CLI or the worker; the
 web app never imports the worker; the worker never imports the web app, the
-tools or the CLI; blueprints never import the app factory; the core's
+tools, the CLI or a feature package (it is only the runtime); blueprints never import the app factory; the core's
 infrastructure never imports a feature, and features import each other only
 through the edges declared in pyproject.toml.
 
@@ -34,7 +34,7 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_tree_keeps_every_contract():
     result = lint(CHECKOUT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 kept, 0 broken" in result.stdout
+    assert "8 kept, 0 broken" in result.stdout
 
 
 #: A new module in each layer, importing what its layer must not: (file, imports).
@@ -45,6 +45,8 @@ PLANTED = {
     "opsboard/reports/newkind.py": ["opsboard.tickets.service"],
     "opsboard/web/newpage.py": ["worker", "opsboard.web.app"],
     "worker/newservice.py": ["opsboard.web", "opsboard.tools", "opsboard.cli"],
+    # The runtime reaching a feature: handlers and services come from the catalogue.
+    "worker/newpart.py": ["opsboard.notifications.inbox"],
 }
 
 
@@ -57,7 +59,7 @@ def test_a_new_module_that_breaks_the_layering_fails(tmp_path):
 
     result = lint(tmp_path)
     assert result.returncode != 0, result.stdout
-    assert "0 kept, 7 broken" in result.stdout, result.stdout
+    assert "0 kept, 8 broken" in result.stdout, result.stdout
     for path, imports in PLANTED.items():
         importer = path.removesuffix(".py").replace("/", ".")
         for imported in imports:

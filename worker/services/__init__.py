@@ -9,16 +9,14 @@ from __future__ import annotations
 from opsboard.config import Config
 
 
-def default_services(config: Config) -> list:
-    """The leader's maintenance services, configured from ``config``.
+def default_services(config: Config, catalogue=None) -> list:
+    """The leader's maintenance services, configured from ``config``: the runtime's own, then those
+    the features contribute through ``catalogue.services`` (the alert rules).
 
     Every service's settings come from its config dataclass's ``from_config``:
     a setting the configuration holds is read from it there, never repeated
     as a literal (a new service follows the same shape).
     """
-    from opsboard.alerts import AlertConfig
-
-    from .alerts import Alerts
     from .depth import DepthConfig, DepthSampler
     from .expiry import Expiry, ExpiryConfig
     from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
@@ -29,5 +27,6 @@ def default_services(config: Config) -> list:
 
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
             DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
-            Alerts(AlertConfig.from_config(config)), Scheduler(SchedulerConfig.from_config(config)),
-            OutboxPruner(OutboxPrunerConfig.from_config(config)), Pauses(PausesConfig.from_config(config))]
+            Scheduler(SchedulerConfig.from_config(config)),
+            OutboxPruner(OutboxPrunerConfig.from_config(config)), Pauses(PausesConfig.from_config(config))] + [
+        make(config) for make in (catalogue.services.values() if catalogue is not None else ())]

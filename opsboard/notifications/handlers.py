@@ -34,7 +34,7 @@ from opsboard.auth import TenantScope
 from opsboard.deliveries import messages
 from opsboard.notifications import fanout as fanoutmod
 from opsboard.notifications import policy, render, templates
-from worker.providers import sms as sms_provider
+from opsboard.deliveries.providers import sms as sms_provider
 
 GENERIC_TITLE = "New notification"
 #: First look at an SMS's fate this long after the deliver job (then the job type's backoff).

@@ -27,10 +27,10 @@ from opsboard import db, jobqueue, retry
 from opsboard.deliveries import breaker, webhooks
 from opsboard.deliveries.messages import render
 from opsboard.deliveries.webhooks import WEBHOOK_SCHEDULE
-from worker.providers import push as push_provider
-from worker.providers import sms as sms_provider
-from worker.providers import smtp as smtp_provider
-from worker.providers import webhook as webhook_provider
+from opsboard.deliveries.providers import push as push_provider
+from opsboard.deliveries.providers import sms as sms_provider
+from opsboard.deliveries.providers import smtp as smtp_provider
+from opsboard.deliveries.providers import webhook as webhook_provider
 
 
 

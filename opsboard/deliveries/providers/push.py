@@ -7,7 +7,7 @@ The endpoint (a URL a browser handed over) passes the SSRF guard on each
 send: every address its host resolves to must be public unless allow-listed
 (``OPSBOARD_WEBHOOK_ALLOW``); refused -> permanent ``push_target_refused`` (the
 handler deactivates the subscription).  pywebpush encrypts and signs, but its
-request goes through :class:`_PinnedSession`, i.e. :func:`worker.providers.http.request`
+request goes through :class:`_PinnedSession`, i.e. :func:`opsboard.deliveries.providers.http.request`
 with the guard: the name is resolved and checked there and the connection goes
 to the address that was checked (a DNS answer changing between the check and the
 connect cannot redirect it), TLS still verifying the host's name.  Redirects are

@@ -1,1 +1,0 @@
-"""Job handlers, one module per job type (family)."""
