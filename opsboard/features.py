@@ -16,13 +16,13 @@ from typing import Iterable
 from . import alerts, deliveries, diagnostics, jobtypes, reports, tickets
 from .catalogue import Catalogue
 from .config import Config, ConfigError
-from .notifications import policy
+from .notifications import registration as notifications
 
 #: The product's own features, in the order they register.
 FEATURES = (
     ("diagnostics", diagnostics.register),
     ("deliveries", deliveries.register),
-    ("notifications", policy.register),
+    ("notifications", notifications.register),
     ("tickets", tickets.register),
     ("reports", reports.register),
     ("alerts", alerts.register),

@@ -240,9 +240,6 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
 def register(cat: _catalogue.Catalogue) -> None:
     """The notification tier's categories and job types (policies come with the features whose events
     they notify)."""
-    from . import templates  # templates reads this module's channels: imported when registering
-
-    cat.start_hooks["shipped_templates"] = templates.seed_at_start
     define_category(cat, "otp", critical=True, sms_approved=True, description="One-time passwords.")
     define_category(cat, "security", critical=True, sms_approved=True, description="Sign-ins, password changes.")
     define_category(cat, "financial", sms_approved=True, description="Payments, invoices, refunds.")
