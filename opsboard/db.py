@@ -42,6 +42,33 @@ class DatabaseUnavailable(Exception):
     """PostgreSQL cannot be reached; the message names the host, never a password."""
 
 
+#: SQLSTATEs of a database that cannot take this work *now*, whatever the work: read-only (a
+#: failover to a standby, ``default_transaction_read_only``), shutting down or starting up, a lock
+#: or statement timeout, a serialization failure or a deadlock, too many connections, out of disk
+#: or memory.  Retrying the same request later can succeed; nothing is wrong with the request.
+UNAVAILABLE_SQLSTATES = frozenset({
+    "25006",                                    # read_only_sql_transaction
+    "40001", "40P01",                           # serialization_failure, deadlock_detected
+    "55P03", "57014",                           # lock_not_available (lock_timeout), query_canceled
+    "57P01", "57P02", "57P03", "57P04", "57P05",  # admin/crash shutdown, cannot_connect_now, ...
+    "53000", "53100", "53200", "53300", "53400",  # insufficient resources: disk, memory, connections
+    "08000", "08003", "08006", "08001", "08004",  # connection exceptions
+    "58030",                                    # io_error
+})
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot take work now (503 and Retry-After on the web, a
+    back-off in the worker), rather than that this request or statement is wrong.
+
+    The one classification for web and worker: every psycopg ``OperationalError`` (connection
+    lost, pool timeout) plus the SQLSTATEs of :data:`UNAVAILABLE_SQLSTATES`, whatever psycopg
+    class they map to (a read-only transaction is an ``InternalError``)."""
+    if isinstance(exc, psycopg.OperationalError):
+        return True
+    return isinstance(exc, psycopg.Error) and getattr(exc, "sqlstate", None) in UNAVAILABLE_SQLSTATES
+
+
 def _compact(sql: str) -> str:
     """``sql`` without whole-line comments and indentation, as it is sent.
 

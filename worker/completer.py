@@ -9,6 +9,7 @@ instead of memory growing with finished-but-unrecorded jobs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import queue as queue_mod
 import threading
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.types.json import Jsonb
 
-from opsboard import db, jobqueue
+from opsboard import db, jobqueue, retry
+from opsboard.storable import storable
 from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
 
 if TYPE_CHECKING:
@@ -157,6 +159,21 @@ class OutcomeQueue:
             return batch
 
 
+#: The error code of a job whose outcome the database refused to store (its text, a constraint).
+UNSTORABLE_CODE = "outcome_unstorable"
+#: Backoff of a job whose outcome was refused, before its next attempt (seconds: base, cap).
+REFUSED_BACKOFF_BASE = 5.0
+REFUSED_BACKOFF_CAP = 600.0
+
+
+class OutcomeRefused(Exception):
+    """The database refused a batch of outcomes for its data (not for being away): ``cause`` says why."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
 class Completer:
     """Records the outcomes the slots hand over, in batches."""
 
@@ -212,7 +229,11 @@ class Completer:
             if batch:
                 self.writing = len(batch)
                 self.write_started = time.monotonic()
-                self.write_outcomes(batch)
+                try:
+                    self.write_outcomes(batch)
+                except Exception:  # noqa: BLE001 - a bug here must not stop the worker: the reaper recovers
+                    log.exception("recording %d outcome(s) failed; the lease reaper will recover those jobs",
+                                  len(batch))
                 self.write_started = None
                 self.writing = 0
             if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (w.stopped.is_set() and not batch):
@@ -224,16 +245,31 @@ class Completer:
                 return
 
     def write_outcomes(self, batch) -> None:
-        """Record a batch; then wake the claimers a finished group or limited job may unblock."""
+        """Record a batch; then wake the claimers a finished group or limited job may unblock.
+
+        One outcome the database refuses never holds back the others: the batch is then written one
+        by one, and each refused outcome becomes a failure of its own job (:meth:`write_refused`)."""
         w = self.worker
         records = [b[0] for b in batch]
-        applied = self.write_records(records)
-        if applied is None and len(records) > 1:
-            # The batch kept failing: write one by one, so that a single bad
-            # record cannot hold back every other job's outcome.
-            applied = set()
-            for rec in records:
-                applied |= self.write_records([rec], tries=2) or set()
+        unrecorded = 0
+        failed: dict = {}  # job id -> the kind recorded in place of a refused outcome
+        try:
+            applied = self.write_records(records)
+        except OutcomeRefused as refused:
+            if len(records) == 1:
+                applied = self.write_refused(records[0], refused.cause, failed)
+                unrecorded += applied is None
+            else:
+                log.warning("recording %d outcomes was refused (%s); writing them one by one",
+                            len(records), type(refused.cause).__name__)
+                applied = set()
+                for rec in records:
+                    try:
+                        got = self.write_records([rec], tries=2)
+                    except OutcomeRefused as one:
+                        got = self.write_refused(rec, one.cause, failed)
+                        unrecorded += got is None
+                    applied |= got or set()
         if applied is None:
             log.error("gave up recording %d outcome(s); the reaper will recover those jobs", len(records))
             return
@@ -242,7 +278,7 @@ class Completer:
         done = []
         for rec, queue_name, type_, frees_others in batch:
             if rec.job_id in applied:
-                done.append((queue_name, type_, rec.kind, rec.duration_ms))
+                done.append((queue_name, type_, failed.get(rec.job_id, rec.kind), rec.duration_ms))
                 if frees_others:
                     wake.add(queue_name)
         self.stats.add_many(done)
@@ -257,12 +293,16 @@ class Completer:
                     db.execute(conn, "job_notify_queues", {"queues": sorted(wake)})
             except psycopg.Error as exc:
                 log.warning("wake-up notification failed (%s); workers will poll", type(exc).__name__)
-        lost = len(records) - len(applied)
+        lost = len(records) - len(applied) - unrecorded
         if lost:
             log.warning("%d outcome(s) not applied: lease lost or job reclaimed", lost)
 
     def write_records(self, records, tries: int = 8) -> set | None:
-        """Write outcomes; ``None`` when refused, or still failing after ``tries`` once stopping."""
+        """Write outcomes; ``None`` when still failing after ``tries`` once stopping.
+
+        A database that cannot take the write now (away, read-only, a lock or statement timeout:
+        :func:`opsboard.db.unavailable`) is waited for, one log line per fault; anything else is
+        the data refused (retrying will not help): :class:`OutcomeRefused`."""
         w = self.worker
         attempt = 0
         while True:
@@ -270,18 +310,51 @@ class Completer:
             try:
                 with self.kept.connection() as conn:
                     return jobqueue.record_outcomes(conn, w.id, records)
-            except psycopg.OperationalError as exc:
-                # The database is away: wait for it while the worker runs (the
-                # bounded queue holds the slots back meanwhile); once stopping,
-                # give up after ``tries`` and leave the jobs to the reaper.
+            except psycopg.Error as exc:
+                if not db.unavailable(exc):
+                    raise OutcomeRefused(exc) from exc
+                # Wait for the database while the worker runs (the bounded queue
+                # holds the slots back meanwhile); once stopping, give up after
+                # ``tries`` and leave the jobs to the reaper.
                 w.db_trouble(exc, f"recording {len(records)} outcome(s)")
                 if w.stopping.is_set() and (attempt >= tries or time.monotonic() >= (w.shutdown_deadline or 0) - 1.0):
                     return None
                 time.sleep(w.retry_delay(attempt))
-            except psycopg.Error as exc:  # the data itself is refused: retrying will not help
-                log.error("recording %d outcomes was refused (%s)", len(records), type(exc).__name__)
-                return None
-        return None
+            except Exception as exc:  # noqa: BLE001 - e.g. a value psycopg cannot dump: this data, not the worker
+                raise OutcomeRefused(exc) from exc
+
+    def write_refused(self, rec, cause: BaseException, failed: dict) -> set | None:
+        """Record a failure of ``rec``'s job in place of the outcome the database refused.
+
+        The failure counts an attempt like any other (retried with backoff while attempts are left,
+        then dead), with the code ``outcome_unstorable`` and a detail saying what was refused and
+        why (the exception's class: its message may hold the very text refused).  Returns the ids
+        applied (empty: the job is no longer this worker's), or ``None`` when even that failed (the
+        lease reaper recovers the job); ``failed[job id]`` is set to the kind recorded."""
+        w = self.worker
+        reason = type(cause).__name__
+        try:
+            with self.kept.connection() as conn:
+                held = db.one(conn, "job_held_attempts", {"id": rec.job_id, "worker": w.id, "token": rec.token})
+                if held is None:
+                    return set()
+                last = rec.kind == "dead" or held["attempts"] >= held["max_attempts"]
+                failure = dataclasses.replace(
+                    rec, kind="dead" if last else "retryable",
+                    delay=0.0 if last else retry.backoff(held["attempts"], REFUSED_BACKOFF_BASE, REFUSED_BACKOFF_CAP),
+                    code=UNSTORABLE_CODE, has_effects=False,
+                    detail=f"The database refused to store this attempt's {rec.kind} outcome "
+                           f"({storable(rec.code, 'a refused outcome code') or 'no code'}): {reason}.")
+                applied = jobqueue.record_outcomes(conn, w.id, [failure])
+                failed[rec.job_id] = failure.kind
+        except Exception as exc:  # noqa: BLE001 - the completer goes on whatever one job's outcome does
+            log.error("job %s: its %s outcome was refused (%s) and recording the failure failed too (%s); "
+                      "the lease reaper will recover it", rec.job_id, rec.kind, reason, type(exc).__name__,
+                      extra={"job_id": rec.job_id})
+            return None
+        log.error("job %s: the database refused its %s outcome (%s); recorded as %s (%s)", rec.job_id, rec.kind,
+                  reason, failure.kind, UNSTORABLE_CODE, extra={"job_id": rec.job_id})
+        return applied
 
     def flush_stats(self) -> int:
         """Add this worker's pending per-minute counters to ``job_stats``; returns rows written."""

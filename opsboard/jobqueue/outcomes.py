@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 import psycopg
 
 from .. import db
+from ..storable import storable
 
 
 @dataclass
@@ -57,7 +58,11 @@ def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable
     }
     if any(o.kind != "succeeded" or o.delay or o.code is not None or o.detail is not None for o in outcomes):
         params.update(kinds=[o.kind for o in outcomes], delays=[float(o.delay) for o in outcomes],
-                      codes=[o.code for o in outcomes], details=[o.detail for o in outcomes])
+                      # A handler's words (its exception's message, its outcome's code and detail)
+                      # come from outside: made storable here, so that no NUL or lone surrogate
+                      # refuses the whole batch (opsboard.storable).
+                      codes=[storable(o.code, "an outcome's code") for o in outcomes],
+                      details=[storable(o.detail, "an outcome's detail") for o in outcomes])
     return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
 
 

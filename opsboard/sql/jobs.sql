@@ -372,6 +372,13 @@ SELECT id FROM ok
 UNION ALL
 SELECT id FROM other;
 
+-- name: job_held_attempts
+-- A job this worker still holds under this fencing token: its attempt and its
+-- limit (the completer's fallback when the database refused an outcome: the
+-- job then fails, retried by count, then dead).  No row: the lease was lost.
+SELECT attempts, max_attempts FROM jobs
+WHERE id = %(id)s AND locked_by = %(worker)s AND attempts = %(token)s;
+
 -- name: job_heartbeat_many
 -- Extend the leases of running jobs this worker still holds; returns those extended.
 UPDATE jobs j
