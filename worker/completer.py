@@ -25,7 +25,10 @@ from opsboard.storable import storable
 from opsboard.metrics import DURATION_BUCKETS_MS, bucket_index
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from psycopg_pool import ConnectionPool
+
+    from .fetcher import QueueState
+    from .parts import Lifecycle, OutageLog
 
 log = logging.getLogger("worker")
 
@@ -175,10 +178,16 @@ class OutcomeRefused(Exception):
 
 
 class Completer:
-    """Records the outcomes the slots hand over, in batches."""
+    """Records the outcomes the slots hand over, in batches.
 
-    def __init__(self, worker: "Worker", maxsize: int | None = None):
-        self.worker = worker
+    Its collaborators: the worker's ``pool``, its ``queues`` (whose fetchers a finished group or
+    limited job wakes), its ``lifecycle`` and ``outages`` log, and the ``worker_id`` the outcomes
+    are fenced by."""
+
+    def __init__(self, pool: "ConnectionPool", *, queues: dict[str, "QueueState"], lifecycle: "Lifecycle",
+                 outages: "OutageLog", worker_id: str, maxsize: int | None = None):
+        self.pool, self.queues, self.worker_id = pool, queues, worker_id
+        self.lifecycle, self.outages = lifecycle, outages
         self.outcomes = OutcomeQueue(maxsize or OUTCOME_QUEUE_MAX)
         self.stats = Stats()
         self.done = threading.Event()
@@ -189,7 +198,7 @@ class Completer:
         self.write_started: float | None = None
         self.last_written = 0.0
         #: The outcome writes' connection, kept while outcomes keep coming (see db.KeptConnection).
-        self.kept = db.KeptConnection(worker.pool)
+        self.kept = db.KeptConnection(pool)
 
     def keeping_up(self, slow: float = 0.25) -> bool:
         """Whether outcomes are being recorded promptly: one write succeeded, the
@@ -220,7 +229,6 @@ class Completer:
             self.kept.release()
 
     def _run(self) -> None:
-        w = self.worker
         last_stats = time.monotonic()
         while True:
             batch = self.outcomes.take(COMPLETE_BATCH_MAX, timeout=0.2)
@@ -236,10 +244,10 @@ class Completer:
                                   len(batch))
                 self.write_started = None
                 self.writing = 0
-            if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (w.stopped.is_set() and not batch):
+            if time.monotonic() - last_stats > STATS_FLUSH_SECONDS or (self.lifecycle.stopped.is_set() and not batch):
                 self.flush_stats()
                 last_stats = time.monotonic()
-            if w.stopped.is_set() and not batch and self.outcomes.empty():
+            if self.lifecycle.stopped.is_set() and not batch and self.outcomes.empty():
                 self.flush_stats()
                 self.done.set()
                 return
@@ -249,7 +257,6 @@ class Completer:
 
         One outcome the database refuses never holds back the others: the batch is then written one
         by one, and each refused outcome becomes a failure of its own job (:meth:`write_refused`)."""
-        w = self.worker
         records = [b[0] for b in batch]
         unrecorded = 0
         failed: dict = {}  # job id -> the kind recorded in place of a refused outcome
@@ -286,10 +293,10 @@ class Completer:
             # A finished job of a group or of a limited type can let another one
             # start, which no enqueue would announce: wake every worker's claimer.
             for name in wake:
-                if name in w.queues:
-                    w.queues[name].wake.set()
+                if name in self.queues:
+                    self.queues[name].wake.set()
             try:
-                with w.pool.connection() as conn:
+                with self.pool.connection() as conn:
                     db.execute(conn, "job_notify_queues", {"queues": sorted(wake)})
             except psycopg.Error as exc:
                 log.warning("wake-up notification failed (%s); workers will poll", type(exc).__name__)
@@ -303,23 +310,23 @@ class Completer:
         A database that cannot take the write now (away, read-only, a lock or statement timeout:
         :func:`opsboard.db.unavailable`) is waited for, one log line per fault; anything else is
         the data refused (retrying will not help): :class:`OutcomeRefused`."""
-        w = self.worker
         attempt = 0
         while True:
             attempt += 1
             try:
                 with self.kept.connection() as conn:
-                    return jobqueue.record_outcomes(conn, w.id, records)
+                    return jobqueue.record_outcomes(conn, self.worker_id, records)
             except psycopg.Error as exc:
                 if not db.unavailable(exc):
                     raise OutcomeRefused(exc) from exc
                 # Wait for the database while the worker runs (the bounded queue
                 # holds the slots back meanwhile); once stopping, give up after
                 # ``tries`` and leave the jobs to the reaper.
-                w.db_trouble(exc, f"recording {len(records)} outcome(s)")
-                if w.stopping.is_set() and (attempt >= tries or time.monotonic() >= (w.shutdown_deadline or 0) - 1.0):
+                self.outages.trouble(exc, f"recording {len(records)} outcome(s)")
+                if self.lifecycle.stopping.is_set() and (
+                        attempt >= tries or time.monotonic() >= (self.lifecycle.shutdown_deadline or 0) - 1.0):
                     return None
-                time.sleep(w.retry_delay(attempt))
+                time.sleep(self.outages.retry_delay(attempt))
             except Exception as exc:  # noqa: BLE001 - e.g. a value psycopg cannot dump: this data, not the worker
                 raise OutcomeRefused(exc) from exc
 
@@ -331,11 +338,10 @@ class Completer:
         why (the exception's class: its message may hold the very text refused).  Returns the ids
         applied (empty: the job is no longer this worker's), or ``None`` when even that failed (the
         lease reaper recovers the job); ``failed[job id]`` is set to the kind recorded."""
-        w = self.worker
         reason = type(cause).__name__
         try:
             with self.kept.connection() as conn:
-                held = db.one(conn, "job_held_attempts", {"id": rec.job_id, "worker": w.id, "token": rec.token})
+                held = db.one(conn, "job_held_attempts", {"id": rec.job_id, "worker": self.worker_id, "token": rec.token})
                 if held is None:
                     return set()
                 last = rec.kind == "dead" or held["attempts"] >= held["max_attempts"]
@@ -345,7 +351,7 @@ class Completer:
                     code=UNSTORABLE_CODE, has_effects=False,
                     detail=f"The database refused to store this attempt's {rec.kind} outcome "
                            f"({storable(rec.code, 'a refused outcome code') or 'no code'}): {reason}.")
-                applied = jobqueue.record_outcomes(conn, w.id, [failure])
+                applied = jobqueue.record_outcomes(conn, self.worker_id, [failure])
                 failed[rec.job_id] = failure.kind
         except Exception as exc:  # noqa: BLE001 - the completer goes on whatever one job's outcome does
             log.error("job %s: its %s outcome was refused (%s) and recording the failure failed too (%s); "
@@ -358,12 +364,11 @@ class Completer:
 
     def flush_stats(self) -> int:
         """Add this worker's pending per-minute counters to ``job_stats``; returns rows written."""
-        w = self.worker
-        rows = self.stats.take(w.id)
+        rows = self.stats.take(self.worker_id)
         if not rows:
             return 0
         try:
-            with w.pool.connection() as conn:
+            with self.pool.connection() as conn:
                 db.execute(conn, "job_stats_add", {"rows": Jsonb(rows)})
             return len(rows)
         except psycopg.Error as exc:

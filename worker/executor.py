@@ -16,14 +16,19 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from opsboard import db, jobqueue, jobtypes, retry
+from opsboard import jobqueue, jobtypes, retry
 from opsboard.backpressure import take_token
 
 from .context import JobContext, LeaseLost
 
 if TYPE_CHECKING:
-    from .fetcher import QueueState
-    from .runner import Worker
+    from psycopg_pool import ConnectionPool
+
+    from opsboard.config import ProviderSettings
+
+    from .fetcher import HoldsCache, QueueState
+    from .parts import OutcomeSink
+    from .running_file import RunningFile
 
 log = logging.getLogger("worker")
 
@@ -51,20 +56,39 @@ class Running:
     freed: bool = False
 
 
+class RunningJobs:
+    """The jobs this worker's slots run now, by id: the executor adds and removes them (under
+    ``lock``), the keeper and the shutdown read them."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_id: dict = {}
+
+    def list(self) -> list[Running]:
+        with self.lock:
+            return list(self.by_id.values())
+
+    def get(self, job_id) -> Running | None:
+        return self.by_id.get(job_id)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+
 class _Batch:
     """The jobs of one claim sharing a ``prepare_batch`` hook, run once by the first slot to need it."""
 
     def __init__(self, hook: Callable, rows: list[dict]):
         self.hook, self.rows, self.lock, self.done = hook, rows, threading.Lock(), False
 
-    def ensure(self, worker: "Worker") -> None:
+    def ensure(self, handler_pool: "ConnectionPool", worker_id: str) -> None:
         with self.lock:
             if self.done:
                 return
             self.done = True
             try:
-                with worker.handler_pool.connection() as conn:
-                    self.hook(conn, worker.id, self.rows)
+                with handler_pool.connection() as conn:
+                    self.hook(conn, worker_id, self.rows)
             except Exception:
                 log.warning("prepare_batch failed; its jobs run unprepared", exc_info=True)
                 for row in self.rows:
@@ -77,7 +101,7 @@ class Slot(threading.Thread):
     def __init__(self, executor: "Executor", qs: "QueueState", n: int):
         super().__init__(name=f"slot-{qs.name}-{n}", daemon=True)
         self.executor, self.qs, self.retired = executor, qs, False
-        rf = executor.worker.running_file
+        rf = executor.running_file
         #: This slot's record in the supervisor's running file (see worker.running_file).
         self.record = rf.take_index() if rf is not None else None
 
@@ -85,7 +109,7 @@ class Slot(threading.Thread):
         try:
             self._run()
         finally:
-            rf = self.executor.worker.running_file
+            rf = self.executor.running_file
             if rf is not None:
                 rf.give_back(self.record)
 
@@ -102,10 +126,31 @@ class Slot(threading.Thread):
 
 
 class Executor:
-    """Runs jobs in slots and turns each run into an outcome for the completer."""
+    """Runs jobs in slots and turns each run into an outcome for the completer.
 
-    def __init__(self, worker: "Worker"):
-        self.worker = worker
+    Its collaborators: the ``completer`` its outcomes go to; the ``holds`` in force (whether a
+    job's end may let another start); the ``handler_pool`` the handlers draw from; the
+    ``running`` jobs it registers for the keeper and the shutdown; the supervisor's
+    ``running_file`` (or ``None``); the worker's ``stopping`` event; and the values a job
+    context carries (``worker_id``, ``settings``, ``transaction_pooler``) or its lease is
+    judged by (``lease``).  What an outcome means for its job is decided by :func:`opsboard.retry.decide`
+    with the job type's policy (:data:`_DEFAULT_POLICY` for a type it does not know).
+    """
+
+    def __init__(self, completer: "OutcomeSink", holds: "HoldsCache", handler_pool: "ConnectionPool", *,
+                 worker_id: str, lease: float, settings: "ProviderSettings | None" = None,
+                 transaction_pooler: bool = False, running: RunningJobs | None = None,
+                 running_file: "RunningFile | None" = None, stopping: threading.Event | None = None):
+        self.completer = completer
+        self.holds = holds
+        self.handler_pool = handler_pool
+        self.worker_id = worker_id
+        self.lease = lease
+        self.settings = settings
+        self.transaction_pooler = transaction_pooler
+        self.running = running if running is not None else RunningJobs()
+        self.running_file = running_file
+        self.stopping = stopping if stopping is not None else threading.Event()
         #: Types whose finish may let another job start (a concurrency limit):
         #: their outcomes wake the claimers of every worker (NOTIFY).
         self.limited_types: frozenset[str] = frozenset()
@@ -133,19 +178,19 @@ class Executor:
             qs.slot_freed.set()
 
     def run_job(self, row: dict, slot: Slot) -> None:
-        w = self.worker
         try:
             jt = jobtypes.get(row["type"], row["version"])
         except jobtypes.UnknownJobType:
             jt = None
         r = Running(row, jt, slot=slot, started_mono=time.monotonic(), started_at=datetime.now(timezone.utc))
         try:
-            if w.stopping.is_set():
+            if self.stopping.is_set():
                 self.release(r, "shutdown")
                 return
             buffered = r.started_mono - row.get("claimed_mono", r.started_mono)
-            if jt is not None and buffered + jt.policy.timeout > w.lease * 0.9 and not (
-                    jt.policy.long_running or jt.policy.timeout > w.lease / 2):
+            lease = self.lease
+            if jt is not None and buffered + jt.policy.timeout > lease * 0.9 and not (
+                    jt.policy.long_running or jt.policy.timeout > lease / 2):
                 # Waited in the prefetch buffer so long that the lease could end
                 # before the handler's timeout (no heartbeat covers it): give it
                 # back unstarted rather than risk a second runner.
@@ -162,21 +207,22 @@ class Executor:
                 return
             batch = row.pop("batch", None)
             if batch is not None:
-                batch.ensure(w)
+                batch.ensure(self.handler_pool, self.worker_id)
             r.deadline = r.started_mono + jt.policy.timeout
             r.ctx = JobContext(
                 id=row["id"], type=row["type"], version=row["version"], tenant_id=row["tenant_id"],
                 queue=row["queue"], payload=row["payload"], attempt=row["attempts"],
                 max_attempts=row["max_attempts"], idempotency_key=row["idempotency_key"],
                 group_key=row["group_key"], correlation_id=row["correlation_id"], event_id=row["event_id"],
-                expires_at=row["expires_at"], worker_id=w.id, pool=w.handler_pool, deadline=r.deadline,
-                prepared=row.pop("prepared", None), settings=w.config.providers,
-                transaction_pooler=w.pooler == db.TRANSACTION_POOLER)
-            with w.running_lock:
-                w.running[row["id"]] = r
-            if w.running_file is not None:
+                expires_at=row["expires_at"], worker_id=self.worker_id, pool=self.handler_pool,
+                deadline=r.deadline, prepared=row.pop("prepared", None), settings=self.settings,
+                transaction_pooler=self.transaction_pooler)
+            running = self.running
+            with running.lock:
+                running.by_id[row["id"]] = r
+            if self.running_file is not None:
                 # From here on a crash may be this job's doing (the supervisor reads it).
-                w.running_file.mark(slot.record, row["id"])
+                self.running_file.mark(slot.record, row["id"])
             try:
                 waiting = self.rate_limited(jt, row["queue"])
                 if waiting is not None:
@@ -199,8 +245,8 @@ class Executor:
             if not r.abandoned:
                 self.finish(r, outcome)
         finally:
-            if w.running_file is not None:
-                w.running_file.clear(slot.record)
+            if self.running_file is not None:
+                self.running_file.clear(slot.record)
             self.free_slot(r)
 
     def prepare(self, rows: list[dict]) -> None:
@@ -237,7 +283,7 @@ class Executor:
         prov = jobtypes.provider(jt.policy.provider)
         if prov is None or prov.rate_per_second is None:
             return None
-        with self.worker.handler_pool.connection() as conn:
+        with self.handler_pool.connection() as conn:
             token = take_token(conn, f"provider:{prov.name}", prov.rate_per_second, prov.burst or 1,
                                floor=prov.rate_floor(queue))
         if token.granted:
@@ -247,11 +293,11 @@ class Executor:
     def finish(self, r: Running, outcome: retry.Outcome, *, block: bool = True,
                timeout: float | None = None) -> None:
         """Decide what the outcome means for the job and queue it for the completer."""
-        w = self.worker
         row, jt = r.row, r.jt
         r.done = True
-        with w.running_lock:
-            w.running.pop(row["id"], None)
+        running = self.running
+        with running.lock:
+            running.by_id.pop(row["id"], None)
         policy = jt.policy if jt else _DEFAULT_POLICY
         # The clock is read for a snooze "until" only (the one outcome that needs it).
         decision = retry.decide(outcome, row["attempts"], row["max_attempts"], policy.backoff_base,
@@ -261,7 +307,7 @@ class Executor:
         duration = int(elapsed * 1000)
         if r.slot is not None and decision.kind != "released":
             r.slot.qs.observe(elapsed)
-        w.completer.submit((jobqueue.OutcomeRecord(
+        self.completer.submit((jobqueue.OutcomeRecord(
             job_id=row["id"], token=row["attempts"], kind=decision.kind,
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
             code=decision.code, detail=decision.detail,
@@ -276,12 +322,12 @@ class Executor:
 
     def release(self, r: "Running | dict", why: str, *, block: bool = True) -> None:
         """Give a job back to ``pending`` without counting the attempt."""
-        w = self.worker
         if isinstance(r, dict):
             r = Running(r, None)
-        with w.running_lock:
-            w.running.pop(r.row["id"], None)
-        w.completer.submit((jobqueue.OutcomeRecord(
+        running = self.running
+        with running.lock:
+            running.by_id.pop(r.row["id"], None)
+        self.completer.submit((jobqueue.OutcomeRecord(
             job_id=r.row["id"], token=r.row["attempts"], kind="released",
             started_at=r.started_at or datetime.now(timezone.utc), code=why), r.row["queue"], r.row["type"],
             self.frees_others(r.row)), block=block)
@@ -289,5 +335,5 @@ class Executor:
     def frees_others(self, row: dict) -> bool:
         """Whether this job's end may let a waiting job start (next in its group, or room under a limit)."""
         return (row.get("group_key") is not None or row["type"] in self.limited_types
-                or row["type"] in self.worker.holds.limited_types()
-                or row["tenant_id"] in self.worker.holds.limited_tenants())
+                or row["type"] in self.holds.limited_types()
+                or row["tenant_id"] in self.holds.limited_tenants())

@@ -30,14 +30,16 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
 from opsboard import db, jobqueue, jobtypes, pauses
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from psycopg_pool import ConnectionPool
+
+    from .parts import ClaimedJobs, OutageLog
 
 log = logging.getLogger("worker")
 
@@ -67,8 +69,8 @@ class HoldsCache:
     ``max_age`` seconds (the poll fallback while the hub is down), so that a
     hold binds every worker within a second of its commit, and a worker started
     later reads the holds before its first claim.  (The claim statement takes
-    the holds as parameters: reading the table inside it cost a third of the
-    claim throughput.)
+    the holds as parameters: reading the table inside it cost a large share of
+    the claim throughput.)
     """
 
     def __init__(self, max_age: float = 1.0):
@@ -197,15 +199,30 @@ class QueueState:
 
 
 class Fetcher:
-    """Claims jobs for one queue while the worker runs."""
+    """Claims jobs for one queue while the worker runs.
 
-    def __init__(self, worker: "Worker", qs: QueueState):
-        self.worker, self.qs = worker, qs
+    Its collaborators: the queue's state ``qs`` (shared with its slots and the keeper); the
+    ``executor`` its claimed rows go to (prepared, or released when the worker stops); the
+    worker's ``pool`` and ``holds``; ``keeping_up`` (the completer's: whether to prefetch);
+    ``apply_slots`` (the runtime's, called with every read of the holds: an operator's live
+    slot change); the ``outages`` log; the ``stopping`` event; and the claim's settings
+    (``worker_id``, ``lease``, ``poll_interval``).
+    """
+
+    def __init__(self, qs: QueueState, executor: "ClaimedJobs", *, pool: "ConnectionPool", holds: HoldsCache,
+                 keeping_up: Callable[[], bool], apply_slots: Callable[["pauses.Holds"], None],
+                 outages: "OutageLog", stopping: threading.Event, worker_id: str, lease: float,
+                 poll_interval: float):
+        self.qs, self.executor = qs, executor
+        self.pool, self.holds = pool, holds
+        self.keeping_up, self.apply_slots = keeping_up, apply_slots
+        self.outages, self.stopping = outages, stopping
+        self.worker_id, self.lease, self.poll_interval = worker_id, lease, poll_interval
         if qs.after_tenant == jobqueue.ZERO_TENANT:
-            qs.after_tenant = walk_origin(worker.id)
+            qs.after_tenant = walk_origin(worker_id)
         #: The claims' connection, kept while this queue has work (given back when a claim comes
         #: back empty): one connection prepares and plans the claim, not every one of the pool.
-        self.kept = db.KeptConnection(worker.pool)
+        self.kept = db.KeptConnection(pool)
 
     def run(self) -> None:
         try:
@@ -214,13 +231,13 @@ class Fetcher:
             self.kept.release()
 
     def _run(self) -> None:
-        w, qs = self.worker, self.qs
+        qs, holds, stopping, outages = self.qs, self.holds, self.stopping, self.outages
         failures = 0
         contended = 0.0  # the wait after the last claim that other workers' claims left empty
-        while not w.stopping.is_set():
-            keeping_up = w.completer.keeping_up()
+        while not stopping.is_set():
+            keeping_up = self.keeping_up()
             with qs.lock:
-                cap = qs.capacity(w.lease) if keeping_up else qs.slots
+                cap = qs.capacity(self.lease) if keeping_up else qs.slots
                 free = cap - qs.in_flight
                 # Refill in whole claims (a claim per freed slot would be a
                 # round trip per job; see QueueState.claim_room).
@@ -233,51 +250,51 @@ class Fetcher:
             if free < need:
                 # Every slot busy: an operator's slot change (issue 28) must still reach this
                 # queue within a second, so the holds are re-read here too when stale.
-                if w.holds.fresh() is None:
+                if holds.fresh() is None:
                     try:
-                        with w.pool.connection() as conn:
-                            w.apply_slots(w.holds.get(conn))
+                        with self.pool.connection() as conn:
+                            self.apply_slots(holds.get(conn))
                     except psycopg.Error as exc:
-                        w.db_trouble(exc, f"holds read on {qs.name}")
-                qs.slot_freed.wait(min(w.config.poll_interval, w.holds.max_age))
+                        outages.trouble(exc, f"holds read on {qs.name}")
+                qs.slot_freed.wait(min(self.poll_interval, holds.max_age))
                 qs.slot_freed.clear()
                 continue
             qs.wake.clear()
             try:
                 with self.kept.connection() as conn:
-                    holds = w.holds.get(conn)
-                    w.apply_slots(holds)
-                    claimed = jobqueue.claim(conn, qs.name, w.id, min(free, CLAIM_BATCH_MAX), w.lease,
-                                             after_tenant=qs.after_tenant, holds=holds,
+                    in_force = holds.get(conn)
+                    self.apply_slots(in_force)
+                    claimed = jobqueue.claim(conn, qs.name, self.worker_id, min(free, CLAIM_BATCH_MAX), self.lease,
+                                             after_tenant=qs.after_tenant, holds=in_force,
                                              locked_first=qs.locked_first)
                 rows, qs.after_tenant, qs.locked_first = claimed.rows, claimed.next_after_tenant, claimed.locked_next
                 failures = 0
-                w.db_ok()
+                outages.ok()
             except psycopg.Error as exc:
                 failures += 1
-                w.db_trouble(exc, f"claim on {qs.name}")
-                w.stopping.wait(w.retry_delay(failures))
+                outages.trouble(exc, f"claim on {qs.name}")
+                stopping.wait(outages.retry_delay(failures))
                 continue
             if not rows:
                 if claimed.contended:
                     # Due jobs, all held or taken by other workers' claims: theirs end within
                     # milliseconds, and what they leave is ours.  Waiting for an enqueue's
                     # notification instead left this worker idle while another drained the
-                    # queue alone (`opsboard bench --peers`: 19,936 jobs to one, 64 to the other).
-                    contended = min(contended * 2 or CONTENDED_WAIT, w.config.poll_interval)
+                    # queue alone (`opsboard bench --peers`: nearly every job went to one worker).
+                    contended = min(contended * 2 or CONTENDED_WAIT, self.poll_interval)
                     qs.wake.wait(contended)
                     continue
                 contended = 0.0
                 self.kept.release()
-                qs.wake.wait(w.config.poll_interval)
+                qs.wake.wait(self.poll_interval)
                 continue
             contended = 0.0
-            if w.stopping.is_set():
+            if stopping.is_set():
                 for row in rows:
-                    w.executor.release(row, "shutdown")
+                    self.executor.release(row, "shutdown")
                 return
             claimed_at = time.monotonic()
-            w.executor.prepare(rows)
+            self.executor.prepare(rows)
             with qs.lock:
                 qs.in_flight += len(rows)
             for row in rows:

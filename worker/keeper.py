@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -22,38 +22,53 @@ from psycopg.types.json import Jsonb
 from opsboard import db, jobqueue, retry
 
 if TYPE_CHECKING:
-    from .executor import Running
-    from .runner import Worker
+    from psycopg_pool import ConnectionPool
+
+    from .executor import Executor, Running, RunningJobs
+    from .fetcher import QueueState
+    from .parts import Lifecycle, OutageLog
 
 log = logging.getLogger("worker")
 
 
 class Keeper:
-    def __init__(self, worker: "Worker"):
-        self.worker = worker
-        self.beat_every = max(0.5, min(worker.lease / 3, 10.0))
+    """Enforces handler timeouts, extends the leases of long-running jobs, refreshes the worker's row.
+
+    Its collaborators: the ``executor`` (to record a timeout and replace a slot), the
+    ``running`` jobs, the ``queues`` (their abandoned threads, for the worker's row), the
+    worker's ``pool``, ``lifecycle`` and ``outages`` log, ``is_leader`` (asked at each beat,
+    for the worker's row), and the ``worker_id`` and ``lease`` its heartbeats hold the jobs by."""
+
+    def __init__(self, executor: "Executor", running: "RunningJobs", queues: dict[str, "QueueState"], *,
+                 pool: "ConnectionPool", lifecycle: "Lifecycle", outages: "OutageLog",
+                 is_leader: Callable[[], bool], worker_id: str, lease: float):
+        self.executor, self.running, self.queues = executor, running, queues
+        self.pool, self.lifecycle, self.outages = pool, lifecycle, outages
+        self.is_leader = is_leader
+        self.worker_id, self.lease = worker_id, lease
+        self.beat_every = max(0.5, min(lease / 3, 10.0))
 
     def run(self) -> None:
-        w = self.worker
+        stopping, stopped = self.lifecycle.stopping, self.lifecycle.stopped
         last_beat = 0.0
         beat_at_stop = False
-        while not w.stopped.wait(0.1):
+        while not stopped.wait(0.1):
             now = time.monotonic()
-            current = w.running_jobs()
+            current = self.running.list()
             self.enforce_timeouts(current, now)
-            stop_began = w.stopping.is_set() and not beat_at_stop
+            stop_began = stopping.is_set() and not beat_at_stop
             if now - last_beat >= self.beat_every or stop_began:
                 last_beat, beat_at_stop = now, beat_at_stop or stop_began
                 try:
                     self.heartbeat(current)
-                    w.db_ok()
+                    self.outages.ok()
                 except psycopg.Error as exc:
-                    if not w.stopped.is_set():  # not the pools closing under it at the end
-                        w.db_trouble(exc, "heartbeat")
+                    if not stopped.is_set():  # not the pools closing under it at the end
+                        self.outages.trouble(exc, "heartbeat")
 
     def enforce_timeouts(self, current: list["Running"], now: float) -> int:
         """Record ``timeout`` for handlers past their deadline; returns how many."""
-        w = self.worker
+        executor = self.executor
         n = 0
         for r in current:
             if r.done or r.abandoned or not r.deadline or now <= r.deadline:
@@ -67,7 +82,7 @@ class Keeper:
             log.warning("job timed out after %ss%s", r.jt.policy.timeout,
                         f"; cancelled {cancelled} running query" if cancelled else "",
                         extra={"job_id": r.row["id"], "job_type": r.row["type"]})
-            w.executor.finish(r, retry.Unknown("timeout", f"handler ran past its {r.jt.policy.timeout}s timeout"),
+            executor.finish(r, retry.Unknown("timeout", f"handler ran past its {r.jt.policy.timeout}s timeout"),
                               timeout=1.0)
             if r.slot is None:
                 continue
@@ -81,8 +96,8 @@ class Keeper:
                     qs.abandoned += 1
             if replace:
                 r.slot.retired = True
-                w.executor.spawn_slot(qs)
-                w.executor.free_slot(r)
+                executor.spawn_slot(qs)
+                executor.free_slot(r)
             else:
                 log.warning("queue %s has %d abandoned handler threads (its cap): the slot stays taken "
                             "until its handler returns", qs.name, qs.abandoned, extra={"job_id": r.row["id"]})
@@ -90,28 +105,28 @@ class Keeper:
 
     def heartbeat(self, current: list["Running"]) -> set:
         """Extend the leases of long-running jobs and refresh this worker's row; returns the ids kept."""
-        w = self.worker
+        lease = self.lease
         held = [(r.row["id"], r.row["attempts"]) for r in current
                 if not r.done and not r.abandoned and r.jt
-                and (r.jt.policy.long_running or r.jt.policy.timeout > w.lease / 2)]
+                and (r.jt.policy.long_running or r.jt.policy.timeout > lease / 2)]
         kept: set = set()
-        with w.pool.connection() as conn:
+        with self.pool.connection() as conn:
             if held:
-                kept = jobqueue.heartbeat(conn, w.id, held, w.lease)
+                kept = jobqueue.heartbeat(conn, self.worker_id, held, lease)
                 for job_id, _ in held:
                     if job_id not in kept:
-                        r = w.running.get(job_id)
+                        r = self.running.get(job_id)
                         if r and r.ctx:
                             r.ctx.cancelled.set()
                             log.warning("lease lost; the handler was asked to stop", extra={"job_id": job_id})
             db.execute(conn, "worker_heartbeat", {
-                "id": w.id, "state": "stopping" if w.stopping.is_set() else "running",
-                "is_leader": w.is_leader, "running_jobs": len(current),
-                "abandoned": Jsonb({q.name: q.abandoned for q in w.queues.values()})})
+                "id": self.worker_id, "state": "stopping" if self.lifecycle.stopping.is_set() else "running",
+                "is_leader": self.is_leader(), "running_jobs": len(current),
+                "abandoned": Jsonb({q.name: q.abandoned for q in self.queues.values()})})
         return kept
 
     def set_state(self, state: str, timeout: float = 2.0) -> None:
-        w = self.worker
-        with w.pool.connection(timeout=timeout) as conn:
+        with self.pool.connection(timeout=timeout) as conn:
             db.execute(conn, "worker_heartbeat", {
-                "id": w.id, "state": state, "is_leader": False, "running_jobs": len(w.running), "abandoned": None})
+                "id": self.worker_id, "state": state, "is_leader": False, "running_jobs": len(self.running),
+                "abandoned": None})

@@ -10,6 +10,7 @@ backed off and tried again, while everything else goes on.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,9 @@ from opsboard import db
 from opsboard.schema import LEADER_LOCK_KEY
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from psycopg_pool import ConnectionPool
+
+    from .parts import OutageLog
 
 log = logging.getLogger("worker.leader")
 
@@ -79,36 +82,44 @@ class LeaderLock:
 
 
 class Leader:
-    """Tries for leadership; while held, runs each due service in isolation."""
+    """Tries for leadership; while held, runs each due service in isolation.
 
-    def __init__(self, worker: "Worker", services: list):
-        self.worker = worker
+    Its collaborators: the ``services``; the worker's ``pool`` they run on; the ``direct_url``
+    its lock's session connects to (never through a transaction pooler); the ``stopping``
+    event; the ``outages`` log.  :attr:`is_leader` says whether it holds the lock now.
+    """
+
+    def __init__(self, services: list, *, pool: "ConnectionPool", direct_url: str, stopping: threading.Event,
+                 outages: "OutageLog"):
         self.services = services
+        self.pool, self.direct_url, self.stopping, self.outages = pool, direct_url, stopping, outages
+        #: This worker holds the leader's lock (and runs the services).
+        self.is_leader = False
         self.next_run = {s.name: 0.0 for s in services}
         self.failures = {s.name: 0 for s in services}
         #: Errors not yet added to the ``service_errors`` table (the database was away).
         self.unsaved_errors: dict[str, int] = {}
 
     def run(self) -> None:
-        w = self.worker
-        lock = LeaderLock(w.direct_url)  # a session lock: never through a transaction pooler
+        stopping = self.stopping
+        lock = LeaderLock(self.direct_url)  # a session lock: never through a transaction pooler
         try:
-            while not w.stopping.wait(0.2):
-                w.is_leader = lock.try_hold()
-                if not w.is_leader:
-                    w.stopping.wait(2.0)
+            while not stopping.wait(0.2):
+                self.is_leader = lock.try_hold()
+                if not self.is_leader:
+                    stopping.wait(2.0)
                     continue
                 self.run_due()
         finally:
             lock.release()
-            w.is_leader = False
+            self.is_leader = False
 
     def run_due(self, now: float | None = None) -> int:
         """Run every service whose time has come; returns how many ran."""
         ran = 0
         for service in self.services:
             mono = time.monotonic() if now is None else now
-            if self.worker.stopping.is_set():
+            if self.stopping.is_set():
                 break
             if mono < self.next_run[service.name]:
                 continue
@@ -126,16 +137,15 @@ class Leader:
 
     def run_service(self, service) -> bool:
         """One ``run_once``; any exception is contained here.  Returns whether it succeeded."""
-        w = self.worker
         try:
-            with w.pool.connection() as conn:
+            with self.pool.connection() as conn:
                 n = service.run_once(conn)
             if n:
                 level = logging.DEBUG if getattr(service, "quiet", False) else logging.INFO
                 log.log(level, "%s handled %d", service.name, n, extra={"service": service.name, "count": n})
             return True
         except psycopg.OperationalError as exc:  # the database is away, not the service's fault
-            w.db_trouble(exc, f"service {service.name}")
+            self.outages.trouble(exc, f"service {service.name}")
             return False
         except Exception as exc:
             log.exception("service %s failed (%s); backing off", service.name, type(exc).__name__,
@@ -148,7 +158,7 @@ class Leader:
         """Add the counted errors to ``service_errors`` (kept in memory while that fails)."""
         pending, self.unsaved_errors = self.unsaved_errors, {}
         try:
-            with self.worker.pool.connection() as conn:
+            with self.pool.connection() as conn:
                 db.execute(conn, "service_error_add",
                            {"services": list(pending), "counts": list(pending.values())})
         except psycopg.Error as exc:

@@ -17,35 +17,38 @@ from opsboard import pgnotify
 from opsboard.schema import JOBS_CHANNEL, PAUSES_CHANNEL
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from .fetcher import HoldsCache, QueueState
+    from .parts import OutageLog
 
 
-def make_hub(worker: "Worker") -> pgnotify.Hub:
-    """The worker process's one LISTEN connection.  It retries as fast as the
-    claim loops (:meth:`~worker.runner.Worker.retry_delay`, at most a second
-    apart) and reports to the worker's outage log: probing that often, it is
-    often the first to see the database return."""
-    return pgnotify.Hub(worker.direct_url, poll=0.5, name="listener", retry_delay=worker.retry_delay,
-                        on_connect=worker.db_ok, on_error=lambda exc: worker.db_trouble(exc, "listener"))
+def make_hub(direct_url: str, outages: "OutageLog") -> pgnotify.Hub:
+    """The worker process's one LISTEN connection (on ``direct_url``: past any pooler).  It
+    retries as fast as the claim loops (:meth:`~worker.parts.OutageLog.retry_delay`, at most a
+    second apart) and reports to the worker's ``outages`` log: probing that often, it is often
+    the first to see the database return."""
+    return pgnotify.Hub(direct_url, poll=0.5, name="listener", retry_delay=outages.retry_delay,
+                        on_connect=outages.ok, on_error=lambda exc: outages.trouble(exc, "listener"))
 
 
 class Listener:
-    def __init__(self, worker: "Worker"):
-        self.worker = worker
+    """Wakes the ``queues``' fetchers; a hold's notification also makes ``holds`` stale."""
+
+    def __init__(self, queues: dict[str, "QueueState"], holds: "HoldsCache"):
+        self.queues, self.holds = queues, holds
         self.waiters: list[pgnotify.Waiter] = []
 
     def subscribe(self, hub: pgnotify.Hub) -> None:
         """Register one waiter per queue (without starting ``hub``: the worker starts it
         once every subscriber is in, so that one LISTEN statement takes them all)."""
-        for qs in self.worker.queues.values():
+        for qs in self.queues.values():
             self.waiters.append(hub.waiter(JOBS_CHANNEL, qs.name, on_wake=qs.wake.set, start=False))
         # A hold or a release (issue 28): the worker's copy of the holds is stale, and every
         # fetcher claims again at once (a release must not wait for the poll).
         self.waiters.append(hub.waiter(PAUSES_CHANNEL, "*", on_wake=self.wake_all, start=False))
 
     def wake_all(self) -> None:
-        self.worker.holds.invalidate()
-        for qs in self.worker.queues.values():
+        self.holds.invalidate()
+        for qs in self.queues.values():
             qs.wake.set()
             # A fetcher whose slots are all busy waits on slot_freed: it re-reads the
             # holds now too (a live slot change, see Worker.apply_slots).

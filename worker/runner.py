@@ -38,7 +38,6 @@ import uuid
 
 import psycopg
 from psycopg.types.json import Jsonb
-from psycopg_pool import PoolTimeout
 
 import opsboard
 from opsboard import db, jobtypes
@@ -48,22 +47,24 @@ from opsboard.features import build_catalogue
 from opsboard.db import connect
 
 from .completer import Completer
-from .executor import Executor, Running
+from .executor import Executor, Running, RunningJobs
 from .fetcher import Fetcher, HoldsCache, QueueState
 from .keeper import Keeper
 from .leader import Leader
 from .listener import Listener, make_hub
+from .parts import Lifecycle, OutageLog
 from .running_file import RunningFile
 from .services import relay
 
 log = logging.getLogger("worker")
 
-#: The longest wait between two tries while the database is away (plus jitter below it).
-RETRY_DELAY_MAX = 1.0
-
 
 class Worker:
-    """One worker process: ``start()`` its threads, ``run()`` until a signal, ``shutdown()``."""
+    """One worker process: ``start()`` its threads, ``run()`` until a signal, ``shutdown()``.
+
+    It builds the parts and hands each exactly its collaborators (see :mod:`worker.parts`);
+    none of them sees the ``Worker``.
+    """
 
     def __init__(self, config: Config, url: str, *, queues: dict[str, int] | None = None,
                  worker_id: str | None = None, run_services: bool = True, running_file: str | None = None,
@@ -95,40 +96,53 @@ class Worker:
         # Room for the most slots an operator may set live (issue 28): a record is 16 bytes.
         self.running_file = RunningFile(running_file, sum(max(q.slots, QUEUE_SLOTS_MAX) + q.abandoned_max
                                                           for q in self.queues.values()) + 16) if running_file else None
-        self.stopping = threading.Event()
-        self.stopped = threading.Event()
-        self.running: dict[uuid.UUID, Running] = {}
-        self.running_lock = threading.Lock()
-        self.is_leader = False
+        self.lifecycle = Lifecycle()
+        self.stopping = self.lifecycle.stopping
+        self.stopped = self.lifecycle.stopped
+        #: The database's health as this process sees it (one log line per outage, the retries' backoff).
+        self.outages = OutageLog((self.pool, self.handler_pool))
+        #: The jobs the slots run now.
+        self.running = RunningJobs()
         self.fatal: BaseException | None = None
         #: Maintenance services the leader runs; ``None`` means the defaults from the config.
         self.services: list | None = None
-        self.executor = Executor(self)
-        self.completer = Completer(self)
-        self.keeper = Keeper(self)
-        self.listener = Listener(self)
         #: The holds in force (issue 28), re-read on notification and every second.
         self.holds = HoldsCache()
+        self.completer = Completer(self.pool, queues=self.queues, lifecycle=self.lifecycle, outages=self.outages,
+                                   worker_id=self.id)
+        self.executor = Executor(self.completer, self.holds, self.handler_pool, worker_id=self.id,
+                                 lease=self.lease, settings=config.providers,
+                                 transaction_pooler=self.pooler == db.TRANSACTION_POOLER, running=self.running,
+                                 running_file=self.running_file, stopping=self.stopping)
+        self.keeper = Keeper(self.executor, self.running, self.queues, pool=self.pool, lifecycle=self.lifecycle,
+                             outages=self.outages, is_leader=lambda: self.is_leader, worker_id=self.id,
+                             lease=self.lease)
+        self.listener = Listener(self.queues, self.holds)
         #: The process's one LISTEN connection (started by :meth:`start`).
-        self.hub = make_hub(self)
+        self.hub = make_hub(self.direct_url, self.outages)
         self.leader: Leader | None = None
         self._signals = 0
         #: The signal that asked this worker to stop, noted by the handler (see install_signals).
         self._signal: int | None = None
         self._threads: list[threading.Thread] = []
-        self._db_down_since: float | None = None
-        self._db_back_at = float("-inf")
-        self._db_lock = threading.Lock()
         #: Wait for an unreachable database at start (with backoff); ``False``
         #: exits at once instead, for supervisors that prefer to restart.
         self.wait_for_database = True
-        #: ``time.monotonic()`` by which shutdown must be done (set by :meth:`shutdown`).
-        self.shutdown_deadline: float | None = None
 
     @property
     def stats(self):
         """Per-minute counters not yet flushed (see :class:`worker.completer.Stats`)."""
         return self.completer.stats
+
+    @property
+    def is_leader(self) -> bool:
+        """This worker holds the leader's lock (and runs the maintenance services)."""
+        return self.leader is not None and self.leader.is_leader
+
+    @property
+    def shutdown_deadline(self) -> float | None:
+        """``time.monotonic()`` by which shutdown must be done (set by :meth:`shutdown`)."""
+        return self.lifecycle.shutdown_deadline
 
     # ------------------------------------------------------------ lifecycle
 
@@ -160,18 +174,23 @@ class Worker:
         for qs in self.queues.values():
             for _ in range(qs.slots):
                 self.executor.spawn_slot(qs)
-            self._thread(Fetcher(self, qs).run, f"fetch-{qs.name}")
+            fetcher = Fetcher(qs, self.executor, pool=self.pool, holds=self.holds,
+                              keeping_up=self.completer.keeping_up, apply_slots=self.apply_slots,
+                              outages=self.outages, stopping=self.stopping, worker_id=self.id, lease=self.lease,
+                              poll_interval=self.config.poll_interval)
+            self._thread(fetcher.run, f"fetch-{qs.name}")
         self._thread(self.completer.run, "completer")
         self._thread(self.keeper.run, "keeper")
         # Every subscriber registers before the hub starts: its first LISTEN takes all channels.
         self.listener.subscribe(self.hub)
-        self._threads.append(relay.start(self))
+        self._threads.append(relay.start(self.hub, self.pool, self.stopping, self.config.poll_interval))
         self.hub.start()
         if self.run_services:
             if self.services is None:
                 from .services import default_services
                 self.services = default_services(self.config, self.catalogue)
-            self.leader = Leader(self, self.services)
+            self.leader = Leader(self.services, pool=self.pool, direct_url=self.direct_url, stopping=self.stopping,
+                                 outages=self.outages)
             self._thread(self.leader.run, "leader")
         log.info("worker started", extra={"worker_id": self.id})
         log.info("queues: %s", ", ".join(f"{q.name}={q.slots}" for q in self.queues.values()))
@@ -289,8 +308,8 @@ class Worker:
         the handler used to call ``stopping.set()``, which waited for that same lock forever.
         The window is a few bytecodes wide, but right after SIGCONT (a worker paused past
         its lease) every thread wakes at once and the main thread gives up the interpreter
-        in it: an outside chaos run saw "signal SIGTERM: stopping (grace 20s)" and a
-        worker still running 30 s later, once in 11 trials (issue 29).
+        in it: an outside chaos run saw "signal SIGTERM: stopping" and the worker still
+        running well past its grace, now and then (issue 29).
         """
         def handler(signum, frame):
             self._signals += 1
@@ -333,7 +352,7 @@ class Worker:
         # Not waited for here: the hub's thread ends within its poll (half a second); stopping it
         # wakes its waiters (the relay) so that they see the stop.
         self.hub.stop(timeout=0)
-        self.shutdown_deadline = started + grace
+        self.lifecycle.shutdown_deadline = started + grace
         # Closing the pools and the last row take up to about a second: keep it for them.
         work_deadline = started + max(0.0, grace - min(1.5, grace / 3))
         left = lambda: max(0.0, work_deadline - time.monotonic())  # noqa: E731
@@ -407,7 +426,7 @@ class Worker:
                         db.execute(conn, "worker_set_queues", {
                             "id": self.id, "queues": Jsonb({q.name: q.slots for q in self.queues.values()})})
                 except psycopg.Error as exc:
-                    self.db_trouble(exc, "worker row")
+                    self.outages.trouble(exc, "worker row")
 
     def _resize_to(self, holds, *, spawn: bool) -> dict[str, tuple[int, int]]:
         """Set each queue's slots to its live value; with ``spawn``, start or retire slot threads
@@ -440,59 +459,4 @@ class Worker:
     # ------------------------------------------------------------ shared helpers
 
     def running_jobs(self) -> list[Running]:
-        with self.running_lock:
-            return list(self.running.values())
-
-    def retry_delay(self, failures: int) -> float:
-        """Bounded exponential backoff with jitter: at most :data:`RETRY_DELAY_MAX`."""
-        return min(RETRY_DELAY_MAX, 0.05 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
-
-    def db_trouble(self, exc: BaseException, what: str) -> None:
-        """Note a failed database call: one line when the database goes away, not one per retry.
-
-        A deadlock or a serialization failure is the statement's own conflict with
-        another transaction (rolled back whole, safe to retry), not an outage: it is
-        logged as what it is and no outage begins.
-        """
-        # SQLSTATE class 40 (transaction rollback). psycopg's DeadlockDetected is not a subclass of
-        # its TransactionRollback, so the class is read from the state, not the exception type.
-        if (getattr(exc, "sqlstate", None) or "").startswith("40"):
-            kind = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
-            log.warning("%s in %s (SQLSTATE %s); retrying", kind, what, exc.sqlstate)
-            return
-        if isinstance(exc, psycopg.OperationalError):
-            if isinstance(exc, PoolTimeout) and time.monotonic() - self._db_back_at < self.pool.timeout + 0.5:
-                # A wait for a connection that began during the outage, ending
-                # just after it: old news, not a new outage.
-                return
-            with self._db_lock:
-                if self._db_down_since is not None:
-                    return
-                self._db_down_since = time.monotonic()
-            log.warning("database unavailable (%s in %s); retrying quietly until it is back",
-                        type(exc).__name__, what)
-            # Drop the pools' idle connections now (they are all broken), so
-            # that none is handed out once the database is back.
-            threading.Thread(target=self._check_pools, name="pool-check", daemon=True).start()
-        else:
-            log.warning("%s failed (%s)", what, type(exc).__name__)
-
-    def db_ok(self) -> None:
-        """Note a successful database call: logs the outage's end and duration once,
-        and has both pools replace their broken connections now."""
-        if self._db_down_since is None:
-            return
-        with self._db_lock:
-            since, self._db_down_since = self._db_down_since, None
-            self._db_back_at = time.monotonic()
-        if since is None:
-            return
-        log.warning("database is back after %.1f s", time.monotonic() - since)
-        self._check_pools()
-
-    def _check_pools(self) -> None:
-        for pool in (self.pool, self.handler_pool):
-            try:
-                pool.check()
-            except Exception:  # closed while stopping, or the server still away
-                pass
+        return self.running.list()

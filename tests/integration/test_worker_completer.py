@@ -105,19 +105,19 @@ def test_a_deadlock_recording_outcomes_is_retried_and_is_not_an_outage(db_url, m
     w = Worker(make_config(database_url=db_url), db_url, queues={"default": 1}, worker_id="w-deadlock",
                run_services=False)
     outage = []
-    real_trouble = w.db_trouble
-    monkeypatch.setattr(w, "db_trouble", lambda exc, what: (real_trouble(exc, what),
-                                                             outage.append(w._db_down_since is not None)))
-    import worker.runner as runner_module
+    real_trouble = w.outages.trouble
+    monkeypatch.setattr(w.outages, "trouble", lambda exc, what: (real_trouble(exc, what),
+                                                                 outage.append(w.outages.down_since is not None)))
+    import worker.parts as parts_module
     caplog.set_level(logging.WARNING)
-    runner_module.log.addHandler(caplog.handler)
+    parts_module.log.addHandler(caplog.handler)
     try:
         w.start()
         with connect(db_url) as c:
             wait_for(lambda: c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"]
                      == "succeeded", timeout=20, message="the outcome to be recorded after the retry")
     finally:
-        runner_module.log.removeHandler(caplog.handler)
+        parts_module.log.removeHandler(caplog.handler)
         w.stop()
         w.shutdown()
     assert calls["n"] >= 2

@@ -53,7 +53,7 @@ def _listen_backends(c) -> list[dict]:
 def _listening(db_url, **hooks):
     worker = SimpleNamespace(queues={q: QueueState(q, 1) for q in QUEUES}, holds=HoldsCache())
     hub = pgnotify.Hub(db_url, poll=0.1, name="test-hub", retry_delay=lambda failures: 0.01, **hooks)
-    listener = Listener(worker)
+    listener = Listener(worker.queues, worker.holds)
     _listening.last_worker = worker
     listener.subscribe(hub)
     hub.start()

@@ -76,10 +76,7 @@ class Runner:
                                                                          r["started_at"]) for r in others])
         assert row is not None, "the job was not claimable"
         completer = _Completer()
-        w = SimpleNamespace(id=worker, handler_pool=self.pool, config=SimpleNamespace(providers=self.settings),
-                            lease=30.0, stopping=threading.Event(), running_lock=threading.Lock(), running={},
-                            running_file=None, completer=completer, holds=HoldsCache(), pooler="none")
-        executor = _Executor(w)
+        executor = _Executor(completer, HoldsCache(), self.pool, worker_id=worker, lease=30.0, settings=self.settings)
         executor.prepare([row])
         executor.run_job(row, SimpleNamespace(qs=_QueueState(queue_name), record=None))
         self.last_outcome = getattr(executor, "last_outcome", None)

@@ -120,7 +120,7 @@ def test_stats_add_many_counts_as_add_does():
 
 def test_freed_slots_wake_the_fetcher_once_it_can_refill():
     qs = QueueState("default", 4)
-    executor = Executor(worker=None)
+    executor = Executor(None, None, None, worker_id="w", lease=30.0)
     slot = SimpleNamespace(qs=qs)
     qs.in_flight = 8
     qs.refill_at = 6  # the fetcher sleeps until 2 are free
@@ -142,7 +142,7 @@ def test_freed_slots_wake_the_fetcher_once_it_can_refill():
 def test_a_queue_state_wakes_the_fetcher_at_every_free_by_default():
     qs = QueueState("default", 2)
     qs.in_flight = 10**6
-    Executor(worker=None).free_slot(Running({}, None, slot=SimpleNamespace(qs=qs)))
+    Executor(None, None, None, worker_id="w", lease=30.0).free_slot(Running({}, None, slot=SimpleNamespace(qs=qs)))
     assert qs.slot_freed.is_set()
 
 

@@ -130,12 +130,13 @@ class Relay:
             waiter.close()
 
 
-def start(worker) -> threading.Thread:
-    """Start the relay loop of ``worker`` (a daemon thread; it ends with the worker).  Its waiter is
-    registered here, before the worker starts its hub, so the hub's first LISTEN includes it."""
-    relay = Relay(RelayConfig(poll_interval=worker.config.poll_interval))
-    waiter = worker.hub.waiter(CHANNEL, start=False)
-    t = threading.Thread(target=relay.loop, args=(worker.hub, worker.pool, worker.stopping),
+def start(hub: pgnotify.Hub, pool, stopping: threading.Event, poll_interval: float) -> threading.Thread:
+    """Start a worker's relay loop on its ``hub`` and ``pool`` (a daemon thread; it ends once
+    ``stopping`` is set).  Its waiter is registered here, before the worker starts its hub, so
+    the hub's first LISTEN includes it."""
+    relay = Relay(RelayConfig(poll_interval=poll_interval))
+    waiter = hub.waiter(CHANNEL, start=False)
+    t = threading.Thread(target=relay.loop, args=(hub, pool, stopping),
                          kwargs={"waiter": waiter}, name="relay", daemon=True)
     t.start()
     return t
