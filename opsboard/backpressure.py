@@ -91,8 +91,8 @@ class TokenLeases:
     process that exits forgets its unspent tokens (the bucket refills).
 
     Why: the bench's one tenant took its token in a statement of its own before each event, and the
-    bucket row's lock made those statements wait on each other (docs/performance.md, "The producer API
-    beside its worker, part 3").
+    bucket row's lock made those statements wait on each other (`opsboard bench --scenario api_worker`;
+    docs/performance.md, API).
     """
 
     def __init__(self, seconds: float = LEASE_SECONDS, most: int = LEASE_MOST, clock=time.monotonic):

@@ -131,11 +131,11 @@ def _like_pattern(term: str) -> str:
 #: the last one before now, or before the end of the filter's own time range
 #: ("created until"), never further back than its start ("created from").  A
 #: range set by hand is searched one window at a time, newest first, and the
-#: page links to the window before (a 24-hour range read 24 hours of attempts:
-#: 138-262 ms at ten million jobs).  The page's cost follows the attempts of
-#: the window, not the table (2 s for "410 Gone" over ten million jobs before;
-#: each attempt's detail is tested, about 1.4 µs each under load: 37,500
-#: attempts in an hour of the scale seed's busiest part took 54 ms, so half an hour).
+#: page links to the window before (a day-long range read a day of attempts at
+#: once).  The page's cost follows the attempts of the window, not the table:
+#: each attempt's detail is tested, so the window is sized so that the busiest
+#: half hour of the scale seed stays within the page's budget (`opsboard bench
+#: --scenario scale`, docs/performance.md).
 SEARCH_DETAIL_WINDOW = timedelta(minutes=30)
 #: At most this many distinct error codes containing the term are searched (each one query).
 SEARCH_MAX_CODES = 20
@@ -166,8 +166,8 @@ def _order_lead(scope: TenantScope, filter: JobFilter) -> tuple[str, str, str] |
 
     The newest jobs are the waiting ones (a backlog is the newest work), so for a
     status or an error code the planner, which assumes matches spread evenly over
-    time, walks the primary key newest first past the whole backlog (201,408 rows
-    passed over for 51 dead jobs at 1,000,000 jobs; 2 million at ten million).
+    time, walks the primary key newest first past the whole backlog (every waiting
+    job passed over for a few dead ones).
     Leading the ORDER BY with the column, which is equal on every row the filter
     keeps, changes nothing in the order, but only the index that starts with it
     provides that order, so the planner takes it.  The test becomes ``= ANY(ARRAY[
@@ -264,8 +264,8 @@ def _list_rows(conn: psycopg.Connection, scope: TenantScope, filter: JobFilter, 
         if test:
             # The named queries are sent compacted (db._compact: no spaces around "="):
             # the test is looked for in that form.  Not found, the lead would be dropped
-            # silently and the list walk the primary key past the backlog again (it did:
-            # 452 ms for the cancelled list at ten million jobs), so a miss is an error.
+            # silently and the list walk the primary key past the backlog again (it did,
+            # for the cancelled list at ten million jobs), so a miss is an error.
             sent = db._compact(test)
             if sent not in sql:
                 raise RuntimeError(f"dashboard_job_list has no {sent!r} to replace")
@@ -354,10 +354,10 @@ def _uuid_or_none(value) -> uuid.UUID | None:
 # ---------------------------------------------------------------- dead letters
 
 #: The dead-letter groups count this many of the newest dead jobs (inside the
-#: caller's scope and filters): every dead job ever kept grew without bound
-#: (2.6 s for 240,000 at ten million jobs).  The page says how far back it reaches.
-#: About 3.4 buffers per dead job counted (the three "open" probes): 5,000 took
-#: 17,000 buffers and about 40 ms at ten million jobs under load, so 2,000.
+#: caller's scope and filters): counting every dead job ever kept grew without
+#: bound.  The page says how far back it reaches.  Each dead job counted costs a
+#: few buffers (the three "open" probes), so the window is sized to keep the page
+#: within its budget at ten million jobs (`opsboard bench --scenario scale`).
 DEAD_WINDOW = 2000
 
 
@@ -536,10 +536,10 @@ def list_workers(conn: psycopg.Connection, scope: TenantScope, *, now: datetime 
 
 
 #: The queue health page's top error codes count the newest this many failed attempts of
-#: the last hour (inside the scope): all of the hour's were read and joined to their jobs,
-#: 40,938 in the scale seed's last hour (165,070 buffers, 250-450 ms at ten million jobs).
-#: The page says how far back they reach when the window is full.  Each one counted is an
-#: index entry and its job's row (about 4 buffers: 2,000 took 8,025 buffers, 24.6 ms under load).
+#: the last hour (inside the scope): reading and joining all of the hour's failures to their
+#: jobs grew with the failure rate.  The page says how far back they reach when the window is
+#: full.  Each one counted is an index entry and its job's row, so the cost is bounded by the
+#: window (`opsboard bench --scenario scale`, docs/performance.md).
 TOP_CODES_WINDOW = 1000
 
 
@@ -572,8 +572,8 @@ def top_error_codes(conn: psycopg.Connection, scope: TenantScope, *, minutes: in
 
 #: A bulk replay's confirmation counts this many open dead jobs at most ("1,000+"): as
 #: many as a request replays (opsboard.web.jobs.BULK_LIMIT).  Counting every match read a
-#: dead job's row and three indexes for each, twice (65,696 buffers, 83-100 ms for one
-#: common filter at ten million jobs); 2,000 cost 9,252 buffers and 39-53 ms under load.
+#: dead job's row and three indexes for each, twice: a common filter at ten million jobs
+#: grew with the dead jobs kept; the cap bounds it.
 REPLAY_COUNT_CAP = 1000
 
 

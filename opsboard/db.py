@@ -74,9 +74,9 @@ def _compact(sql: str) -> str:
 
     psycopg converts a query's ``%(name)s`` placeholders once per distinct
     text and caches the result only for texts of at most 4,096 bytes
-    (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``): the commented claim
-    (5,900 bytes) was converted again on every claim, a tenth of the worker's
-    claim time.  A query that may hold a string spanning lines (an odd number
+    (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``): the commented claim,
+    over that limit, was converted again on every claim, a visible share of the
+    worker's claim time.  A query that may hold a string spanning lines (an odd number
     of quotes on a line, or dollar quoting) is kept as written.
     """
     lines = [line.strip() for line in sql.splitlines()]
@@ -159,7 +159,8 @@ def prepare_now(conn: psycopg.Connection) -> bool | None:
     """``prepare=`` for a hot statement on ``conn``: ``True`` (prepare at once) where statements are
     prepared at all, ``None`` (the connection's own rule: never, behind a transaction pooler, see
     :func:`connection_kwargs`) elsewhere.  Each unprepared run of the claim is parsed and planned
-    again (3.5 ms of server CPU a plan, in `opsboard bench --scenario process_2`)."""
+    again, and planning is a large share of the claim's server CPU (profile of
+    `opsboard bench --scenario process_2`)."""
     return True if conn.prepare_threshold is not None else None
 
 
@@ -184,7 +185,7 @@ def describe_target(url: str) -> str:
 
 #: Session settings for every connection opsboard opens.  JIT is off: the
 #: queue's statements are short OLTP queries whose cost estimates can cross
-#: the JIT threshold, and compiling them takes a second for a 2 ms query.
+#: the JIT threshold, and compiling them takes far longer than running them.
 SESSION_SETTINGS = {"jit": "off"}
 #: :data:`SESSION_SETTINGS` as they travel on a direct connection: in the startup packet.
 SESSION_OPTIONS = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
@@ -399,8 +400,8 @@ class _FastJsonbLoader(JsonbLoader):
 
 def fast_jsonb(conn: psycopg.Connection) -> None:
     """Load jsonb on ``conn`` through :func:`_jsonb_text`: the same values as json.loads (the same
-    scanner), for a sixth of the time on a small payload (1.7 against 0.3 us for ``{}``; a worker
-    loads one per claimed job).  A pool's ``configure`` (the worker's own pool)."""
+    scanner), for a fraction of the time on a small payload (a worker loads one per claimed
+    job).  A pool's ``configure`` (the worker's own pool)."""
     if _JSON_SCAN is None:
         return
     conn.adapters.register_loader("jsonb", _FastJsonbBinaryLoader)
@@ -412,8 +413,8 @@ class KeptConnection:
 
     psycopg_pool hands out its connections first in, first out: a loop that took one per
     statement ran on every connection of the pool in turn, and each of them prepared and planned
-    the loop's statements for itself (a worker's claim: up to ten plans of 3.5 ms per connection,
-    eight connections).  :meth:`connection` gives the kept one (taking one from the pool first);
+    the loop's statements for itself (a worker's claim was planned again on each connection of
+    its pool).  :meth:`connection` gives the kept one (taking one from the pool first);
     a block that raises gives it back (the pool rolls it back, or replaces it when broken), so
     the next block takes another; :meth:`release` gives it back when the loop goes idle.
     """

@@ -263,7 +263,7 @@ def tenant_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
     """Per tenant: pending, running, retryable, dead, oldest ready age and share of running slots,
     counted live from ``jobs`` (a tenant's detail page passes its ``tenant_id``).  A list of many
     tenants reads :func:`tenant_backlog_page` instead: the maintained counts, one page at a time
-    (all 10,000 tenants of the scale bench counted live take about 250 ms)."""
+    (counting every tenant of the scale bench live is too slow for a page)."""
     now = db_now(conn, now)
     tenants: dict = {}
     for r in db.all_rows(conn, "metrics_depth_by_tenant", {**scope.params, "tenant_id": tenant_id, "now": now}):

@@ -79,7 +79,7 @@ class JobContext:
         """Set when the lease was lost or the timeout passed: stop as soon as you can.
 
         Created on first use (most handlers never look at it, and an Event
-        per job was about 7% of the worker's CPU on no-op jobs); whoever comes
+        per job was a visible share of the worker's CPU on no-op jobs); whoever comes
         first, handler or keeper, creates the one both see.
         """
         ev = self._cancelled

@@ -121,8 +121,8 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
 
     Only the job ids and attempts are sent: the statement reads the tenant,
     endpoint and event from the job rows it locks (six arrays of ids and keys
-    were dumped per batch, each id through ``UUID()``; see docs/performance.md,
-    "Webhooks, part 2").
+    were dumped per batch, each id through ``UUID()``: CPU per delivery, see
+    `opsboard bench --scenario webhooks` in docs/performance.md).
     """
     if not rows:
         return
@@ -138,7 +138,7 @@ def webhook_prepare(conn, worker_id: str, rows: list[dict]) -> None:
     for r in found:
         if r["wait_until"] is not None:
             # An endpoint whose breaker admits no call now: its jobs snooze until then with no
-            # round trip (the admit of each one was three; see docs/performance.md, webhooks).
+            # round trip (the admit of each one was three; `opsboard bench --scenario webhooks`).
             by_job[r["job_id"]] = {"wait_until": r["wait_until"]}
         elif r["attempt_it"] and r["effect_state"] is not None:
             event_id = r["event_id"]

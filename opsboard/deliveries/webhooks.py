@@ -226,7 +226,7 @@ def fanout_at_relay(conn: psycopg.Connection, jobs: list[dict]) -> int:
 
     Why at the relay: a fan-out job per event was a whole job's life (its row and index entries, a
     claim, a completion, an attempt row) for two statements of work that the relay's own transaction
-    can run for its whole batch (see docs/performance.md, "The producer API beside its worker, part 3").
+    can run for its whole batch (`opsboard bench --scenario api_worker`; docs/performance.md, API).
     The deliveries commit exactly when their events are marked relayed; their keys
     (``<event_id>:<endpoint_id>``) make a later fan-out job of the same event a no-op.
     """

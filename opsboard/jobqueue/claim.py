@@ -95,8 +95,8 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     #
     # While such candidates lead the fair order (a flood of one limited type: the
     # walk without the locks claimed a few jobs, then the one under them walked the
-    # same tenants again for the rest; at 10,000,000 jobs, 5.8 + 10.8 ms per claim of
-    # 64, `opsboard bench --scenario scale`), the claim says so (locked_next) and the
+    # same tenants again for the rest: two walks per claim at 10,000,000 jobs,
+    # `opsboard bench --scenario scale`), the claim says so (locked_next) and the
     # worker's next one takes the locks first: one walk.  It goes back to walking
     # without them once a walk under them meets no candidate that needs them.
     if locked_first:
@@ -152,8 +152,8 @@ class _Claimed(list):
 
 def _claimed(cur: psycopg.Cursor) -> _Claimed:
     """The rows of a claim's cursor (tuple rows) as :class:`_Claimed`: one dict per job without
-    the statement's figures.  (psycopg's dict rows, then deleting three keys from each, were
-    11 % of a worker's CPU on no-op jobs: py-spy.)"""
+    the statement's figures.  (psycopg's dict rows, then deleting three keys from each, were a
+    visible share of a worker's CPU on no-op jobs: py-spy.)"""
     rows = cur.fetchall()
     names = [c.name for c in cur.description]
     n = len(names) - len(_TAIL)

@@ -172,8 +172,8 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
 
     The statement runs on a cursor kept on the connection across calls: a new
     cursor per call (``conn.execute``) built a new adapter map and looked up
-    each parameter's dumper and each column's loader again, 11-14 µs of the
-    producer's CPU per enqueue.  The cursor is taken off the connection while
+    each parameter's dumper and each column's loader again, a visible share of
+    the producer's CPU per enqueue (`opsboard bench --scenario enqueue_cost`).  The cursor is taken off the connection while
     it runs, so two threads sharing a connection never share it (the second
     makes its own for that call).
     """
@@ -252,9 +252,9 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
         return []
     if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF and not any(
             r["idempotency_key"] is not None or r["run_at"] is not None for r in rows):
-        # No key can conflict: COPY, about 30% faster than the INSERT below
-        # for 1,000 jobs (no JSON document to build and parse, multi-row heap
-        # inserts).  The statement trigger checks tenants and notifies as for
+        # No key can conflict: COPY, faster than the INSERT below for a batch
+        # (no JSON document to build and parse, multi-row heap inserts;
+        # `opsboard bench --scenario enqueue_many`).  The statement trigger checks tenants and notifies as for
         # an INSERT.  (COPY cannot take now() for a job's run_at, nor run in
         # pipeline mode.)
         _copy_jobs(conn, rows)

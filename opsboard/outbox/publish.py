@@ -154,7 +154,7 @@ def take_admission(conn: psycopg.Connection, params: dict, key: str | None = Non
 
     Why its own transaction: the token's UPDATE locks the tenant's bucket row until its transaction
     ends; in the event's transaction that was through the event's WAL flush, so one tenant's requests
-    were serialised on the disk's flush time (issue 27's profile: 137 ms of a 155 ms p50 waiting on
+    were serialized on the disk's flush time (issue 27's profile: most of a request's time waited on
     it).  Why not durable: a crash may forget a few tokens taken just before it (the bucket refills
     anyway); the event's own commit is durable, and it flushes this commit's record with it.
     """

@@ -21,7 +21,7 @@ WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
 -- paced slices, so that the keys of a day without a leader at a high API rate go
 -- in many short statements, never in one long one.  By ctid (a TID scan), not a
 -- join on the two-column key, which the planner hashed over a sequential scan of
--- the whole table (500,000 keys: 115 ms a batch of 5,000, now 7 ms); the age is
+-- the whole table for every batch (docs/performance.md, pruners); the age is
 -- checked again on the row deleted.  One row per key forgotten.
 DELETE FROM api_idempotency
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM api_idempotency

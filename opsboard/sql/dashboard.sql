@@ -87,7 +87,7 @@ WHERE j.id = %(id)s AND (%(scope_all)s OR j.tenant_id = ANY(%(scope_ids)s::uuid[
 -- idempotency key when it was replayed (job_replay_links).
 -- Two index lookups (jobs_replay_of_idx, the links' key) joined by primary key:
 -- "replay_of = id OR id IN (...)" could use neither and read the whole table
--- (2 s for one job's page at 1,000,000 jobs: `opsboard bench --scenario scale`).
+-- for every job page (`opsboard bench --scenario scale`).
 SELECT id, status, created_at, finished_at, last_error_code
 FROM jobs
 WHERE id IN (SELECT r.id FROM jobs r WHERE r.replay_of = %(id)s
@@ -99,8 +99,8 @@ ORDER BY id;
 -- name: dashboard_dead_groups
 -- Dead letters grouped by (type, last error code), over the newest
 -- %(window)s dead jobs inside the scope and filters (dead jobs are kept until
--- resolved or replayed, so every dead job ever kept grew without bound: 2.6 s
--- for 240,000 at ten million).  "Open" dead jobs are neither resolved/ignored
+-- resolved or replayed, so counting every dead job ever kept grew without
+-- bound).  "Open" dead jobs are neither resolved/ignored
 -- nor replayed yet: at most three index probes per row of the window.  Every group of
 -- the window is returned, with its oldest failure; the caller drops the groups
 -- with none open unless asked and tells how far back the window reaches.
@@ -196,8 +196,8 @@ ORDER BY id DESC LIMIT 20;
 -- The error codes of the newest %(window)s failed attempts since %(since)s, per
 -- type and queue, over every tenant: a backward range of job_attempts_failed_idx
 -- (0050), then each attempt's job by primary key for its type and queue.  All
--- of the hour's failures were read and joined before (165,070 buffers at ten
--- million jobs); "oldest" says how far back the window reached.
+-- of the hour's failures were read and joined before, a cost that grew with the
+-- failure rate; "oldest" says how far back the window reached.
 SELECT r.error_code, j.type, j.queue, count(*) AS failures, count(*) FILTER (WHERE r.outcome = 'dead') AS dead,
        min(r.finished_at) AS oldest
 FROM (SELECT a.job_id, a.error_code, a.outcome, a.finished_at FROM job_attempts a
@@ -236,8 +236,8 @@ GROUP BY r.error_code, j.type, j.queue;
 -- name: dashboard_replay_preview
 -- A bulk replay's confirmation: the open dead jobs it would take (as
 -- job_dead_select finds them), counted up to %(cap)s only: each is three
--- index probes for "open", and a common filter matched 10,000 dead jobs at
--- ten million (55-130 ms, counted twice); of those counted, how many died
+-- index probes for "open", and a common filter at ten million jobs matched
+-- far more dead jobs than a request replays (and counted them twice); of those counted, how many died
 -- before using their attempts (a permanent error: replaying repeats it unless
 -- something changed); and the filter's tenant by name.  A dead job past its
 -- expires_at is not counted: it is not replayed.

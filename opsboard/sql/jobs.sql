@@ -3,8 +3,8 @@
 -- Returns only what the database decides (the time) or converts in a way
 -- Python cannot repeat exactly (jsonb's numbers: 1e16 comes back an int);
 -- queue.enqueue builds the rest of the row from what it sent (RETURNING *
--- cost a quarter of a single enqueue: 23 columns formatted, sent and parsed;
--- 7 columns cost 8-11 µs of producer CPU more than 1, docs/performance.md).
+-- formatted, sent and parsed every column, a large share of a single
+-- enqueue's producer CPU: `opsboard bench --scenario enqueue_cost`).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
                   max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(idempotency_key)s,
@@ -18,8 +18,8 @@ RETURNING payload, created_at;
 -- job_insert for a job without an idempotency key: nothing can conflict
 -- (jobs_idempotency_idx holds keyed jobs only, the id is new), so a plain
 -- INSERT.  ON CONFLICT made every insert speculative: one more WAL record
--- (HEAP_CONFIRM, 48 of 671 bytes) and about a tenth of the statement's time
--- (EXPLAIN (ANALYZE, WAL), 300 single enqueues each, docs/performance.md).
+-- (HEAP_CONFIRM) and a share of the statement's time (EXPLAIN (ANALYZE, WAL)
+-- of single enqueues; docs/performance.md, enqueue).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, group_key, payload,
                   max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(group_key)s, %(payload)s,
@@ -176,7 +176,7 @@ RETURNING j.id, j.tenant_id, j.type, j.version, j.queue;
 -- nothing is reordered.  The caller passes the holds in force
 -- (opsboard.pauses.Holds): parameters, not a read of the pauses table here,
 -- keep this statement as cheap as before (reading the table in a CTE here
--- cost a third of `opsboard bench --scenario process_2`'s throughput).
+-- cost a large share of `opsboard bench --scenario process_2`'s throughput).
 WITH RECURSIVE tenants_ready AS (
     (SELECT j.tenant_id FROM jobs j
      WHERE j.queue = %(queue)s AND j.status IN ('pending', 'retryable')
@@ -193,7 +193,7 @@ WITH RECURSIVE tenants_ready AS (
 ), picked AS (
     -- The weight by one primary-key probe per picked tenant: as a join, the
     -- planner (which cannot know how many tenants the walk yields) hashed the
-    -- whole tenants table, 10,000 rows at the scale bench, for 64 tenants.
+    -- whole tenants table (every tenant of the scale bench) for a few dozen.
     SELECT r.tenant_id, coalesce((SELECT tn.weight FROM tenants tn WHERE tn.id = r.tenant_id), 1) AS weight
     FROM (SELECT tenant_id FROM tenants_ready
           WHERE tenant_id IS NOT NULL AND NOT %(queue_held)s::bool
@@ -242,7 +242,7 @@ WITH RECURSIVE tenants_ready AS (
     -- there is room.  Only the second arm sorts.  Without the limit locks
     -- (%(locked)s false): only the candidates ahead of every one in lim (ahead
     -- of its first: two one-time subplans, where `< ALL (SELECT * FROM lim)` scanned
-    -- lim once per candidate, 0.4 ms of a claim of 200), so that the locked
+    -- lim once per candidate), so that the locked
     -- claim that follows (opsboard.jobqueue.claim) goes on in the same fair order.
     SELECT id, round, priority, available_at FROM cand
     WHERE cand.type <> ALL (%(limit_types)s::text[])
@@ -267,8 +267,8 @@ WITH RECURSIVE tenants_ready AS (
 -- Lock candidates in order, one primary-key probe each, until the batch is full, and update
 -- them (opsboard_claim_locked, migration 0065): in a statement of its own, on a snapshot taken
 -- after the walk above, so that a job another worker claimed meanwhile is seen running and
--- left at once (in this statement a re-check of such a row rebuilt every subplan above:
--- 11 % of the server's CPU with two workers).  Rows another claim holds are skipped.  A claim
+-- left at once (in this statement a re-check of such a row rebuilt every subplan above: a
+-- visible share of the server's CPU with two workers, `perf` during `--scenario process_2`).  Rows another claim holds are skipped.  A claim
 -- that locks nothing still returns one row, without a job (id null), for its figures: how many
 -- candidates it had, so that the worker can tell "another worker took them all" (claim again at
 -- once) from "nothing is due" (wait for a notification).
@@ -300,8 +300,8 @@ FROM unnest(%(names)s::text[]) AS name;
 -- values of the outcomes other than a plain success are looked up per row in
 -- one jsonb map.  (Joining the batch to jobs let the planner start from "this
 -- worker's running jobs", which statistics taken while little ran put at one
--- row: a nested loop over every running job for every outcome, 0.4 s for a
--- batch of 1,000 with 1,500 jobs running.)
+-- row: a nested loop over every running job for every outcome, a cost that
+-- grew with the jobs running.)
 WITH d AS (
     -- One row per (job, token): the caller keeps the first of each
     -- (opsboard.jobqueue.record_outcomes), so no sort here.  A batch of plain

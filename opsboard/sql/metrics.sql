@@ -179,7 +179,7 @@ SELECT EXISTS (SELECT 1 FROM job_attempts
 -- One tenant's latest failed attempts: a backward range of
 -- job_attempts_tenant_failed_idx (0050), then their jobs by primary key.
 -- Before, every tenant's attempts of the window were read and joined to their
--- jobs (18,476 buffers for a day at ten million jobs).  Attempts without a
+-- jobs, a cost that grew with the whole fleet's failures.  Attempts without a
 -- tenant (written before 0050, or by a worker of the previous release) are
 -- under NULL in that index and found through their job, as before.
 SELECT * FROM (

@@ -84,8 +84,8 @@ facts AS (
     LEFT JOIN LATERAL (
         -- The user's memberships (memberships_pkey, one range) in this tenant or an operator tenant,
         -- filtered there: no tenants probe per membership, and no DISTINCT (a sort per recipient) --
-        -- a repeated role changes neither the overlap test nor "has a role" (-1 us and 2 buffer hits
-        -- per recipient).
+        -- a repeated role changes neither the overlap test nor "has a role" (less CPU and fewer
+        -- buffer hits per recipient).
         SELECT array_agg(m.role::text) AS roles, bool_or(m.active) AS active
         FROM memberships m
         WHERE m.user_id = c.user_id

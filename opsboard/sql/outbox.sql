@@ -107,8 +107,8 @@ SELECT * FROM outbox_events WHERE id = %(id)s AND (%(scope_all)s OR tenant_id = 
 -- old end of the table only, and the next batch starts after the last id read
 -- (the rows already deleted are passed once per walk).  By id = ANY(array): the
 -- join to the CTE it replaces hashed the whole table for every batch (a
--- sequential scan of 500,000 events, 118 ms a batch of 5,000; now 42 ms with
--- random ids, independent of the table's size).  Returns the events deleted,
+-- sequential scan); now a batch costs the same whatever the table's size
+-- (docs/performance.md, pruners).  Returns the events deleted,
 -- the rows read and the last id read.
 WITH old AS (
     SELECT id FROM outbox_events
@@ -145,8 +145,8 @@ SELECT (SELECT count(*) FROM outbox_events
 -- and burst, one token).  Run alone in autocommit: it is its own transaction,
 -- committed without waiting for its WAL flush (the set_config below), so the
 -- tenant's bucket row is locked for this statement only, never through the
--- event's durable commit (which serialised one tenant's requests on the disk's
--- flush time: the bench's one tenant waited 137 ms per request on it).
+-- event's durable commit (which serialized one tenant's requests on the disk's
+-- flush time: `opsboard bench --scenario api_worker` posts as one tenant).
 -- granted (the tokens taken, 0: refused) is NULL for a key already answered or a full queue.
 WITH now_ AS (SELECT coalesce(%(now)s::timestamptz, now()) AS t),
 prior AS (

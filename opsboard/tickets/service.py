@@ -526,8 +526,8 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
     as_number = latin_digits(search).lstrip("#").strip() if search else ""
     number = int(as_number) if as_number.isascii() and as_number.isdigit() and len(as_number) < 19 else None
     # prepare=False: a prepared statement may switch to a generic plan, which cannot drop the filters
-    # left empty: at 1,000,000 tickets such a plan took 1.7 s (SLA or search filter) to 228 s (no
-    # filter) against 2-25 ms planned with the values (plan_cache_mode=force_generic_plan, bench data).
+    # left empty: at 1,000,000 tickets such a plan was orders of magnitude slower than one planned
+    # with the values (plan_cache_mode=force_generic_plan, `opsboard bench --scenario tickets`).
     return conn.execute(db.queries["ticket_list"], {
         **scope.params, "status": status, "category": category, "assignee_id": assignee_id, "unassigned": unassigned,
         "open_only": open_only, "sla_state": sla_state, "tenant_id": tenant_id, "search": search or None,

@@ -25,8 +25,8 @@ class CookieSessions(SecureCookieSessionInterface):
     """Flask's signed-cookie sessions, at less cost for a request without a session (every API call).
 
     Flask builds the signing serializer again for every request, the cookie-less ones included, and
-    reads seven cookie settings in ``save_session`` before finding the session empty: 6 % of an API
-    request's Python (issue 27's profile).  The serializer is kept while the keys stay the same (it
+    reads seven cookie settings in ``save_session`` before finding the session empty: a visible share
+    of an API request's Python (issue 27's profile).  The serializer is kept while the keys stay the same (it
     holds no state of a request), and an empty session that nothing modified only adds its ``Vary``.
     """
 
@@ -170,7 +170,7 @@ def security_headers(response):
 
     The app's fixed ones are built once (:func:`_fixed_headers`) and the answer's header names read
     once: seven ``setdefault`` calls, each a scan of the headers, and the policy's string built
-    again per answer were 5 % of an API request's Python (issue 27's profile)."""
+    again per answer were a visible share of an API request's Python (issue 27's profile)."""
     fixed = current_app.extensions.get("opsboard_security_headers")
     if fixed is None:
         fixed = current_app.extensions["opsboard_security_headers"] = _fixed_headers()

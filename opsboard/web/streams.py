@@ -149,8 +149,8 @@ class Listener:
     def beat(self, part: int) -> None:
         """The heartbeat of one ``part`` of the streams: one timer for the process, not one per stream,
         and the streams spread over the period (never 10,000 heartbeats and re-reads at once).  Only that
-        part is walked (walking all 10,000 streams each second to pick a fifteenth was a sixth of the
-        stream server's CPU in the profile)."""
+        part is walked (walking every stream each second to pick a fifteenth was a large share of the
+        stream server's CPU in the profile of `opsboard bench --scenario streams`)."""
         for s in list(self.parts[part % len(self.parts)]):
             if s.send(HEARTBEAT_LINE):
                 self.reader.wake(s)
@@ -488,8 +488,8 @@ async def serve(config: Config, url: str, sock: socket.socket, *, heartbeat: flo
     """Run one stream server process on the listening ``sock`` until SIGTERM or SIGINT; streams end first,
     then the server closes.  ``on_ready`` is called once it accepts connections."""
     # Ten thousand open connections are a large heap of long-lived objects; the cyclic collector's
-    # default thresholds ran a full pass over it every few deliveries (a third of a broadcast's time in
-    # the profile).  Rarer passes: reference counting still frees almost everything at once.
+    # default thresholds ran a full pass over it every few deliveries (a large share of a broadcast's
+    # time in the profile of `opsboard bench --scenario streams`).  Rarer passes: reference counting still frees almost everything at once.
     gc.set_threshold(50_000, 50, 100)
     server = StreamServer(config, url, heartbeat=heartbeat)
     await server.start()

@@ -51,8 +51,8 @@ def _queue(choices: bool = True) -> dict:
     flt, raw = _filters()
     with get_db().connection() as conn:
         rows = service.list_queue(conn, current_scope("tickets.view"), limit=PAGE + 1, **flt)
-        # The filter form's choices (every category of every tenant in scope: 3,000 rows for an ops
-        # user over 1,000 tenants) only on the full page; the htmx rows partial has no form.
+        # The filter form's choices (every category of every tenant in scope: thousands of rows for an
+        # ops user) only on the full page; the htmx rows partial has no form.
         categories = service.categories(conn, current_scope("tickets.view")) if choices else []
     more = len(rows) > PAGE
     rows = rows[:PAGE]

@@ -1,4 +1,4 @@
-"""What one enqueue costs the server and the producer (issue 24; docs/performance.md, "Enqueue cost, part 2").
+"""What one enqueue costs the server and the producer (issue 24; docs/performance.md, enqueue).
 
 * The insert's statement trigger runs two queries (the tenant check and the
   NOTIFY) and the count-delta trigger one; the replay_of check runs only for a

@@ -3,7 +3,7 @@
 The leader runs its services one after another in one thread.  A pruner facing
 millions of old rows (a first deploy at scale, a shorter retention, a day the
 leader was away) used to delete them in one ``run_once``: the reaper, expiry and
-depth services waited for all of it (over a minute at 10,000,000 jobs), a shutdown
+depth services waited for all of it (minutes at 10,000,000 jobs), a shutdown
 waited for all of it, and the deletes ran back to back beside the claims.  With a
 :class:`Pace`, one ``run_once`` works for at most ``slice_seconds`` and, while work
 is left, sets the service's ``interval`` so that its share of the time stays at

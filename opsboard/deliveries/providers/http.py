@@ -15,15 +15,14 @@ written to; a request is never re-sent within one call.
 not only for each read: a far side that drips a byte at a time cannot hold a
 slot longer (:class:`_Deadlines` cuts the socket when it passes).
 
-Why not urllib3 (measured 2026-12-01, see docs/performance.md, webhooks): the
-same keep-alive POST to a sandbox receiver costs this client about 125 µs of CPU
-and urllib3's bare ``HTTPConnectionPool.urlopen`` about 175 µs (it sends the
-headers and the body in two writes, validates a ``Timeout`` and a ``Retry`` per
-call and wraps the response again), before any pinning or deadline; CPU is what
-bounds the webhooks throughput.  Both sit on :mod:`http.client`, which parses
-the answer; here its header block is read by :func:`parse_headers` instead of
-the :mod:`email` parser (45 -> 17 µs per answer, the same ``HTTPMessage``;
-2026-12-02, docs/performance.md, "Webhooks, part 2").
+Why not urllib3: the same keep-alive POST to a sandbox receiver costs this
+client less CPU than urllib3's bare ``HTTPConnectionPool.urlopen`` (which sends
+the headers and the body in two writes, validates a ``Timeout`` and a ``Retry``
+per call and wraps the response again), before any pinning or deadline; CPU is
+what bounds the webhooks throughput (`opsboard bench --scenario webhooks`,
+docs/performance.md).  Both sit on :mod:`http.client`, which parses the answer;
+here its header block is read by :func:`parse_headers` instead of the
+:mod:`email` parser (the same ``HTTPMessage``, for less CPU per answer).
 """
 from __future__ import annotations
 
@@ -88,8 +87,8 @@ _MAXLINE, _MAXHEADERS = 65536, 100
 
 def parse_headers(fp) -> http.client.HTTPMessage:
     """An answer's header block, as :func:`http.client.parse_headers` returns it, without the
-    :mod:`email` parser (it was a third of the client's CPU per webhook; see docs/performance.md,
-    webhooks part 2).  Folded lines are joined; a line without a colon, or whose name holds a
+    :mod:`email` parser (it was a large share of the client's CPU per webhook; profile of
+    `opsboard bench --scenario webhooks`).  Folded lines are joined; a line without a colon, or whose name holds a
     space, is dropped (the email parser ends the headers there; here the rest still counts)."""
     msg = http.client.HTTPMessage()
     headers = []   # (name, value with its line ends) as the compat32 policy's header_source_parse

@@ -27,7 +27,7 @@ def _envelope(event: dict, redacted: list[str] | None = None) -> dict:
 
 #: What ``jsonify`` writes (sorted keys, compact, ASCII), built once: a replay's answer (``jsonify`` of the
 #: stored one) reads byte for byte like the first.  ``jsonify`` (Flask's JSON provider and a Response
-#: through it) was 7 % of a POST's Python (issue 27's profile).
+#: through it) was a visible share of a POST's Python (issue 27's profile of `opsboard bench --scenario api_worker`).
 _ANSWER = json.JSONEncoder(ensure_ascii=True, sort_keys=True, separators=(",", ":"))
 #: Its C core, built once (JSONEncoder.encode builds one per call).
 _c_answer = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
