@@ -272,8 +272,10 @@ def cmd_migrate(config: Config, args) -> int:
     applied = migrate(_url(config))
     print(f"{len(applied)} migration(s) applied" if applied else "database is up to date")
     from .db import connect
+    from . import channels
     from .notifications.templates import seed_shipped
     with connect(_url(config)) as conn:
+        channels.sync(conn)  # the active catalogue's channels (notification_channels), then
         seeded = seed_shipped(conn)  # the active catalogue's shipped templates, where missing
     if seeded:
         print(f"{len(seeded)} shipped template(s) published")
@@ -486,12 +488,17 @@ def _print_limits(conn) -> None:
 
 
 def cmd_bench(config: Config, args) -> int:
-    if args.peers:
-        from .tools.bench_peers import run_peers
-        return run_peers(config, jobs=args.jobs, json_path=args.json_path)
-    from .tools.bench import run_bench
-    return run_bench(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path,
-                     list_only=args.list, database=args.database, streams=args.streams)
+    # The benchmarks are a package beside the product (opsboard_bench), imported only here, when this
+    # command runs: nothing else in opsboard or worker imports it (an import contract).
+    try:
+        from opsboard_bench.cli import run
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "opsboard_bench":
+            raise
+        raise UsageError("the benchmarks are not installed: install the bench extra "
+                         "(pip install 'opsboard[bench]')") from None
+    return run(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path, list_only=args.list,
+               database=args.database, streams=args.streams, peers=args.peers)
 
 
 def cmd_depth_check(config: Config, args) -> int:

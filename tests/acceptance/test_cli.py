@@ -92,6 +92,22 @@ def test_unreachable_database_names_the_target():
     assert "password" not in line.lower()
 
 
+def test_bench_lists_its_scenarios_and_refuses_an_unknown_one():
+    result = run("bench", "--list")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("enqueue_single ") and "\nenqueue_many " in result.stdout
+    assert_one_line_error(run("bench", "--scenario", "nosuch"), "unknown scenario nosuch; choose from enqueue_single")
+
+
+def test_bench_without_the_bench_package_says_to_install_the_extra():
+    """The CLI imports opsboard_bench only inside `opsboard bench`: without it, one line and exit 2."""
+    hidden = ("import sys; sys.modules['opsboard_bench'] = sys.modules['opsboard_bench.cli'] = None; "
+              "from opsboard.cli import main; sys.exit(main())")
+    assert_one_line_error(run("bench", "--list", command=(sys.executable, "-c", hidden)),
+                          "opsboard: the benchmarks are not installed", "install the bench extra",
+                          "pip install 'opsboard[bench]'")
+
+
 def test_password_is_never_printed():
     result = run("migrate", env=cli_env("postgresql://postgres:hunter2secret@127.0.0.1:1/x"))
     assert_one_line_error(result, "127.0.0.1:1")

@@ -59,6 +59,9 @@ def test_the_install_does_not_use_the_source_tree(installed):
     assert not any(p and Path(p).resolve().is_relative_to(CHECKOUT) for p in path), path
     assert "usage: opsboard" in _run(bin_dir / "opsboard", "--help", cwd=run_dir, env=clean_env()).stdout
     assert "--queues" in _run(bin_dir / "python", "-m", "worker", "--help", cwd=run_dir, env=clean_env()).stdout
+    # The benchmarks travel in the wheel as a package of their own, beside opsboard and worker.
+    listing = _run(bin_dir / "opsboard", "bench", "--list", cwd=run_dir, env=clean_env()).stdout
+    assert listing.startswith("enqueue_single ") and "\nprune " in listing
 
 
 def test_migrate_then_serve_login_and_static_files(installed, databases, tmp_path):

@@ -1,11 +1,11 @@
-"""The tickets bench's set-based seed (opsboard/tools/bench_tickets.py): it loads without foreign-key
+"""The tickets bench's set-based seed (opsboard_bench/tickets.py): it loads without foreign-key
 triggers and with the secondary indexes dropped, so check that what it leaves is consistent, that
 the indexes are back, that the queue sees every SLA badge, and that the same size is reused."""
 from __future__ import annotations
 
 from opsboard import auth
 from opsboard.tickets import service
-from opsboard.tools.bench_tickets import _secondary_indexes, seed
+from opsboard_bench.tickets import _secondary_indexes, seed
 from tests.conftest import connect
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from opsboard.tools import bench
-from opsboard.tools.bench import GOALS, Bench, Goal, Result, peer_goals
-from opsboard.tools.bench_peers import Row
+from opsboard_bench import harness, scenarios
+from opsboard_bench.harness import GOALS, Bench, Goal, Result
+from opsboard_bench.peers import Row, peer_goals
 
 
 @pytest.mark.parametrize("op, target, value, met", [
@@ -44,15 +44,16 @@ def test_add_prints_the_goal_beside_the_figure_and_takes_an_explicit_one(capsys)
     assert "< 250 ms met" in out[0]
     assert "≤ 2 s NOT met" in out[1]
     assert [r.met for r in b.results] == [True, False]
-    bench.print_goals(b.results)
+    harness.print_goals(b.results)
     summary = capsys.readouterr().out
     assert "goals: 1 of 2 met" in summary and "NOT met" in summary
 
 
 def test_every_goal_names_a_figure_a_scenario_adds():
-    """A renamed metric would silently lose its goal: each table key must still be spelled in the tools."""
-    tools = Path(bench.__file__).parent
-    source = "".join(p.read_text() for p in tools.glob("bench*.py"))
+    """A renamed metric would silently lose its goal: each table key must still be spelled by a scenario
+    (the harness, where the table is, left out)."""
+    package = Path(harness.__file__).parent
+    source = "".join(p.read_text() for p in package.glob("*.py") if p.name != "harness.py")
     for scenario, metric in GOALS:
         assert f'"{metric}"' in source, (scenario, metric)
 
@@ -74,7 +75,7 @@ def test_peer_ratios_are_set_beside_issue_24s_goals(capsys):
 
 
 def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_processed(capsys):
-    from opsboard.tools.bench_peers import _busy_since, _cpu_ticks, print_table
+    from opsboard_bench.peers import _busy_since, _cpu_ticks, print_table
     import time
     start = _cpu_ticks()
     until = time.monotonic() + 0.1
@@ -95,8 +96,8 @@ def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_process
 
 
 def test_a_cpu_ceiling_is_what_every_core_carries_at_the_measured_cost():
-    from opsboard.tools.bench import cpu_ceiling
-    from opsboard.tools.bench_peers import two_worker_ceiling
+    from opsboard_bench.harness import cpu_ceiling
+    from opsboard_bench.peers import two_worker_ceiling
     # 5,800 events cost 19.7 s of machine CPU (3.4 ms each): 2 cores carry 588 a second, whatever waits.
     assert math.isclose(cpu_ceiling(2, 19.72, 5_800), 2 * 5_800 / 19.72)
     assert round(cpu_ceiling(2, 19.72, 5_800)) == 588
@@ -107,17 +108,17 @@ def test_a_cpu_ceiling_is_what_every_core_carries_at_the_measured_cost():
 
 
 def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default():
-    assert "notify_scale" in bench.SCENARIOS and "notify_scale" in bench.GROUPS
+    assert "notify_scale" in scenarios.REGISTRY.scenarios and "notify_scale" in scenarios.REGISTRY.groups
     ran = []
     b = Bench("postgresql://unused", config=None, jobs=None)
-    saved = {name: getattr(bench, name) for name in ("streams", "broadcast", "api", "webhooks")}
+    saved = {name: getattr(scenarios, name) for name in ("streams", "broadcast", "api", "webhooks")}
     try:
         for name in saved:
-            setattr(bench, name, lambda b, name=name: ran.append((name, b.streams)))
-        bench.notify_scale(b)
+            setattr(scenarios, name, lambda b, name=name: ran.append((name, b.streams)))
+        scenarios.notify_scale(b)
     finally:
         for name, fn in saved.items():
-            setattr(bench, name, fn)
+            setattr(scenarios, name, fn)
     assert ran == [("streams", 10_000), ("broadcast", 10_000), ("api", 10_000), ("webhooks", 10_000)]
     assert b.streams is None  # --streams given or not, the Bench is left as it was
 
@@ -125,13 +126,13 @@ def test_notify_scale_runs_the_notification_tier_and_is_not_run_twice_by_default
 def test_a_scenario_whose_program_is_missing_is_refused_before_anything_starts(monkeypatch):
     """No traceback and no scratch database for a missing wrk: one line, exit status 2 (the CLI's UsageError)."""
     from opsboard.errors import UsageError
-    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    monkeypatch.setattr(harness.shutil, "which", lambda name: None)
     with pytest.raises(UsageError, match=r"api_worker scenario needs wrk \(apt-get install wrk\)"):
-        bench.run_bench(config=None, scenarios=["api_worker"])
+        harness.run_bench(None, scenarios.REGISTRY, scenarios=["api_worker"])
 
 
 def test_the_otp_producers_samples_are_told_apart_by_what_its_backend_waited_on():
-    from opsboard.tools.bench_broadcast import WAIT_KINDS, wait_kind, wait_profile
+    from opsboard_bench.broadcast import WAIT_KINDS, wait_kind, wait_profile
 
     assert wait_kind("idle", "Client", "ClientRead") is None  # between transactions: not counted
     assert wait_kind("active", "IO", "WALSync") == "WAL"

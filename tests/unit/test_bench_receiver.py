@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from opsboard.deliveries import webhooks
-from opsboard.tools.bench_receiver import State
+from opsboard_bench.receiver import State
 
 
 def test_signed_deliveries_are_verified_and_bad_ones_counted():

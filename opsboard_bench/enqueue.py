@@ -1,4 +1,6 @@
-"""``opsboard bench --scenario enqueue_cost``: what one enqueue costs, per job, in figures a busy machine does not move.
+"""The enqueue scenarios: ``enqueue_single`` and ``enqueue_many`` (jobs/s), and ``enqueue_cost``.
+
+``opsboard bench --scenario enqueue_cost``: what one enqueue costs, per job, in figures a busy machine does not move.
 
 Wall-clock enqueue rates on a shared 2-core machine swing several-fold with the
 load (``--peers``' single-enqueue ratio read 0.81, 1.62 and 1.05 in three runs).
@@ -24,9 +26,41 @@ import time
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from .. import jobqueue
+from opsboard import jobqueue
+
+from .harness import Bench
 
 _HZ = os.sysconf("SC_CLK_TCK")
+
+
+def enqueue_single(b: Bench) -> None:
+    """Single-job enqueue, one transaction each (default 3,000 jobs)."""
+    n = b.jobs or 3000
+    (tenant,) = b.tenants(1)
+    with b.conn() as c:
+        t0 = time.perf_counter()
+        for i in range(n):
+            with c.transaction():
+                jobqueue.enqueue(c, "diag.noop", {}, tenant=tenant)
+        elapsed = time.perf_counter() - t0
+    b.add("enqueue", "single-job transactions", n / elapsed, "jobs/s", f"{n} jobs")
+    b.reset()
+
+
+def enqueue_many(b: Bench) -> None:
+    """enqueue_many, 1,000 jobs per transaction (default 100,000 jobs)."""
+    n = b.jobs or 100_000
+    batch = 1000
+    tenants = b.tenants(10)
+    jobs = [jobqueue.NewJob("diag.noop", {"i": i}, tenants[i % len(tenants)]) for i in range(n)]
+    with b.conn() as c:
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            with c.transaction():
+                jobqueue.enqueue_many(c, jobs[i:i + batch])
+        elapsed = time.perf_counter() - t0
+    b.add("enqueue", f"enqueue_many ({batch}/transaction)", n / elapsed, "jobs/s", f"{n} jobs")
+    b.reset()
 
 
 def backend_cpu(pid: int) -> float | None:
@@ -115,7 +149,7 @@ def _pgqueuer_cost(b, single: int, batch: int) -> None:
     except ImportError:
         print("  (pgqueuer/asyncpg not installed: pip install 'opsboard[bench]'; its figures are skipped)")
         return
-    from .bench_peers import _as_url
+    from .peers import _as_url
     with psycopg.connect(b.url, autocommit=True) as c:
         name = c.execute("SELECT current_database()").fetchone()[0] + "_pgq"
         c.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -178,10 +178,10 @@ def pages(c, *, tenant_id, who: str) -> list[tuple[str, str]]:
 
 def run(b) -> None:
     """Agents' ticket queue and detail: server time (median of 5) at 100,000 tickets by default."""
-    from .. import auth
-    from ..db import Database
-    from ..web.app import create_app
-    from .bench import median_get_ms, web_login
+    from opsboard import auth
+    from opsboard.db import Database
+    from opsboard.web.app import create_app
+    from .harness import median_get_ms, web_login
 
     total = b.jobs or 100_000
     per = int(os.environ.get("OPSBOARD_BENCH_TICKET_MESSAGES", "10"))

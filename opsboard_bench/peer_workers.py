@@ -1,6 +1,6 @@
 """Worker processes of the peers ``opsboard bench --peers`` compares opsboard with.
 
-Run as ``python -m opsboard.tools.bench_peer_workers {bare|pgqueuer} URL NAME``
+Run as ``python -m opsboard_bench.peer_workers {bare|pgqueuer} URL NAME``
 (never imported by opsboard itself).  Each prints ``ready`` once it is
 connected and waiting, handles no-op jobs until SIGTERM, then prints one JSON
 line ``{"handled": n, "latency_ms": [...]}`` and exits.

@@ -33,13 +33,38 @@ from typing import Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import auth, jobqueue
-from ..config import ROOT, Config
-from ..db import connect, resolve_url
-from ..migrate import migrate
-from .bench import peer_goals, percentile
-from .bench_peer_workers import BARE_SCHEMA
+from opsboard import auth, jobqueue
+from opsboard.config import ROOT, Config
+from opsboard.db import connect, resolve_url
+from opsboard.migrate import migrate
 
+from .harness import Result, goal_mark, percentile
+from .peer_workers import BARE_SCHEMA
+
+
+
+def peer_goals(rows) -> list[Result]:
+    """Issue 24's ratios of an ``opsboard bench --peers`` run (rows of this module: ``system``,
+    ``batch``, ``single``, ``p1``, ``p2``), one Result per opsboard row and goal, printed beside the goal."""
+    def find(prefix):
+        return next((r for r in rows if r.system.startswith(prefix)), None)
+
+    def ratio(a, b):
+        return a / b if a and b else float("nan")
+
+    bare, pgq = find("bare"), find("pgqueuer")
+    out = []
+    for o in (r for r in rows if r.system.startswith("opsboard")):
+        for metric, value in (("2 workers / bare loop's 2 workers", ratio(o.p2, bare and bare.p2)),
+                              ("2 workers / 1 worker", ratio(o.p2, o.p1)),
+                              ("single enqueue / pgqueuer's", ratio(o.single, pgq and pgq.single)),
+                              ("batch enqueue / pgqueuer's", ratio(o.batch, pgq and pgq.batch))):
+            out.append(Result("peers", metric, round(value, 3), "×", o.system))
+    if out:
+        print("\nissue 24's goals:")
+        for r in out:
+            print(f"  {r.note:<36} {r.metric:<36} {r.value:>6.2f}×  goal {r.goal:<8} {goal_mark(r.met)}")
+    return out
 
 
 @dataclass
@@ -89,7 +114,7 @@ class Procs:
     def peer(self, kind: str, url: str, n: int) -> None:
         for i in range(n):
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "opsboard.tools.bench_peer_workers", kind, url, f"{kind}-{i}"],
+                [sys.executable, "-m", "opsboard_bench.peer_workers", kind, url, f"{kind}-{i}"],
                 env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for p in self.procs:
             line = p.stdout.readline()

@@ -13,22 +13,24 @@ import json
 import os
 import time
 
-from .. import auth
-from . import bench_api
-from .bench import Bench, percentile
+from opsboard import auth
+
+from . import api as api_worker
+from .harness import Bench, percentile
+
 
 def register(cat) -> None:
     """The relay scenario's event and its one subscriber, in this process and in its worker's
     (``OPSBOARD_JOB_MODULES``): the demo's ``order.paid`` it published is no product event."""
-    from .. import outbox
+    from opsboard import outbox
     outbox.define_event(cat, "bench.happened", aggregate="thing", fields={"n": outbox.EventField(int)})
     outbox.subscribe(cat, "bench_noop", "bench.happened", "diag.noop")
 
 
 def relay(b: Bench) -> None:
     """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
-    from .. import outbox
-    from ..catalogue import active
+    from opsboard import outbox
+    from opsboard.catalogue import active
     register(active())
     n = b.jobs or 20_000
     (tenant,) = b.tenants(1)
@@ -82,7 +84,7 @@ def relay(b: Bench) -> None:
 def _publishers(b: Bench, tenant, threads: int, seconds: float) -> float:
     """Commits per second of ``threads`` sessions each publishing one event per transaction (the notify lock)."""
     import threading
-    from .. import outbox
+    from opsboard import outbox
     counts = [0] * threads
     go, end = threading.Barrier(threads + 1), [0.0]
 
@@ -130,7 +132,7 @@ def _load(url: str, secret: str, seconds: float, clients: int, rate: float | Non
                     time.sleep(delay)
                 next_at += interval
             i += 1
-            body = json.dumps({"type": bench_api.EVENT, "aggregate": {"type": "order", "id": f"o-{k}-{i % 50}"},
+            body = json.dumps({"type": api_worker.EVENT, "aggregate": {"type": "order", "id": f"o-{k}-{i % 50}"},
                                "payload": {"order_id": f"o-{k}-{i % 50}", "amount_cents": i, "currency": "EUR"}})
             t0 = time.perf_counter()
             try:
@@ -174,14 +176,14 @@ def _cpu_seconds(parent: int) -> float:
 
 def api(b: Bench) -> None:
     """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x that rate."""
-    from .. import apikeys, audit
+    from opsboard import apikeys, audit
     seconds = float(os.environ.get("OPSBOARD_BENCH_API_SECONDS", "10"))
     with b.conn() as c:
         tenant = auth.ensure_tenant(c, "bench-api")
         c.execute("UPDATE tenants SET enqueue_rate = 1000000, enqueue_burst = 1000000 WHERE id = %s", (tenant["id"],))
         secret, _ = apikeys.create(c, tenant["id"], "bench", audit.Actor("bench"))
-    web, url = bench_api.start_web(b, ["-w", "4", "--threads", "4"], probe="/api/v1/openapi.json",
-                                   timeout=120, OPSBOARD_JOB_MODULES=bench_api.MODULE)
+    web, url = api_worker.start_web(b, ["-w", "4", "--threads", "4"], probe="/api/v1/openapi.json",
+                                   timeout=120, OPSBOARD_JOB_MODULES=api_worker.MODULE)
     _load(url, secret, 2, 8)  # warm-up: pools, imports
     cpu0 = _cpu_seconds(web.pid)
     res = _load(url, secret, seconds, 8)

@@ -33,10 +33,11 @@ import os
 import threading
 import time
 
-from .. import audit, auth, jobqueue, outbox, pauses
-from ..notifications import policy
-from ..notifications.inbox import CHANNEL
-from .bench_notifications import _cpu_ticks, _rss_kib, seed_members
+from opsboard import audit, auth, jobqueue, outbox, pauses
+from opsboard.notifications import policy
+from opsboard.notifications.inbox import CHANNEL
+
+from .notifications import _cpu_ticks, _rss_kib, seed_members
 
 EVENT = "bench_broadcast.sent"
 #: The application_name of the connection that enqueues the OTPs and publishes the other tenant's events.
@@ -89,8 +90,8 @@ def register(cat) -> None:
 
 def broadcast(b) -> None:
     """One notification to 600,000 members x 2 channels with 2 workers; OTP and another tenant meanwhile."""
-    from ..catalogue import active
-    from .bench import cpu_ceiling, percentile
+    from opsboard.catalogue import active
+    from .harness import cpu_ceiling, percentile
 
     n = b.jobs or 600_000
     register(active())

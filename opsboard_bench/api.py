@@ -32,7 +32,7 @@ import time
 import urllib.request
 import uuid
 
-from .. import auth, outbox
+from opsboard import auth, outbox
 
 EVENT = "bench_api.order_paid"
 MODULE = __name__
@@ -155,8 +155,8 @@ def wrk(url: str, secret: str, seconds: float, connections: int, script: str, *,
 
 def _tenant(b, slug: str, receiver_url: str, rate: float = 1_000_000) -> tuple[str, object]:
     """A tenant with a key, an enqueue rate and one webhook endpoint at the sandbox receiver."""
-    from .. import apikeys, audit
-    from ..deliveries import webhooks
+    from opsboard import apikeys, audit
+    from opsboard.deliveries import webhooks
     with b.conn() as c:
         tenant = auth.ensure_tenant(c, slug)
         c.execute("UPDATE tenants SET enqueue_rate = %s, enqueue_burst = %s WHERE id = %s",
@@ -320,8 +320,8 @@ def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: flo
     """gunicorn serving ``wsgi:app`` on a free loopback port over the bench's database, in production
     mode with JSON logs, started and answering ``probe`` (``timeout``: several workers importing the
     app on a loaded machine); returns the process (in ``b.procs``, stopped with the bench) and its URL."""
-    from .bench import _stderr
-    from ..config import ROOT
+    from .harness import _stderr
+    from opsboard.config import ROOT
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -346,9 +346,9 @@ def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: flo
 def api_worker(b) -> None:
     """POST /api/v1/events (wrk, Idempotency-Key per request) through gunicorn while a real worker relays,
     fans out and delivers each event to a sandbox receiver; then 4x the admitted rate."""
-    from .bench import cpu_ceiling
-    from .bench_webhooks import _Receiver
-    from ..catalogue import active
+    from .harness import cpu_ceiling
+    from .webhooks import _Receiver
+    from opsboard.catalogue import active
 
     seconds = float(os.environ.get("OPSBOARD_BENCH_API_SECONDS", "10"))
     register(active())

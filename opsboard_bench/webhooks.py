@@ -1,4 +1,4 @@
-"""The ``webhooks`` bench scenario: signed deliveries to local receivers (:mod:`.bench_receiver`,
+"""The ``webhooks`` bench scenario: signed deliveries to local receivers (:mod:`.receiver`,
 which verify every signature, or the provider sandbox), 100 endpoints, 10 % of them down: deliveries/s,
 the CPU per delivery of the workers, the database and the receivers, the statements per delivery
 (where ``pg_stat_statements`` is loaded), and the attempts the circuit breaker lets through to a
@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 
-from .sandbox import Sandbox
+from opsboard.tools.sandbox import Sandbox
 
 ENDPOINTS = 100
 DOWN_EVERY = 10          # every 10th endpoint answers 503: 10 %
@@ -21,7 +21,7 @@ DOWN_EVERY = 10          # every 10th endpoint answers 503: 10 %
 WINDOW = float(os.environ.get("OPSBOARD_BENCH_WINDOW", "60"))
 #: Receiver processes (the endpoints spread over them); 0 runs one sandbox in the benchmark's process.
 RECEIVERS = int(os.environ.get("OPSBOARD_BENCH_RECEIVERS", "2"))
-#: ``lean`` (default): :mod:`.bench_receiver`, asyncio, every signature verified; ``sandbox``: the
+#: ``lean`` (default): :mod:`.receiver`, asyncio, every signature verified; ``sandbox``: the
 #: provider sandbox's ``http.server`` receivers (the figures before 2026-12-02, session 2).
 RECEIVER = os.environ.get("OPSBOARD_BENCH_RECEIVER", "lean")
 #: Signed deliveries per second the platform aims at with two worker processes (issue 27).
@@ -71,10 +71,10 @@ class _Receiver:
 
 
 class _LeanReceiver:
-    """:mod:`.bench_receiver` in a process of its own: verifies every signature, answers at once."""
+    """:mod:`.receiver` in a process of its own: verifies every signature, answers at once."""
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "opsboard.tools.bench_receiver"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "opsboard_bench.receiver"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://"):
@@ -186,9 +186,9 @@ def run(b, slots: str = "default=32", workers: int = 2) -> None:
     delivery, attempts on a down endpoint."""
     from psycopg.types.json import Jsonb
 
-    from .. import jobqueue
-    from ..deliveries import webhooks
-    from ..schema import new_id
+    from opsboard import jobqueue
+    from opsboard.deliveries import webhooks
+    from opsboard.schema import new_id
 
     total = b.jobs or 5000
     tenants = b.tenants(10)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from .. import db, outbox
-from ..catalogue import active
-from ..notifications import fanout as fanoutmod
-from ..notifications import policy
-from ..schema import new_id
+from opsboard import db, outbox
+from opsboard.catalogue import active
+from opsboard.notifications import fanout as fanoutmod
+from opsboard.notifications import policy
+from opsboard.schema import new_id
 
 EVENT = "bench_notice.sent"
 
@@ -98,8 +98,8 @@ def sse(b) -> None:
     import subprocess
     import sys
 
-    from ..config import ROOT
-    from ..notifications import inbox
+    from opsboard.config import ROOT
+    from opsboard.notifications import inbox
 
     n = int(os.environ.get("OPSBOARD_BENCH_STREAMS", "1000"))
     outbox.define_event(active(), EVENT, 1, aggregate="notice", fields={}, description="Bench: a notice to every member.")

@@ -1,6 +1,6 @@
 """The load client of ``opsboard bench --scenario streams``: many SSE streams in a process of its own.
 
-Run as ``python -m opsboard.tools.bench_stream_client PORT TOKEN_FILE`` (never imported by opsboard
+Run as ``python -m opsboard_bench.stream_client PORT TOKEN_FILE`` (never imported by opsboard
 itself; the scenario starts several, so that the client's own CPU neither shares the benchmark's GIL
 nor hides in it).  It opens one ``/api/v1/inbox/stream`` per token in TOKEN_FILE (one a line) to
 127.0.0.1:PORT, prints ``{"connected": n, "failed": n}`` once every attempt is over, then answers

@@ -13,7 +13,7 @@ Control, on the same port: ``POST /_bench/routes`` with ``{"<path>": {"secret": 
 "status": 503}}`` (status optional, default 200) sets what each path expects and answers;
 ``GET /_bench/counts`` returns ``{"<path>": {"requests": n, "verified": n, "bad": n}}`` (a request
 whose signature fails counts as ``bad`` and is answered 400).  ``python -m
-opsboard.tools.bench_receiver`` prints its URL and serves until its stdin closes.
+opsboard_bench.receiver`` prints its URL and serves until its stdin closes.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import asyncio
 import json
 import sys
 
-from ..deliveries.webhooks import WebhookVerificationError, verify
+from opsboard.deliveries.webhooks import WebhookVerificationError, verify
 
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 1024 * 1024

@@ -178,7 +178,7 @@ FROM (SELECT g, now() - (%(n)s - g) * (30 * 86400.0 / %(n)s) * interval '1 s' AS
 
 
 def _secondary_indexes(c, tables: tuple[str, ...]) -> list[tuple[str, str]]:
-    from .bench_tickets import _secondary_indexes as same
+    from .tickets import _secondary_indexes as same
     return same(c, tables)
 
 
@@ -213,7 +213,7 @@ def _copy_jobs(src, dst, params: dict, table: str = "jobs", freeze: bool = False
 
 def seed(b, total: int) -> tuple[dict, float | None]:
     """Fill the database (or find it filled at this size): the seed's shape, and the build time (None: reused)."""
-    from .. import auth, metrics
+    from opsboard import auth, metrics
     with b.conn() as c:
         c.execute("CREATE TABLE IF NOT EXISTS bench_scale_seed (total bigint NOT NULL, base timestamptz NOT NULL,"
                   " tenants uuid[] NOT NULL)")
@@ -311,7 +311,7 @@ def _worker_claims(c, holds, runs: int, warm: int = 5, state: dict | None = None
     the round-robin cursor and ``locked_next`` carried from claim to claim; each claim's jobs are put back after it
     (``_UNCLAIM_SQL``, not timed), so the seed stays as it was.  Times in ms, the ``warm`` first left out;
     ``state`` carries the cursor and ``locked_next`` from one call to the next."""
-    from .. import jobqueue
+    from opsboard import jobqueue
     state = {} if state is None else state
     times, after, locked_first = [], state.get("after"), state.get("locked_first", False)
     for i in range(warm + runs):
@@ -330,7 +330,7 @@ def _worker_claims(c, holds, runs: int, warm: int = 5, state: dict | None = None
 
 
 def measure_claim(b, total: int, shape: dict) -> None:
-    from .. import db as dbmod, jobqueue, pauses
+    from opsboard import db as dbmod, jobqueue, pauses
     with b.conn() as c:
         holds = pauses.read_holds(c)
         params = jobqueue.claim_params("default", "bench-scale", 64, 30, holds=holds)
@@ -354,7 +354,7 @@ def measure_claim(b, total: int, shape: dict) -> None:
           f"{sorted(real)[17]:.1f} ms), each put back after it; the round trip and the rows' decoding included")
 
 
-#: Runs a leader service's ``run_once`` in a process of its own (the tools never import the
+#: Runs a leader service's ``run_once`` in a process of its own (the bench never imports the
 #: worker: tests/unit/test_import_contract.py), as the leader does, and prints its timings.
 _SERVICE_SCRIPT = """
 import json, sys, time
@@ -390,7 +390,7 @@ def run_service(b, module: str, make: str, runs: int = 1) -> list[dict]:
     import subprocess
     import sys
 
-    from ..config import ROOT
+    from opsboard.config import ROOT
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSBOARD_ENV": "development"}
     done = subprocess.run([sys.executable, "-c", _SERVICE_SCRIPT, b.url, module, make, str(runs)], env=env,
                           capture_output=True, text=True, check=False)
@@ -400,9 +400,9 @@ def run_service(b, module: str, make: str, runs: int = 1) -> list[dict]:
 
 
 def measure_depth(b, total: int, shape: dict | None = None) -> None:
-    from .. import metrics
-    from ..auth import TenantScope
-    from ..db import Database
+    from opsboard import metrics
+    from opsboard.auth import TenantScope
+    from opsboard.db import Database
     note = f"goal < 50 ms; median of 3 at {total:,} jobs"
     everyone = TenantScope(all=True)
     runs = run_service(b, "worker.services.depth", "DepthSampler()", 3)
@@ -507,9 +507,9 @@ def _set_clock(b, on: bool) -> None:
 
 
 def measure_pages(b, total: int, shape: dict, only: str | None = None) -> None:
-    from ..db import Database
-    from ..web.app import create_app
-    from .bench import median_get_ms, web_login
+    from opsboard.db import Database
+    from opsboard.web.app import create_app
+    from .harness import median_get_ms, web_login
     clock = os.environ.get(CLOCK_ENV) == "seed"
     if clock:
         _set_clock(b, True)
@@ -541,7 +541,7 @@ PRUNER_PACES = (("paced", "PrunerConfig().pace"), ("flat out", "Pace(duty=1.0)")
 def measure_pruner(b, total: int, shape: dict) -> None:
     """The real pruner on the oldest slice of finished jobs, with claims timed before and meanwhile: at the
     product's default pace, then flat out (the slice put back between them)."""
-    from .. import pauses
+    from opsboard import pauses
     slice_rows = max(10_000, min(200_000, shape["finished"] // 20))
     cutoff = shape["base"] - (shape["finished"] - slice_rows) * timedelta(seconds=shape["finished_step"])
     for label, pace in PRUNER_PACES:
@@ -589,7 +589,7 @@ def run(b) -> None:
     """A 10,000,000-job database (--jobs N): claim, depth, every dashboard page, the pruner, beside their goals."""
     total = b.jobs or 10_000_000
     if total < 10_000:
-        from ..errors import UsageError
+        from opsboard.errors import UsageError
         raise UsageError("the scale scenario needs --jobs 10000 or more")
     shape, built = seed(b, total)
     if built is None:

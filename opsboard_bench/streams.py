@@ -5,7 +5,7 @@ Starts gunicorn and the stream server with the demo's launch code
 streams`` with ``OPSBOARD_STREAMS_PROCESSES`` = ``PROCESSES``), opens ``--streams
 N`` streams (default 2,000; the goal of issue 27 is 10,000) straight to the
 stream server (one user token each) from ``CLIENTS`` client processes of their
-own (:mod:`.bench_stream_client`), then publishes ``ROUNDS`` notifications,
+own (:mod:`.stream_client`), then publishes ``ROUNDS`` notifications,
 each to every stream's user (one event fanned out to all of them: one inbox
 row each, one ``*`` NOTIFY).  Meanwhile a thread asks the web for ``/healthz``
 and a signed-in member's inbox page every 50 ms.
@@ -33,11 +33,12 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from .. import auth, outbox
-from ..catalogue import active
-from ..notifications import fanout as fanoutmod
-from ..notifications import inbox, policy
-from .bench_notifications import EVENT, _cpu_ticks, _recipients, _rss_kib, seed_members
+from opsboard import auth, outbox
+from opsboard.catalogue import active
+from opsboard.notifications import fanout as fanoutmod
+from opsboard.notifications import inbox, policy
+
+from .notifications import EVENT, _cpu_ticks, _recipients, _rss_kib, seed_members
 
 #: Notifications published to every stream (OPSBOARD_BENCH_ROUNDS: more for a profile).
 ROUNDS = int(os.environ.get("OPSBOARD_BENCH_ROUNDS", "3"))
@@ -113,16 +114,16 @@ def _cpu_s(pids: list[int]) -> float:
 
 
 class _Clients:
-    """The load: ``processes`` client processes (:mod:`.bench_stream_client`), the tokens dealt among them."""
+    """The load: ``processes`` client processes (:mod:`.stream_client`), the tokens dealt among them."""
 
     def __init__(self, port: int, tokens: list[str], processes: int, folder: Path):
-        from ..config import ROOT
+        from opsboard.config import ROOT
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.procs = []
         for k in range(processes):
             path = folder / f"tokens-{k}.txt"
             path.write_text("\n".join(tokens[k::processes]))
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "opsboard.tools.bench_stream_client",
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "opsboard_bench.stream_client",
                                                 str(port), str(path)], stdin=subprocess.PIPE,
                                                stdout=subprocess.PIPE, text=True, env=env))
         self.connected = self.failed = 0
@@ -202,8 +203,8 @@ def _server_gaps(streams_port: int, processes: int) -> float:
 def streams(b) -> None:
     """N streams (--streams, default 2,000) on the stream server beside the demo's gunicorn: delivery p50/p99
     to every stream, stream server RSS, /healthz and the inbox page p99 meanwhile."""
-    from ..config import ROOT
-    from .demo import start_web, stop_children
+    from opsboard.config import ROOT
+    from opsboard.tools.demo import start_web, stop_children
 
     n = getattr(b, "streams", None) or 2000
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -1,0 +1,135 @@
+"""The scenarios of ``opsboard bench``, by name, in the order a run without ``--scenario`` takes them.
+
+The one place that lists them: the harness (:mod:`opsboard_bench.harness`) is handed this registry and
+imports no scenario.  The scenarios that start servers or reach the notification tier are imported when
+they run (a ``--list`` or an ``enqueue_many`` run loads none of them); each wrapper's docstring is its
+``--list`` line.
+"""
+from __future__ import annotations
+
+from .claim import claim_cost, fairness
+from .dashboard import dashboard
+from .depth import depth
+from .enqueue import enqueue_many, enqueue_single
+from .harness import Bench, Registry
+from .process import latency_idle, otp_flood, process_1, process_2, process_slots
+from .prune import prune
+
+
+def enqueue_cost(b: Bench) -> None:
+    """Per job: WAL bytes and records, server and producer CPU of single enqueues (--jobs N, default 2,000)
+    and enqueue_many (20 x 1,000); pgqueuer's beside them when installed."""
+    from .enqueue import enqueue_cost as run
+    run(b)
+
+
+def webhooks(b: Bench) -> None:
+    """Signed webhooks to local receivers that verify them, 100 endpoints (10% down for 60 s): deliveries/s, CPU
+    per delivery, attempts on a down one."""
+    from .webhooks import run
+    run(b)
+
+
+def relay(b: Bench) -> None:
+    """Outbox relay: events -> jobs per second with one subscriber (default 20,000 events); commit->job p99."""
+    from .outbox import relay as run
+    run(b)
+
+
+def api(b: Bench) -> None:
+    """POST /api/v1/events through gunicorn (-w 4 --threads 4), 8 clients for 10 s; then 4x the admitted rate."""
+    from .outbox import api as run
+    run(b)
+
+
+def api_worker(b: Bench) -> None:
+    """POST /api/v1/events (wrk, an Idempotency-Key each) while a real worker relays, fans out and delivers
+    to a sandbox; then 4x the admitted rate: each figure beside its goal (issue 27)."""
+    from .api import api_worker as run
+    run(b)
+
+
+def fanout(b: Bench) -> None:
+    """One event to 10,000 recipients x 2 channels: inbox rows/s until every delivery job is queued."""
+    from .notifications import fanout as run
+    run(b)
+
+
+def sse(b: Bench) -> None:
+    """1,000 SSE streams on one gunicorn gthread process: a new row reaching all (p99), memory per stream."""
+    from .notifications import sse as run
+    run(b)
+
+
+def broadcast(b: Bench) -> None:
+    """One notification to 600,000 members x 2 channels (2 workers), OTP and another tenant meanwhile."""
+    from .broadcast import broadcast as run
+    run(b)
+
+
+def streams(b: Bench) -> None:
+    """N inbox streams (--streams, default 2,000) on the stream server beside the demo's gunicorn: delivery
+    p50/p99 to every stream, stream server RSS, /healthz and /login p99 meanwhile (issue 27)."""
+    from .streams import streams as run
+    run(b)
+
+
+def notify_scale(b: Bench) -> None:
+    """Issue 27's notification tier in one run, each figure beside its goal: streams (--streams, default
+    10,000), broadcast, api, webhooks."""
+    wanted = b.streams
+    b.streams = wanted or 10_000
+    try:
+        for run in (streams, broadcast, api, webhooks):
+            run(b)
+    finally:
+        b.streams = wanted
+
+
+def tickets(b: Bench) -> None:
+    """Agents' ticket queue (every filter) and detail at 100,000 tickets x 10 messages (--jobs N tickets)."""
+    from .tickets import run
+    run(b)
+
+
+def scale(b: Bench) -> None:
+    """10,000,000 jobs (--jobs N) built with COPY: claim, depth, every dashboard page, pruner, beside the goals."""
+    from .scale import run
+    run(b)
+
+
+_SCENARIOS = {
+    "enqueue_single": enqueue_single,
+    "enqueue_many": enqueue_many,
+    "enqueue_cost": enqueue_cost,
+    "process_1": process_1,
+    "process_2": process_2,
+    "latency_idle": latency_idle,
+    "process_slots": process_slots,
+    "fairness": fairness,
+    "otp_flood": otp_flood,
+    "claim_cost": claim_cost,
+    "dashboard": dashboard,
+    "webhooks": webhooks,
+    "relay": relay,
+    "api": api,
+    "api_worker": api_worker,
+    "fanout": fanout,
+    "sse": sse,
+    "broadcast": broadcast,
+    "streams": streams,
+    "tickets": tickets,
+    "notify_scale": notify_scale,
+    "scale": scale,
+    "depth": depth,
+    "prune": prune,
+}
+#: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
+#: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
+#: 20 minutes and 6 GB on its own).
+_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune"})
+
+#: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
+_TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),)}
+
+REGISTRY = Registry(_SCENARIOS, groups=_GROUPS, tools=_TOOLS)
