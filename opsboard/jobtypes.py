@@ -26,6 +26,7 @@ from typing import Any, Callable
 from . import catalogue as _catalogue
 from . import personal_data as _personal_data
 from .config import QUEUE_NAMES, ConfigError
+from .storable import problem
 
 #: Largest payload accepted, as JSON bytes: payloads carry ids and options only.
 MAX_PAYLOAD_BYTES = 16 * 1024
@@ -453,7 +454,15 @@ def encode_payload(payload: dict) -> str:
         return "".join(_c_encode(payload, 0))
     except RecursionError:
         raise ValueError("Circular reference detected") from None
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def unstorable_field(text: str, payload: Any) -> str | None:
+    """Where ``payload`` (whose compact JSON is ``text``) holds a NUL or a lone surrogate, which jsonb
+    cannot store (:func:`opsboard.storable.problem`); ``None`` when nowhere.  An all-ASCII text
+    without a ``\\u0000`` escape holds neither: the payload is walked only otherwise."""
+    if text.isascii() and "\\u0000" not in text:
+        return None
+    return problem(payload, "payload")
 
 
 def validate_json(jt: JobType, payload: Any) -> str:
@@ -465,9 +474,11 @@ def validate_json(jt: JobType, payload: Any) -> str:
         text = encode_payload(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{jt.name}: payload is not JSON-serialisable ({exc})") from None
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        # jsonb cannot store a NUL character: refuse it here, not as a database error at insert.
-        raise InvalidPayload(f"{jt.name}: payload contains a NUL character")
+    where = unstorable_field(text, payload)
+    if where is not None:
+        # jsonb cannot store it: refused here, not as a database error at insert (a 500, a dead worker).
+        raise InvalidPayload(f"{jt.name}: payload field {where} holds a character that cannot be stored "
+                             "(a NUL or a lone surrogate)")
     # UTF-8 takes at most 4 bytes a character: a text that short is under the limit without encoding it.
     size = len(text.encode()) if len(text) > MAX_PAYLOAD_BYTES // 4 else 0
     if size > MAX_PAYLOAD_BYTES:

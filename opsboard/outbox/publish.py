@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 
 from .. import db, jobqueue, jobtypes
 from ..schema import new_id
+from ..storable import unstorable
 from .registry import event_type, EventRefused, EventType, MAX_PAYLOAD_BYTES
 from .personal_data import refuse_personal_data
 
@@ -43,8 +44,10 @@ def validate_payload(et: EventType, payload: Any) -> str:
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise EventRefused("invalid_payload", f"{et.name}: payload is not JSON ({type(exc).__name__})",
                            "payload") from None
-    if "\\u0000" in text:
-        raise EventRefused("invalid_payload", f"{et.name}: payload contains a NUL character", "payload")
+    where = jobtypes.unstorable_field(text, payload)
+    if where is not None:
+        raise EventRefused("invalid_payload", f"{et.name}: {where} holds a character that cannot be stored "
+                           "(a NUL or a lone surrogate)", where)
     if size > MAX_PAYLOAD_BYTES:
         raise EventRefused("invalid_payload", f"{et.name}: payload is larger than {MAX_PAYLOAD_BYTES} bytes",
                            "payload")
@@ -60,7 +63,7 @@ def _aggregate(aggregate) -> tuple[str, str]:
     if not re.fullmatch(r"[a-z][a-z0-9_]{0,49}", kind):
         raise EventRefused("invalid_aggregate", "aggregate kind must be lowercase letters, digits or '_'",
                            "aggregate.type")
-    if not 0 < len(ident) <= 200 or "\x00" in ident:
+    if not 0 < len(ident) <= 200 or unstorable(ident):
         raise EventRefused("invalid_aggregate", "aggregate id must be 1 to 200 characters", "aggregate.id")
     return kind, ident
 

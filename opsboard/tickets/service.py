@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 from .. import audit, db, jobqueue, outbox
 from ..auth import Principal, TenantScope
 from ..errors import OpsError
+from ..storable import storable, unstorable
 from ..jobtypes import Field, define
 from ..persian import latin_digits, normalize_search
 from ..schema import Role, new_id
@@ -83,7 +84,7 @@ def _text(value, name: str, max_len: int) -> str:
     text = (value or "").strip() if isinstance(value, str) else ""
     if not any(unicodedata.category(c)[0] not in "CZ" for c in text):
         raise OpsError("%(field)s is required", name + "_required", status=400, params={"field": name})
-    if len(text) > max_len or "\x00" in text:
+    if len(text) > max_len or unstorable(text):
         raise OpsError("%(field)s must be at most %(n)s characters", "invalid_" + name, status=400,
                        params={"field": name, "n": max_len})
     return text
@@ -210,7 +211,7 @@ def accepted_extensions(allowed_types) -> list[str]:
 def safe_filename(name: str) -> str:
     base = re.split(r"[\\/]", name or "")[-1]
     base = "".join(c for c in base if unicodedata.category(c)[0] != "C").strip().lstrip(".")
-    return (base or "attachment")[:255]
+    return storable((base or "attachment")[:255], "an attachment's name")  # category C gone: a no-op
 
 
 def check_upload(upload: Upload, *, max_bytes: int, allowed_types) -> str:

@@ -10,6 +10,7 @@ from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, SecurityError
 
+from .. import db
 from ..errors import OpsError
 
 log = logging.getLogger(__name__)
@@ -24,11 +25,14 @@ UNAVAILABLE_RETRY_AFTER = 5
 
 
 class ApiError(Exception):
-    """Raised by views: becomes ``status`` with ``{"error": code, "message": ...}``."""
+    """Raised by views: becomes ``status`` with ``{"error": code, "message": ...}`` (and ``"field"``
+    naming the input refused, when one is known)."""
 
-    def __init__(self, status: int, code: str, message: str, *, headers: dict | None = None):
+    def __init__(self, status: int, code: str, message: str, *, headers: dict | None = None,
+                 field: str | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        self.field = field
 
 
 #: Parameters of core refusals that hold workflow words (statuses, actions, roles), shown translated;
@@ -59,9 +63,9 @@ def wants_json() -> bool:
     return best == "application/json" and request.accept_mimetypes[best] > request.accept_mimetypes["text/html"]
 
 
-def error_response(status: int, code: str, message: str, headers: dict | None = None):
+def error_response(status: int, code: str, message: str, headers: dict | None = None, field: str | None = None):
     if wants_json():
-        response = jsonify(error=code, message=message)
+        response = jsonify(error=code, message=message, **({"field": field} if field else {}))
     else:
         template = "_error.html" if request.headers.get("HX-Request") else "error.html"
         response = render_template(template, status=status, code=code, message=message), status
@@ -94,7 +98,7 @@ def _allowed_methods() -> set[str]:
 def register(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
-        return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.headers, exc.field)
 
     @app.errorhandler(OpsError)
     def _core_error(exc: OpsError):
@@ -122,14 +126,21 @@ def register(app) -> None:
             headers = {"Allow": ", ".join(sorted(exc.valid_methods or _allowed_methods()))}
         return error_response(status, _CODES.get(status, "http_error"), message, headers)
 
-    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(psycopg.Error)
     @app.errorhandler(OSError)
     def _unavailable(exc: Exception):
-        # The database went away (a restart, a failover, the pool could not connect) or the disk
-        # refused a file (storage unwritable, full): nothing is wrong with the request, so not a 500
-        # and no traceback, but a 503 the client retries after a moment (with its Idempotency-Key).
+        # The one place a database that says no becomes an answer, for the pages and the API alike.
+        # It went away (a restart, the pool could not connect), is read-only (a failover to a standby),
+        # shutting down, or gave up on a lock or a statement (the web's timeouts), a serialization
+        # failure or a deadlock (:func:`opsboard.db.unavailable`); or the disk refused a file (storage
+        # unwritable, full): nothing is wrong with the request, so not a 500 and no traceback, but a
+        # 503 the client retries after a moment (with its Idempotency-Key).  Any other database
+        # error is a bug: a 500, logged with its traceback.
         from flask import g
-        log.warning("unavailable on %s %s: %s", request.method, request.path, type(exc).__name__,
+        if isinstance(exc, psycopg.Error) and not db.unavailable(exc):
+            return _unexpected(exc)
+        log.warning("unavailable on %s %s: %s%s", request.method, request.path, type(exc).__name__,
+                    f" (SQLSTATE {exc.sqlstate})" if getattr(exc, "sqlstate", None) else "",
                     extra={"request_id": getattr(g, "request_id", None)})
         return error_response(503, "unavailable", _("The service is briefly unavailable; try again in a moment."),
                               {"Retry-After": str(UNAVAILABLE_RETRY_AFTER)})

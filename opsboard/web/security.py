@@ -3,17 +3,20 @@ from __future__ import annotations
 
 import functools
 import hmac
+import json
 import re
 import secrets
 import uuid
 
 from flask import current_app, g, request, session
 from flask.sessions import SecureCookieSessionInterface
+from flask_babel import get_locale
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 from flask_babel import gettext as _
 
 from ..auth import TenantScope
+from ..storable import problem, unstorable
 from .errors import ApiError
 
 CSRF_FIELD = "csrf_token"
@@ -102,7 +105,7 @@ def takes_attachments(view):
 def apply_body_limit() -> None:
     """The body cap of this request's view, set before anything reads the body.
 
-    Registered first among the ``before_request`` hooks: :func:`reject_nul` and the CSRF check read the
+    Registered first among the ``before_request`` hooks: :func:`refuse_unstorable` and the CSRF check read the
     form, and once read, a body over the app-wide cap has been refused with 413 whatever a blueprint's own
     hook would set later (a 1.4 MB PDF on a ticket reply, although tickets allow 2 MiB a file)."""
     view = current_app.view_functions.get(request.endpoint or "")
@@ -112,47 +115,75 @@ def apply_body_limit() -> None:
         request.max_content_length = limit(get_config())
 
 
-def reject_nul() -> None:
-    """400 for a NUL character in any query or form argument, or anywhere in a JSON body.
-
-    PostgreSQL text (and jsonb) cannot hold NUL: psycopg would refuse the value
-    deep in a query and the user would see a 500.  Checked once here, for every route.
+def refuse_unstorable() -> None:
+    """400 ``invalid_input``, naming the field, for text PostgreSQL cannot store (a NUL character or
+    a lone surrogate, :mod:`opsboard.storable`) anywhere a request brings text in: query and form
+    arguments (names and values), multipart file names, a JSON body at any depth (keys and values),
+    and the headers the product stores or echoes.  Checked once here, for every route: psycopg
+    would otherwise refuse the value deep in a query, a 500.
     """
-    # The error (its translated message: the locale, the user, the session) is built only to refuse, and a
-    # JSON body has no form to parse: an API request pays for neither (issue 27: 15 % of a POST's Python).
+    # A JSON body has no form to parse, and the error (its translated message: the locale, the user, the
+    # session) is built only to refuse: an API request pays for neither (issue 27's profile of a POST).
+    environ = request.environ
+    for header in _STORED_HEADERS:
+        value = environ.get(header)
+        if value and unstorable(value):
+            raise _unstorable_refused(_HEADER_NAMES[header])
     body_json = request.method not in _SAFE_METHODS and request.is_json
     # No query string, no arguments to parse and look through (most API calls).
-    for source in (request.args if request.environ.get("QUERY_STRING") else None,
+    for source in (request.args if environ.get("QUERY_STRING") else None,
                    request.form if request.method not in _SAFE_METHODS and not body_json else None):
         if source is None:
             continue
         for key, values in source.lists():
             # A multipart part can come without a name (key None): nothing to check there.
-            if "\x00" in (key or "") or any("\x00" in (v or "") for v in values):
-                raise _nul_refused()
+            if key and unstorable(key):
+                raise _unstorable_refused(None)
+            if any(v and unstorable(v) for v in values):
+                raise _unstorable_refused(key)
+    if request.method not in _SAFE_METHODS and not body_json and request.files:
+        for key, upload in request.files.items(multi=True):
+            if (key and unstorable(key)) or (upload.filename and unstorable(upload.filename)):
+                raise _unstorable_refused(key)
     if body_json:
         raw = request.get_data(cache=True)
-        if b"\\u" in raw and _JSON_NUL.search(raw):  # without a \u escape (a C search) no \u0000
-            raise _nul_refused()
+        # Only an escape can bring such a character into JSON text (a raw NUL byte or an encoded
+        # surrogate is not valid JSON or UTF-8, and fails the route's own parse): without ``\u`` (a C
+        # search) or without a NUL or surrogate escape, nothing to parse here.
+        if b"\\u" in raw and _JSON_UNSTORABLE.search(raw):
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return  # not JSON: the route's own parse answers 400
+            where = problem(body)
+            if where is not None:
+                raise _unstorable_refused(where)
 
 
-def _nul_refused() -> ApiError:
-    return ApiError(400, "invalid_input", _("The request holds a NUL character; remove it and try again."))
+def _unstorable_refused(where: str | None) -> ApiError:
+    return ApiError(400, "invalid_input",
+                    _("The request holds a character that cannot be stored (a NUL or a lone surrogate); "
+                      "remove it and try again."), field=where)
 
 
-#: A NUL in JSON text: the escape ``\u0000`` not itself escaped (an even run of backslashes before it).
-#: Read from the bytes, not the parsed value: no parse here, so no depth or size for a hostile body to
-#: exploit (raw NUL bytes are not valid JSON and fail the route's own parse).
-_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+#: The request headers the product stores or echoes (in the environ's spelling) and their names.
+_HEADER_NAMES = {"HTTP_IDEMPOTENCY_KEY": "Idempotency-Key", "HTTP_LAST_EVENT_ID": "Last-Event-ID",
+                 "HTTP_X_REQUEST_ID": "X-Request-Id", "HTTP_USER_AGENT": "User-Agent"}
+_STORED_HEADERS = tuple(_HEADER_NAMES)
+
+#: In JSON text, an escape of a NUL (``\u0000``) or of a surrogate (``\ud800``-``\udfff``), not itself
+#: escaped (an even run of backslashes before it).  A surrogate escape may be half of a valid pair, so a
+#: match only says the body is worth parsing and looking through (:func:`opsboard.storable.problem`).
+_JSON_UNSTORABLE = re.compile(rb"(?<!\\)(?:\\\\)*\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
 def before_request() -> None:
     """The app-wide checks of every request, in their order, as one hook (Flask looks each hook up
-    and checks it for a coroutine on every request): the request id, the view's body cap, NUL
-    characters, CSRF."""
+    and checks it for a coroutine on every request): the request id, the view's body cap, text
+    PostgreSQL cannot store, CSRF."""
     assign_request_id()
     apply_body_limit()
-    reject_nul()
+    refuse_unstorable()
     check_csrf()
 
 
@@ -325,4 +356,12 @@ def nav_links() -> list[tuple[str, str, str]]:
         if staff_only and not current_user.scope(permission).all:
             continue
         links.append((label, endpoint, blueprint))
+    locale = str(get_locale() or "fa")
+    for page in current_app.extensions["opsboard_catalogue"].pages.values():
+        blueprint = page.endpoint.split(".")[0]
+        if blueprint not in current_app.blueprints or not current_user.has(page.permission):
+            continue
+        if page.staff_only and not current_user.scope(page.permission).all:
+            continue
+        links.append((page.label(locale), page.endpoint, blueprint))
     return links

@@ -21,6 +21,7 @@ from flask import g, jsonify, request
 from psycopg.types.json import Jsonb
 
 from ... import apikeys, backpressure, db
+from ...storable import unstorable
 from ..context import get_config, get_db, request_id
 
 
@@ -114,8 +115,8 @@ def field(body: dict, name: str, types, *, required: bool = True, default: Any =
         raise Problem(400, "invalid_field", f"{where} must be {' or '.join(names.get(t, t.__name__) for t in types)}.",
                       where)
     if isinstance(value, str):
-        if "\x00" in value or not _utf8(value):
-            raise Problem(400, "invalid_field", f"{where} holds a NUL character or invalid Unicode.", where)
+        if unstorable(value):
+            raise Problem(400, "invalid_field", f"{where} holds a NUL character or a lone surrogate.", where)
         if max_length is not None and not 0 < len(value) <= max_length:
             raise Problem(400, "invalid_field", f"{where} must be 1 to {max_length} characters.", where)
     return value
@@ -126,14 +127,6 @@ def only_fields(body: dict, allowed: set[str]) -> None:
     if unknown:
         raise Problem(400, "unknown_field", f"Unknown field {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}.",
                       unknown[0])
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
 
 
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
