@@ -149,7 +149,7 @@ def hash_password(password: str) -> str:
     return generate_password_hash(password, method="scrypt")
 
 
-def normalise_email(email: str) -> str:
+def normalize_email(email: str) -> str:
     email = (email or "").strip().lower()
     if "@" not in email or email.startswith("@") or len(email) > 254 or any(c.isspace() for c in email):
         raise AuthError(f"{email!r} is not an email address")
@@ -175,7 +175,7 @@ def ensure_tenant(conn: psycopg.Connection, slug: str, name: str | None = None, 
 def create_user(conn: psycopg.Connection, email: str, password: str, role: str, tenant_slug: str,
                 *, display_name: str = "") -> dict:
     """Create a user (or reuse one with that email) and grant ``role`` in the tenant."""
-    email = normalise_email(email)
+    email = normalize_email(email)
     try:
         role_enum = Role(role)
     except ValueError:

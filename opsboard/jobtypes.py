@@ -466,14 +466,14 @@ def unstorable_field(text: str, payload: Any) -> str | None:
 
 
 def validate_json(jt: JobType, payload: Any) -> str:
-    """:func:`validate`, returning the payload's compact JSON text (serialised once, reused by enqueue)."""
+    """:func:`validate`, returning the payload's compact JSON text (serialized once, reused by enqueue)."""
     if not isinstance(payload, dict):
         raise InvalidPayload(f"{jt.name}: payload must be a JSON object, not {type(payload).__name__}")
     try:
         # allow_nan=False: NaN and Infinity are not JSON, and PostgreSQL's jsonb rejects them.
         text = encode_payload(payload)
     except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"{jt.name}: payload is not JSON-serialisable ({exc})") from None
+        raise InvalidPayload(f"{jt.name}: payload is not JSON-serializable ({exc})") from None
     where = unstorable_field(text, payload)
     if where is not None:
         # jsonb cannot store it: refused here, not as a database error at insert (a 500, a dead worker).

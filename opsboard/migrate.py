@@ -4,7 +4,7 @@ Each file runs in its own transaction together with its row in
 ``schema_migrations`` (version, name, SHA-256 checksum), so a failed file
 leaves nothing behind.  Landed migrations are append-only: when the checksum
 of an applied file changed, :func:`migrate` refuses to run and the web app's
-``/readyz`` reports not ready.  Two processes that start at once serialise on a
+``/readyz`` reports not ready.  Two processes that start at once serialize on a
 session advisory lock; the second finds nothing left to do.
 """
 from __future__ import annotations

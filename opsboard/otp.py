@@ -88,7 +88,7 @@ def verify_otp(conn: psycopg.Connection, tenant_id, otp_id, code: str, *, now: d
     * ``otp_used`` (410): verified already;
     * ``otp_attempts_exhausted`` (410): :data:`MAX_ATTEMPTS` attempts were made.
 
-    A refused attempt is not counted.  Concurrent attempts on one OTP serialise on its
+    A refused attempt is not counted.  Concurrent attempts on one OTP serialize on its
     row, so the right code is accepted at most once.
     """
     try:

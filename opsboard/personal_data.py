@@ -12,7 +12,7 @@ payloads and log redaction (:mod:`opsboard.redact`).  Pure functions, no I/O.
 * ``phone`` -- 8 to 15 digits written as a phone number: with ``+``, a separator, or a leading 0;
   a bare run of digits not starting with 0 (an order number) and a bare 10-digit run (judged as a
   national id instead) are ids;
-* ``name`` -- a heuristic: two capitalised Latin words, or a Persian honorific or common given
+* ``name`` -- a heuristic: two capitalized Latin words, or a Persian honorific or common given
   name followed by another word in Persian script.
 
 Persian (۰-۹) and Arabic-Indic (٠-٩) digits are read as Latin ones first, so a card written in
@@ -53,7 +53,7 @@ _PHONE = re.compile(r"(?<![\w-])\+?\(?\d[\d ().-]{6,}\d(?![\w-])")
 KEPT = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|"
                   r"(?<![0-9])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
                   r"(?![0-9])")
-# Two or more capitalised words in a row: "Maria Rossi", "Dear John Smith".
+# Two or more capitalized words in a row: "Maria Rossi", "Dear John Smith".
 _NAME_LATIN = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?\s+[A-Z][a-z]+\b")
 # Persian script has no capitals: an honorific (آقای، خانم، جناب، سرکار، دکتر، مهندس) or one of the
 # commonest given names, followed by another Persian word.  A heuristic that stops a pasted
@@ -64,7 +64,7 @@ _NAME_FA = re.compile(
     r"سارا|نرگس|زینب)\s+" + _FA_WORD)
 
 
-def normalise_digits(text: str) -> str:
+def normalize_digits(text: str) -> str:
     """``text`` with Persian and Arabic-Indic digits written as Latin ones (same length)."""
     return latin_digits(text)
 
@@ -115,7 +115,7 @@ def _phone(candidate: str) -> bool:
 def find_personal_data(text: str) -> str | None:
     """The kind of personal data in ``text`` (``email``, ``iban``, ``card``, ``national_id``,
     ``phone`` or ``name``; see the module), else ``None``.  Ids, codes, UUIDs and dates pass."""
-    s = KEPT.sub(" ", normalise_digits(str(text)))
+    s = KEPT.sub(" ", normalize_digits(str(text)))
     if EMAIL.search(s):
         return "email"
     if any(iban_valid(m.group(0)) for m in IBAN.finditer(s)):

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from .personal_data import CARD as _CARD, card_valid, EMAIL as _EMAIL, IBAN as _IBAN, KEPT as _KEPT, \
-    normalise_digits
+    normalize_digits
 
 # Order matters: URLs before emails (user@host in URLs), key=value secrets
 # before the shape-based token rules, IBANs and card numbers before phones
@@ -82,14 +82,14 @@ def redact(text: str | None, limit: int | None = MAX_DETAIL) -> str | None:
     tokens and URL query strings from ``text``.
 
     Used on every error code, attempt detail, log line and shown identifier.
-    Persian and Arabic digits are normalised first so a number written in them
+    Persian and Arabic digits are normalized first so a number written in them
     is caught too.  UUIDs, dates and times are kept (not personal data).  The
     result is cut to ``limit`` characters (``None``: not cut, for views that
     show a whole value).
     """
     if text is None:
         return None
-    s = normalise_digits(str(text)[:_MAX_INPUT])
+    s = normalize_digits(str(text)[:_MAX_INPUT])
     s = s.replace(_HOLD_OPEN, "").replace(_HOLD_CLOSE, "")
     s = _URL_USERINFO.sub(lambda m: m.group("scheme") + "[redacted]@", s)
     s = _URL_QUERY.sub(lambda m: m.group("base") + "?[redacted]", s)
@@ -178,7 +178,7 @@ def _redact_text(text: str) -> str:
     pieces = []
     for piece in _segments(text):
         cleaned = redact(piece)
-        pieces.append(piece if cleaned == normalise_digits(piece) else cleaned)
+        pieces.append(piece if cleaned == normalize_digits(piece) else cleaned)
     return "".join(pieces)
 
 

@@ -8,7 +8,7 @@ Every delivery carries three headers:
   secret separated by spaces (several during a rotation).
 
 Secrets are ``whsec_`` + base64 of 24 random bytes.  The body is the same bytes
-on every attempt: ``{"type", "timestamp", "data"}`` serialised with sorted keys.
+on every attempt: ``{"type", "timestamp", "data"}`` serialized with sorted keys.
 
 Receivers verify with :func:`verify` (or any Standard Webhooks library)::
 

@@ -88,7 +88,7 @@ def claim(conn: psycopg.Connection, queue: str, worker_id: str, limit: int, leas
     # takes only the candidates ahead of the first one that needs them (of a
     # limited type, or of a tenant with a concurrency limit), so that workers'
     # claims do not queue on the locks while no limited work is due (they
-    # serialised every claim: during `opsboard bench --scenario process_2` the
+    # serialized every claim: during `opsboard bench --scenario process_2` the
     # second worker waited on the lock about as long as the first claimed).
     # When such a candidate was in the way, or nothing came, the claim goes on
     # under the locks, in the same fair order, for the rest of the batch.

@@ -98,7 +98,7 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
                            f"not {kind!r}", "aggregate.type")
     if not validated:
         validate_payload(et, payload)
-    # The text validate_payload returned, when the caller passes it: the payload is not serialised again.
+    # The text validate_payload returned, when the caller passes it: the payload is not serialized again.
     text = validated if isinstance(validated, str) else None
     if correlation_id is not None and not (0 < len(correlation_id) <= 200):
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
@@ -119,7 +119,7 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     envelope)``, the envelope ``None`` when refused (429/503).  Raises :class:`EventRefused` before
     sending anything; ``validated=True`` says the caller has run :func:`validate_payload` on this payload
     already (the HTTP API, before it takes a connection), so it is not checked twice; the text it
-    returned, passed as ``validated``, is stored as it is (not serialised again).  ``leases`` (a
+    returned, passed as ``validated``, is stored as it is (not serialized again).  ``leases`` (a
     web process's :class:`~opsboard.backpressure.TokenLeases`) admits with a token it holds, without
     the admission's statement, and leases a few when it holds none.
     """

@@ -42,7 +42,7 @@ class ReportKind:
     title: str
     columns: tuple[str, ...]
     params: tuple[Param, ...]
-    #: ``validate(params) -> params``: normalised, or raise ReportError.
+    #: ``validate(params) -> params``: normalized, or raise ReportError.
     validate: Callable[[dict], dict]
     #: ``plan(conn, tenant_id, params, max_rows) -> Iterable[Slice]`` in key order.
     plan: Callable[..., Iterable[Slice]]

@@ -108,7 +108,7 @@ SELECT id, slug, name, is_operator, weight, enqueue_rate, enqueue_burst, max_run
 WHERE id = %(id)s AND (%(scope_all)s OR id = ANY(%(scope_ids)s::uuid[]));
 
 -- name: login_lock_account
--- Serialise throttle checks of one account: the count and the insert of a
+-- Serialize throttle checks of one account: the count and the insert of a
 -- login attempt are one atomic step (transaction-scoped, released at commit).
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.login.account:' || %(email)s, 0));
 

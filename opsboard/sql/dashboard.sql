@@ -12,7 +12,7 @@
 -- then leads the ORDER BY with that column (equal on every row, so the order is
 -- the same), which only jobs_status_listed_idx / jobs_error_code_idx provide.  The search first gathers the matching ids from the
 -- two trigram indexes (where pg_trgm exists; attempt details through the
--- normalised detail_search column of 0014, the term normalised the same way), then fetches those rows by
+-- normalized detail_search column of 0014, the term normalized the same way), then fetches those rows by
 -- primary key: "= ANY(ARRAY(...))" keeps the planner from walking the whole
 -- table backwards testing each row against the matches, which an IN (...)
 -- invites (it guesses that half the rows match).  The attempts searched are

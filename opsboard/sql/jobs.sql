@@ -283,7 +283,7 @@ LEFT JOIN LATERAL opsboard_claim_locked(o.ids, %(limit)s::int, %(worker)s::text,
                                         %(now)s::timestamptz) c ON true;
 
 -- name: job_claim_lock_limits
--- Serialise claims that check the same concurrency limits (released at commit).
+-- Serialize claims that check the same concurrency limits (released at commit).
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.limit.' || name, 0))
 FROM unnest(%(names)s::text[]) AS name;
 

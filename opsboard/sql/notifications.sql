@@ -236,7 +236,7 @@ SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE t
        AS locale;
 
 -- name: notification_insert_lock
--- Serialise inbox inserts until commit, so seq (the cursor) order is commit order.  Taken right
+-- Serialize inbox inserts until commit, so seq (the cursor) order is commit order.  Taken right
 -- before the insert: whatever else the transaction writes comes before it (fan-out: the deliveries
 -- and jobs of the whole page), so the lock is held for the insert and the commit only.
 SELECT pg_advisory_xact_lock(7957911069121085795);
@@ -550,7 +550,7 @@ WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
                   WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale);
 
 -- name: template_seed_lock
--- Serialises seeding the shipped templates: processes starting together seed each missing one once.
+-- Serializes seeding the shipped templates: processes starting together seed each missing one once.
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));
 
 -- name: template_usage

@@ -10,7 +10,7 @@ RETURNING id, tenant_id, created_at, expires_at;
 -- name: otp_request_attempt
 -- Count one verification attempt of a usable OTP (not verified, not expired,
 -- fewer than %(max_attempts)s attempts so far) and return its hash to compare.
--- The row lock serialises concurrent attempts on one OTP: a second attempt
+-- The row lock serializes concurrent attempts on one OTP: a second attempt
 -- waits for the first to commit, then re-checks the conditions (verified_at
 -- set by the first means no row here), so a code is accepted at most once.
 UPDATE otp_requests SET attempts = attempts + 1

@@ -16,7 +16,7 @@ FROM report_runs r JOIN tenants t ON t.id = r.tenant_id
 WHERE r.id = %(id)s AND (%(scope_all)s OR r.tenant_id = ANY(%(scope_ids)s::uuid[]));
 
 -- name: report_run_lock
--- One run, locked: planning and assembly serialise on it.
+-- One run, locked: planning and assembly serialize on it.
 SELECT * FROM report_runs WHERE id = %(id)s FOR UPDATE;
 
 -- name: report_run_list
@@ -44,7 +44,7 @@ RETURNING id;
 
 -- name: report_run_count_chunk
 -- The atomic counter: one finished chunk (counted once) adds its rows.  The
--- row lock on the run serialises concurrent chunks, so exactly one of them
+-- row lock on the run serializes concurrent chunks, so exactly one of them
 -- reads done_chunks = total_chunks.
 UPDATE report_runs
 SET done_chunks = done_chunks + 1, row_count = row_count + %(rows)s

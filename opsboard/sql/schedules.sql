@@ -3,7 +3,7 @@
 INSERT INTO schedule_state (name) VALUES (%(name)s) ON CONFLICT (name) DO NOTHING;
 
 -- name: schedule_state_lock
--- A schedule's state, locked: two schedulers (a leader change) serialise here.
+-- A schedule's state, locked: two schedulers (a leader change) serialize here.
 SELECT * FROM schedule_state WHERE name = %(name)s FOR UPDATE;
 
 -- name: schedule_state_set

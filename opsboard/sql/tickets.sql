@@ -1,5 +1,5 @@
 -- name: ticket_counter_next
--- The tenant's next ticket number (the row lock serialises concurrent creations of one tenant).
+-- The tenant's next ticket number (the row lock serializes concurrent creations of one tenant).
 INSERT INTO ticket_counters (tenant_id, last_number) VALUES (%(tenant_id)s, 1)
 ON CONFLICT (tenant_id) DO UPDATE SET last_number = ticket_counters.last_number + 1
 RETURNING last_number;

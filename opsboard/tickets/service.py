@@ -518,7 +518,7 @@ def list_queue(conn, scope: TenantScope, *, status: str | None = None, category:
                        params={"names": ", ".join(workflow.STATUSES)})
     if sla_state is not None and sla_state not in SLA_STATES:
         raise OpsError("sla must be one of %(names)s", "invalid_filter", params={"names": ", ".join(SLA_STATES)})
-    # One normalisation for the stored column (0015) and the term (issue 14); % and _ match literally.
+    # One normalization for the stored column (0015) and the term (issue 14); % and _ match literally.
     search = normalize_search(search).strip() if search else None
     pattern = None
     if search:
@@ -561,9 +561,9 @@ def ensure_requester(conn, email: str, display_name: str = "", tenant_id=None) -
     derives the tenant from, and what the notification policy's ``membership`` rule asks of a
     recipient -- so requesters receive their tickets' notifications.
     """
-    from ..auth import hash_password, normalise_email
+    from ..auth import hash_password, normalize_email
 
-    email = normalise_email(email)
+    email = normalize_email(email)
     user = db.one(conn, "user_get_by_email", {"email": email})
     if user is None:
         user = db.one(conn, "user_insert", {"id": new_id(), "email": email,

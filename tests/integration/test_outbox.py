@@ -64,7 +64,7 @@ def test_otp_goes_to_critical_and_expires_two_minutes_after_the_event(conn, tena
     assert job["queue"] == "critical" and job["priority"] == 0
     assert job["expires_at"] == t0 + timedelta(minutes=2)
     # The phone number never enters the event (only the OTP's id does); a bare "347" could
-    # appear inside a UUID's hex, so look for the number's written and normalised forms.
+    # appear inside a UUID's hex, so look for the number's written and normalized forms.
     payload = done["event"]["payload"]
     assert set(payload) == {"otp_id"}
     assert not any(form in str(payload) for form in ("347 123 4567", "3471234567", "+39"))

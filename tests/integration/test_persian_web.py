@@ -86,7 +86,7 @@ def test_display_settings_calendar_and_zone(client, login_as, app):
     assert row == {"locale": "en", "calendar": "jalali", "time_zone": "Asia/Tehran"}
 
 
-def test_sql_normaliser_matches_the_python_one(conn):
+def test_sql_normalizer_matches_the_python_one(conn):
     for typed, normal in persian.NORMALIZATION_TABLE:
         got = conn.execute("SELECT opsboard_search_normalize(%s) AS n", (typed,)).fetchone()["n"]
         assert got == normal == persian.normalize_search(typed), typed

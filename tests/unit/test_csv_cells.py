@@ -1,4 +1,4 @@
-"""CSV exports neutralise formula-looking cells (OWASP CSV injection, issue 25)."""
+"""CSV exports neutralize formula-looking cells (OWASP CSV injection, issue 25)."""
 from __future__ import annotations
 
 import csv

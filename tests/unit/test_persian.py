@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("typed, normal", persian.NORMALIZATION_TABLE)
-def test_normalisation_table(typed, normal):
+def test_normalization_table(typed, normal):
     assert persian.normalize_search(typed) == normal
 
 
-def test_variants_of_one_word_normalise_alike():
+def test_variants_of_one_word_normalize_alike():
     variants = ["می‌خواهم", "میخواهم", "ميخواهم", "مي\u200cخواهم", "میـخواهم"]
     assert {persian.normalize_search(v) for v in variants} == {"میخواهم"}
     assert persian.normalize_search("سفارش ۴۲") == persian.normalize_search("سفارش ٤٢") == "سفارش 42"

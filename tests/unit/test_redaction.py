@@ -40,7 +40,7 @@ def test_phones_never_survive(phone, ctx):
     assert not re.search(r"\d{4}", _digits(out)), out
 
 
-def test_persian_digits_are_normalised_before_matching():
+def test_persian_digits_are_normalized_before_matching():
     assert redact("شماره ۰۹۱۲۳۴۵۶۷۸۹ نامعتبر است") == "شماره [phone] نامعتبر است"
 
 

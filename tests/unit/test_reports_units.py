@@ -17,7 +17,7 @@ def test_pack_keeps_each_slice_under_the_limit_and_in_order():
     assert list(reports.pack(iter([]), 100)) == []
 
 
-def test_activity_parameters_are_normalised():
+def test_activity_parameters_are_normalized():
     kind = reports.get_kind("job_activity")
     assert kind.validate({"date_from": " 2026-01-01", "date_to": "2026-01-31"}) == {
         "date_from": "2026-01-01", "date_to": "2026-01-31", "time_zone": "UTC"}

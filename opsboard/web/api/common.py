@@ -147,7 +147,7 @@ def respond(key: dict, body: dict, queue: str, work: Callable[[psycopg.Connectio
     Admission (the queue's mark, the tenant's token) is one statement in a short transaction of its
     own, committed without waiting for its WAL flush (:func:`opsboard.outbox.publish.take_admission`,
     the same as ``POST /events``): the tenant's bucket row is locked for that statement only, never
-    through the work's insert and durable commit, which serialised one tenant's concurrent requests
+    through the work's insert and durable commit, which serialized one tenant's concurrent requests
     on the disk's flush time.  With an Idempotency-Key the same statement reads the key's stored
     answer, and then takes no token.  A request that took a token and then stores nothing (its work
     fails: 4xx or 5xx, or a concurrent request with the same key wins) gives the token back.
