@@ -10,6 +10,7 @@ import uuid
 
 from flask import current_app, g, request, session
 from flask.sessions import SecureCookieSessionInterface
+from werkzeug.exceptions import RequestEntityTooLarge
 from flask_babel import get_locale
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
@@ -146,7 +147,7 @@ def refuse_unstorable() -> None:
             if (key and unstorable(key)) or (upload.filename and unstorable(upload.filename)):
                 raise _unstorable_refused(key)
     if body_json:
-        raw = request.get_data(cache=True)
+        raw = json_body_bytes()
         # Only an escape can bring such a character into JSON text (a raw NUL byte or an encoded
         # surrogate is not valid JSON or UTF-8, and fails the route's own parse): without ``\u`` (a C
         # search) or without a NUL or surrogate escape, nothing to parse here.
@@ -158,6 +159,19 @@ def refuse_unstorable() -> None:
             where = problem(body)
             if where is not None:
                 raise _unstorable_refused(where)
+
+
+def json_body_bytes() -> bytes:
+    """The request's body (cached for the view), or 413 when it is over the request's cap.
+
+    A body with a ``Content-Length`` over the cap is refused by werkzeug before it is read; a chunked
+    one is read up to the cap and silently cut there (``LimitedStream.readall``), which then failed
+    the JSON parse as a 400.  A chunked body that fills the cap is taken for one that went over it."""
+    raw = request.get_data(cache=True)
+    cap = request.max_content_length
+    if cap is not None and request.content_length is None and len(raw) >= cap:
+        raise RequestEntityTooLarge()
+    return raw
 
 
 def _unstorable_refused(where: str | None) -> ApiError:
