@@ -18,7 +18,7 @@ Callers use the package: ``from opsboard import jobqueue``, ``jobqueue.enqueue(.
 from __future__ import annotations
 
 from .enqueue import ALL_TENANTS, enqueue, enqueue_many, NewJob, prepare_row, QueueError, row_json, tenant_id_of  # noqa: F401
-from .reads import attempts, BulkCancel, cancel, cancel_many, CancelFilter, count_cancellable, get_by_keys, get_job  # noqa: F401
+from .reads import attempts, BulkCancel, cancel, cancel_many, CancelFilter, count_cancellable, get_by_keys, get_job, summary_tenant  # noqa: F401,E501
 from .claim import Claim, claim, claim_batch, claim_params, ZERO_TENANT  # noqa: F401
 from .outcomes import heartbeat, OutcomeRecord, record_outcomes  # noqa: F401
 from .effects import begin_effect, set_effect_ref  # noqa: F401

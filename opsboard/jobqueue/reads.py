@@ -136,6 +136,21 @@ def count_cancellable(conn: psycopg.Connection, f: CancelFilter, *, scope: Tenan
     return db.one(conn, "job_cancel_count", {**f.params, **scope.params, "cap": cap})["n"]
 
 
+def summary_tenant(requested, scope: TenantScope, tenants: set):
+    """The tenant a bulk action's summary audit row belongs to, so that the tenant's own staff see it:
+    the filter's tenant, else the one tenant of the jobs acted on, else the caller's only tenant;
+    ``None`` (operator staff only) when it spans tenants.  Never a tenant outside ``scope``: a filter
+    naming another tenant matches nothing and writes nothing into that tenant's log (issue 42)."""
+    if requested is not None and scope.allows(requested):
+        return requested
+    tenants = {t for t in tenants if t is not None}
+    if len(tenants) == 1:
+        return next(iter(tenants))
+    if not tenants and not scope.all and len(scope.ids) == 1:
+        return scope.ids[0]
+    return None
+
+
 def cancel_many(conn: psycopg.Connection, f: CancelFilter, actor: audit.Actor, reason: str | None,
                 request_key: str | None, *, scope: TenantScope = ALL_TENANTS, limit: int = 1000,
                 now: datetime | None = None) -> BulkCancel:
@@ -149,8 +164,7 @@ def cancel_many(conn: psycopg.Connection, f: CancelFilter, actor: audit.Actor, r
     def perform(ctx: audit.ActionContext) -> BulkCancel:
         rows = db.all_rows(conn, "job_cancel_matching", {**f.params, **scope.params, "limit": limit, "now": now})
         settled = settle_cancelled(conn, rows, now)
-        tenants = {r["tenant_id"] for r in rows}
-        ctx.write(tenant_id=f.tenant_id or (next(iter(tenants)) if len(tenants) == 1 else None),
+        ctx.write(tenant_id=summary_tenant(f.tenant_id, scope, {r["tenant_id"] for r in rows}),
                   before={"filter": {k: str(v) for k, v in f.params.items() if v is not None}},
                   after={"cancelled": len(rows), "ids": [str(r["id"]) for r in rows], "settled": len(settled)})
         return BulkCancel(rows, count_cancellable(conn, f, scope=scope))
