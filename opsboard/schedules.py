@@ -29,6 +29,7 @@ from croniter import croniter
 
 from . import catalogue as _catalogue
 from . import db, jobqueue
+from .auth import TenantScope
 
 
 @dataclass(frozen=True)
@@ -112,16 +113,25 @@ def run_due(conn, now: datetime | None = None) -> int:
     return sum(fire_due(conn, s, now) for s in all_schedules())
 
 
-def overview(conn, now: datetime | None = None) -> list[dict]:
-    """Each schedule with its next slot and its last fired slot, for the dashboard."""
+def overview(conn, scope: TenantScope, now: datetime | None = None) -> list[dict]:
+    """Each schedule with its next slot and its last fired slot, for the dashboard, inside ``scope``.
+
+    A schedule bound to one tenant (``tenant_slug``) is that tenant's: shown only to a scope that holds
+    it.  The last slot's job count of a per-tenant schedule counts every tenant's jobs: operator staff
+    only (issue 42)."""
     current = db.now(conn, now)
     states = {r["name"]: r for r in db.all_rows(conn, "schedule_state_list")}
     out = []
     for s in all_schedules():
+        if s.tenant_slug is not None and not scope.all:
+            row = db.one(conn, "tenant_get_by_slug", {"slug": s.tenant_slug})
+            if row is None or not scope.allows(row["id"]):
+                continue
         st = states.get(s.name) or {}
         nxt = s.next_slot_after(current)
         out.append({"name": s.name, "cron": s.cron, "time_zone": s.time_zone, "job_type": s.job_type,
                     "per_tenant": s.per_tenant, "description": s.description,
                     "next_slot": nxt, "next_slot_utc": nxt.astimezone(timezone.utc), "last_slot": st.get("last_slot"),
-                    "last_fired_at": st.get("last_fired_at"), "last_jobs": st.get("last_jobs")})
+                    "last_fired_at": st.get("last_fired_at"),
+                    "last_jobs": st.get("last_jobs") if scope.all or not s.per_tenant else None})
     return out

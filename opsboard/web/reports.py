@@ -141,5 +141,5 @@ def download(run_id):
 @requires("reports.view")
 def schedule_list():
     with get_db().connection() as conn:
-        rows = schedules.overview(conn)
+        rows = schedules.overview(conn, current_scope("reports.view"))
     return render_template("reports/schedules.html", schedules=rows)

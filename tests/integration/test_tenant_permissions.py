@@ -258,3 +258,27 @@ def test_another_tenants_api_key_reaches_nothing(app, client, db, acme):
         assert r.status_code == 404, (method, path, r.get_json())
     assert str(e) not in client.get("/api/v1/webhooks", headers=bearer).get_data(as_text=True)
     assert _snapshot(db, acme["tenant"]) == before
+
+
+def test_schedules_show_a_tenant_only_its_own_and_no_platform_counts(conn, monkeypatch):
+    """The schedules page: a schedule bound to acme is acme's; a per-tenant schedule's job count
+    (one job per tenant of the platform) is for operator staff."""
+    from opsboard import schedules
+    from opsboard.catalogue import active
+
+    acme, globex = auth.ensure_tenant(conn, "acme"), auth.ensure_tenant(conn, "globex")
+    bound = schedules.Schedule("acme.private_export", "0 3 * * *", "UTC", "diag.noop", lambda slot, t: {},
+                               tenant_slug="acme")
+    monkeypatch.setitem(active().schedules, bound.name, bound)
+    conn.execute("INSERT INTO schedule_state (name, last_slot, last_fired_at, last_jobs) "
+                 "VALUES ('reports.nightly_activity', now(), now(), 1234)")
+
+    def shown(scope):
+        return {s["name"]: s for s in schedules.overview(conn, scope)}
+
+    staff = shown(auth.TenantScope(all=True))
+    assert "acme.private_export" in staff and staff["reports.nightly_activity"]["last_jobs"] == 1234
+    theirs = shown(auth.TenantScope(all=False, ids=(globex["id"],)))
+    assert "acme.private_export" not in theirs
+    assert theirs["reports.nightly_activity"]["last_jobs"] is None
+    assert "acme.private_export" in shown(auth.TenantScope(all=False, ids=(acme["id"],)))
