@@ -279,8 +279,9 @@ def switch_locale():
     """The header's language switch: saved on the user (audited), or in the session before sign-in."""
     locale = request.form.get("locale", "")
     if locale not in persian.LOCALES:
-        from .errors import error_response
-        return error_response(400, "bad_locale", _("Unknown language."))
+        # Answered by web.errors like any refusal (400, bad_locale, in the reader's language); raised, not
+        # built here, since web.errors imports this module for that language.
+        raise OpsError("Unknown language.", "bad_locale")
     session["locale"] = locale
     if current_user.is_authenticated:
         with get_db().connection() as conn, conn.transaction():

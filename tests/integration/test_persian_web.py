@@ -28,6 +28,10 @@ def test_switch_needs_csrf_and_is_saved_on_the_user(client, login_as, app):
     refused = client.post("/locale", data={"locale": "fa"})
     assert refused.status_code in (400, 403)
     assert _switch(client, "xx").status_code == 400
+    unknown = client.post("/locale", data={"locale": "xx", "csrf_token": client.csrf},
+                          headers={"Accept": "application/json"})
+    assert unknown.status_code == 400
+    assert unknown.get_json() == {"error": "bad_locale", "message": "Unknown language."}
     r = _switch(client, "fa", "/jobs/")
     assert r.status_code == 302 and r.headers["Location"].endswith("/jobs/")
     with connect(app.extensions["test_db_url"]) as c:

@@ -6,11 +6,12 @@ every answer these views give.
 """
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
+from flask import jsonify
 
+from . import events, inbox, jobs, otp, tickets, webhooks  # noqa: F401  (their routes are on bp)
+from .blueprint import bp
 from .common import Problem, refuse_deep_json
 
-bp = Blueprint("api", __name__, url_prefix="/api/v1")
 # Before any view parses a body: json.loads recurses once per level, so "[" * 50000 would end in a
 # RecursionError (a 500) in whichever view reads it first.
 bp.before_request(refuse_deep_json)
@@ -26,5 +27,3 @@ def openapi_document():
     from .openapi import document
     return jsonify(document())
 
-
-from . import events, inbox, jobs, otp, tickets, webhooks  # noqa: E402,F401  (routes on bp)

@@ -7,7 +7,7 @@ from flask import current_app
 
 from ... import backpressure, outbox
 from ..context import get_config, get_db
-from . import bp
+from .blueprint import bp
 from .common import (Problem, authenticate, conflict, correlation_id, field, idempotency_digest, idempotency_key,
                      json_object, only_fields, replayed)
 

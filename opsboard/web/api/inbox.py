@@ -15,7 +15,7 @@ from ...errors import OpsError
 from ...notifications import devices, inbox
 from .. import sse
 from ..context import get_config, get_db
-from . import bp
+from .blueprint import bp
 from .common import Problem, field, idempotent, json_object
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from ... import jobqueue, jobtypes
 from ...auth import TenantScope
 from ..context import get_db
-from . import bp
+from .blueprint import bp
 from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
 
 _FIELDS = ("id", "type", "version", "status", "queue", "priority", "attempts", "max_attempts", "idempotency_key",

@@ -7,7 +7,7 @@ import re
 from ... import otp
 from ...errors import OpsError
 from ..context import get_db
-from . import bp
+from .blueprint import bp
 from .common import Problem, authenticate, correlation_id, field, json_object, only_fields, respond
 
 _E164 = re.compile(r"^\+[1-9][0-9]{7,14}$")

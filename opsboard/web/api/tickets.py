@@ -25,7 +25,7 @@ from ...notifications import inbox
 from ...tickets import service
 from ..context import get_config, get_db, request_id
 from ..security import takes_attachments
-from . import bp
+from .blueprint import bp
 from .common import Problem, idempotent
 
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")

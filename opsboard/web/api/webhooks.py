@@ -14,7 +14,7 @@ from ...deliveries import webhooks
 from ...auth import TenantScope
 from ...errors import OpsError
 from ..context import get_config, get_db, request_id
-from . import bp
+from .blueprint import bp
 from .common import _KEY_RE, Problem, authenticate, field, idempotent, json_object, only_fields
 
 
