@@ -44,7 +44,10 @@ def request_report(conn: psycopg.Connection, tenant_id, kind: str, params: dict,
         if request_key:
             previous = audit.find_by_request_key(conn, "report.request", request_key)
             if previous is not None:
-                return _run_from_audit(conn, previous)
+                run = _run_from_audit(conn, previous)
+                if str(run["tenant_id"]) != str(tenant_id):  # the key was spent on another tenant's report
+                    raise ReportError("this form key was used for another action", "request_key_reused")
+                return run
         run = db.one(conn, "report_run_insert", {
             "id": new_id(), "tenant_id": tenant_id, "kind": k.name, "params": Jsonb(clean),
             "requested_by": actor.id, "requested_label": actor.label, "source_key": source_key})

@@ -282,3 +282,18 @@ def test_schedules_show_a_tenant_only_its_own_and_no_platform_counts(conn, monke
     assert "acme.private_export" not in theirs
     assert theirs["reports.nightly_activity"]["last_jobs"] is None
     assert "acme.private_export" in shown(auth.TenantScope(all=False, ids=(acme["id"],)))
+
+
+def test_a_report_request_key_spent_on_one_tenant_never_answers_for_another(conn):
+    """The same user's form key, sent again for another tenant, is refused: it does not hand back the
+    first tenant's run (looked up across every tenant) as if it were the new tenant's."""
+    acme, globex = auth.ensure_tenant(conn, "acme"), auth.ensure_tenant(conn, "globex")
+    params = {"date_from": "2026-01-01", "date_to": "2026-01-02"}
+    first = reports.request_report(conn, acme["id"], "job_activity", params, audit.Actor("u"), request_key="u:k1")
+    again = reports.request_report(conn, acme["id"], "job_activity", params, audit.Actor("u"), request_key="u:k1")
+    assert again["id"] == first["id"]
+    with pytest.raises(reports.ReportError) as refused:
+        reports.request_report(conn, globex["id"], "job_activity", params, audit.Actor("u"), request_key="u:k1")
+    assert refused.value.code == "request_key_reused"
+    assert conn.execute("SELECT count(*) AS n FROM report_runs WHERE tenant_id = %s",
+                        (globex["id"],)).fetchone()["n"] == 0
