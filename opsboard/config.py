@@ -232,6 +232,11 @@ class Config:
     data_dir: Path | None = None
     pool_min: int = 1
     pool_max: int = 10
+    #: ``OPSBOARD_WEB_LOCK_TIMEOUT`` / ``OPSBOARD_WEB_STATEMENT_TIMEOUT``: seconds the web's statements
+    #: wait for a lock / run at most (then 503 with Retry-After), well under gunicorn's 30 s timeout, so
+    #: that a held table lock or a slow plan cannot hold every web thread (issue 51).
+    web_lock_timeout: float = 2.0
+    web_statement_timeout: float = 10.0
     #: A streaming replica for the dashboard's heavy reads and /metrics (None: all reads on the primary).
     read_database_url: str | None = None
     #: Seconds a replica may be behind before its reads go to the primary.
@@ -312,6 +317,11 @@ class Config:
         pool_max = _int(env, "OPSBOARD_POOL_MAX", 10, 1, 500)
         if pool_min > pool_max:
             raise ConfigError(f"OPSBOARD_POOL_MIN={pool_min} is larger than OPSBOARD_POOL_MAX={pool_max}")
+        web_lock_timeout = _float(env, "OPSBOARD_WEB_LOCK_TIMEOUT", 2.0, 0.01, 600)
+        web_statement_timeout = _float(env, "OPSBOARD_WEB_STATEMENT_TIMEOUT", 10.0, 0.01, 600)
+        if web_lock_timeout > web_statement_timeout:
+            raise ConfigError(f"OPSBOARD_WEB_LOCK_TIMEOUT={web_lock_timeout} is longer than "
+                              f"OPSBOARD_WEB_STATEMENT_TIMEOUT={web_statement_timeout}")
         pooler = env.get("OPSBOARD_DATABASE_POOLER", "") or "none"
         if pooler not in POOLERS:
             raise ConfigError(f"OPSBOARD_DATABASE_POOLER={pooler!r} is not one of {', '.join(POOLERS)}")
@@ -331,6 +341,8 @@ class Config:
             data_dir=Path(data_dir) if data_dir else None,
             pool_min=pool_min,
             pool_max=pool_max,
+            web_lock_timeout=web_lock_timeout,
+            web_statement_timeout=web_statement_timeout,
             read_database_url=env.get("OPSBOARD_READ_DATABASE_URL") or None,
             read_max_lag=_float(env, "OPSBOARD_READ_MAX_LAG", 10.0, 0.0, 86400),
             worker_queues=_queue_slots(env),
@@ -369,6 +381,11 @@ class Config:
             raise ConfigError(
                 "OPSBOARD_SECRET_KEY is not set; production mode needs a long random secret "
                 "(python -c 'import secrets; print(secrets.token_hex(32))'), or set OPSBOARD_ENV=development")
+
+    def web_bounds(self) -> dict[str, str]:
+        """The web's ``lock_timeout`` and ``statement_timeout``, as PostgreSQL settings (milliseconds)."""
+        return {"lock_timeout": f"{max(1, round(self.web_lock_timeout * 1000))}ms",
+                "statement_timeout": f"{max(1, round(self.web_statement_timeout * 1000))}ms"}
 
     def replace(self, **changes) -> "Config":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -193,6 +193,43 @@ SESSION_OPTIONS = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTI
 TRANSACTION_POOLER = "transaction"
 
 
+class BoundedConnection(psycopg.Connection):
+    """A connection whose every transaction carries bounds (``lock_timeout``, ``statement_timeout``).
+
+    The bounds are set by the transaction's first statement with ``set_config(..., true)`` (``SET
+    LOCAL``): they end with the transaction, so they hold behind a transaction pooler (PgBouncer in
+    ``pool_mode = transaction``, where a session setting would land on a server connection another
+    client gets next) and never leak to another user of the connection.  Only the outermost block
+    sets them (a savepoint inherits them).  In pipeline mode the statement travels with ``BEGIN`` and
+    the work's first statement: no round trip of its own (the API's hot path, ``respond``).
+
+    A subclass per pool holds that pool's bounds (:func:`bounded_connection_class`).
+    """
+
+    bounds_sql: str = ""
+    _bounded_depth = 0
+
+    @contextmanager
+    def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            self._bounded_depth += 1
+            try:
+                if self._bounded_depth == 1 and self.bounds_sql:
+                    self.execute(self.bounds_sql)
+                yield tx
+            finally:
+                self._bounded_depth -= 1
+
+
+def bounded_connection_class(bounds: Mapping[str, str]) -> type[BoundedConnection]:
+    """A :class:`BoundedConnection` class whose transactions set ``bounds`` (setting name -> value)."""
+    for name, value in bounds.items():  # written into the statement: names and durations only
+        if not re.fullmatch(r"[a-z_]+", name) or not re.fullmatch(r"[0-9]+(ms|s|min)?", str(value)):
+            raise ValueError(f"not a setting and a duration: {name!r} = {value!r}")
+    sql = "SELECT " + ", ".join(f"set_config('{name}', '{value}', true)" for name, value in bounds.items())
+    return type("BoundedConnection", (BoundedConnection,), {"bounds_sql": sql if bounds else ""})
+
+
 def connection_kwargs(pooler: str = "none") -> dict:
     """What opsboard passes to psycopg for a connection on ``DATABASE_URL``.
 
@@ -355,16 +392,27 @@ RECONNECT_TIMEOUT = 2.0
 
 
 def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: float = 10.0,
-              open: bool = False, pooler: str = "none", **kwargs) -> ConnectionPool:
+              open: bool = False, pooler: str = "none", bounds: Mapping[str, str] | None = None,
+              **kwargs) -> ConnectionPool:
     """The one way opsboard builds a connection pool: autocommit connections
     with dict rows and :func:`connection_kwargs` for ``pooler`` (``kwargs`` go
-    to the pool, e.g. ``reconnect_timeout`` or ``configure``)."""
+    to the pool, e.g. ``reconnect_timeout`` or ``configure``).
+
+    ``bounds`` (e.g. ``{"lock_timeout": "2000ms", "statement_timeout": "10000ms"}``, the web's) are
+    set by every transaction (:class:`BoundedConnection`) and, on a direct connection, in the
+    startup packet too, which bounds the statements run outside a transaction at no cost.  Behind
+    a transaction pooler those statements take the role's settings (``ALTER ROLE ... SET``)."""
     kwargs.setdefault("reconnect_timeout", RECONNECT_TIMEOUT)
+    conn_kwargs = connection_kwargs(pooler)
+    if bounds:
+        kwargs.setdefault("connection_class", bounded_connection_class(bounds))
+        if "options" in conn_kwargs:
+            conn_kwargs["options"] += "".join(f" -c {n}={v}" for n, v in bounds.items())
     return ConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "row_factory": dict_row, **connection_kwargs(pooler)},
+        kwargs={"autocommit": True, "row_factory": dict_row, **conn_kwargs},
         open=open,
         name=name,
         timeout=timeout,

@@ -60,8 +60,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.session_interface = security.CookieSessions()
 
     if database is None:
+        # Every web transaction bounded by the configured lock and statement timeouts (issue 51): a held
+        # table lock or a slow plan answers 503 with Retry-After instead of holding every thread.
         database = dbmod.Database(dbmod.resolve_url(config), min_size=config.pool_min,
-                                  max_size=config.pool_max, name="web", pooler=config.database_pooler).open(check=False)
+                                  max_size=config.pool_max, name="web", pooler=config.database_pooler,
+                                  bounds=config.web_bounds()).open(check=False)
     app.extensions["opsboard_db"] = database
     reads = ReadRouter(database, config.read_database_url, max_lag=config.read_max_lag, pool_max=config.pool_max,
                        pooler=config.database_pooler)
