@@ -65,6 +65,8 @@ class Catalogue:
     categories: dict[str, Any] = field(default_factory=dict)
     #: ``event type -> notifications.policy.Policy``
     policies: dict[str, Any] = field(default_factory=dict)
+    #: ``name -> channels.Channel``: the notification channels (inbox, push, sms, email, an extension's)
+    channels: dict[str, Any] = field(default_factory=dict)
     #: Built-in message texts of direct sends: ``(name, version) -> (subject, body)`` (str.format).
     message_templates: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
     #: Notification templates shipped with the product: ``(key, channel, locale) -> ShippedTemplate``.
@@ -115,6 +117,7 @@ class Catalogue:
                 "event_types": len(self.event_types), "upcasters": len(self.upcasters),
                 "subscriptions": sum(len(s) for s in self.subscriptions.values()),
                 "categories": len(self.categories), "policies": len(self.policies),
+                "channels": len(self.channels),
                 "message_templates": len(self.message_templates),
                 "shipped_templates": len(self.shipped_templates), "report_kinds": len(self.report_kinds),
                 "schedules": len(self.schedules), "services": len(self.services)}

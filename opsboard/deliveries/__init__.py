@@ -18,6 +18,8 @@ where                                    what
                                          guard: address checks, DNS resolution)
 ``opsboard/sql/deliveries.sql``          the feature's named queries (endpoints, messages, push
                                          subscriptions, breakers)
+``opsboard/deliveries/channels.py``      the email, SMS and push notification channels (their
+                                         hand-overs) and the SMS receipt query
 ``opsboard/deliveries/handlers.py``      the handlers of the job types below (thin: load, gate, send)
 ``opsboard/deliveries/providers/``       the provider adapters: ``http`` (bounded client, pinned target
                                          check), ``webhook``, ``smtp``, ``sms``, ``push``; each returns a
@@ -57,6 +59,7 @@ import uuid
 from .. import catalogue as _catalogue
 from ..jobtypes import Field, define, define_provider
 from ..outbox import run_at_relay
+from . import channels as notification_channels
 from .messages import BUILT_IN_TEMPLATES
 from .webhooks import fanout_at_relay, WEBHOOK_SCHEDULE
 
@@ -101,6 +104,9 @@ def register(cat: _catalogue.Catalogue) -> None:
                    "title": Field(str, required=False, max_length=80)},
            on_replay="delivery_push_reopen", on_cancel="delivery_push_cancel", provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
            description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+
+    # The notification channels it sends (email, SMS, push) with their hand-overs.
+    notification_channels.register(cat)
 
     for (name, version), texts in BUILT_IN_TEMPLATES.items():
         cat.message_templates[(name, version)] = texts

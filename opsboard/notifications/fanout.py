@@ -34,7 +34,7 @@ from datetime import datetime
 
 import psycopg
 
-from .. import auth, db, jobqueue, outbox
+from .. import auth, channels, db, jobqueue, outbox
 from ..auth import TenantScope
 from ..jobqueue import ALL_TENANTS
 from ..schema import new_id_array
@@ -188,13 +188,15 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             job_type, {"delivery_id": str(event["id"])}, tenant_id,
             correlation_id=event.get("correlation_id"), event_id=event["id"],
             expires_at=(event["occurred_at"] + policymod.CRITICAL_TTL) if cat.critical else None))
+        # Sensitive content: the channels that refuse it here, and those that show a generic title.
+        refused, generic = channels.sensitive_rules(pol.channels, sensitive=pol.sensitivity == "sensitive",
+                                                    approved=cat.sms_approved)
         params = {
             "tenant_id": tenant_id, "event_id": event["id"], "event_type": event["type"],
             "category": pol.category, "template_key": pol.template, "tenant_locale": tenant_locale,
             "data": json.dumps({"aggregate": f"{event['aggregate_type']}:{event['aggregate_id']}"}),
             "granting_roles": granting_roles(pol.permission), "critical": cat.critical,
-            "sensitive_unapproved": pol.sensitivity == "sensitive" and not cat.sms_approved,
-            "sensitive": pol.sensitivity == "sensitive",
+            "sensitivity_refused": refused, "generic_channels": generic,
             "channels": list(pol.channels), "per_user": pol.variables is not None,
             "text_locales": inbox_locales(live), "job_type": job["type"], "job_version": job["version"],
             "job_queue": job["queue"], "job_priority": job["priority"], "job_max_attempts": job["max_attempts"],

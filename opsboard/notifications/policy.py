@@ -9,7 +9,7 @@ Declare once per event type, in the owning feature's ``register(catalogue)``::
         category="ticket",                 # a category from CATEGORIES (or define_category)
         sensitivity="normal",              # or "sensitive": never in a push title; no SMS unless
                                            #   the category is approved for SMS
-        channels=("inbox", "push", "email"),
+        channels=("inbox", "push", "email"),   # channels of the catalogue (opsboard.channels)
         recipients=lambda conn, event: [event["payload"]["assignee_id"]],   # platform user ids
         permission="tickets.view",         # the recipient must hold it in the event's tenant
         template="ticket.assigned",        # template key (default: the event type)
@@ -33,9 +33,10 @@ whole chunk of recipients in SQL, ``notification_fanout_chunk``):
 4. ``quiet_hours``  -- inside the user's quiet window the channel is deferred to
    the window's end (not suppressed), unless the category is critical; the
    inbox itself is never deferred;
-5. ``sensitivity``  -- sensitive content never goes by SMS unless the category
-   is approved for SMS, and a push of sensitive content always carries the
-   generic title only.
+5. ``sensitivity``  -- sensitive content never goes by SMS (or another channel whose
+   entry says ``sensitive="approved"``) unless the category is approved for SMS, and
+   a push of sensitive content always carries the generic title only
+   (:func:`opsboard.channels.sensitive_rules`).
 """
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
 from .. import catalogue as _catalogue
+from .. import channels as _channels
 from .. import db, jobtypes, outbox
 
-#: Every channel a notification can use.  ``inbox`` is the source of truth;
-#: SSE is the live view of the inbox (no separate delivery).
-CHANNELS = ("inbox", "push", "sms", "email")
+# The channels a policy may name are the catalogue's (opsboard.channels: inbox, push, sms, email and
+# any an extension registers).  ``inbox`` is the source of truth; SSE is the live view of the inbox
+# (no separate delivery).
 SENSITIVITIES = ("normal", "sensitive")
 #: The outbox subscriber name of the fan-out job.
 SUBSCRIBER = "notify"
@@ -156,8 +158,10 @@ def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, 
     if sensitivity not in SENSITIVITIES:
         raise ValueError(f"sensitivity must be one of {SENSITIVITIES}")
     chans = tuple(dict.fromkeys(channels))
-    if not chans or any(c not in CHANNELS for c in chans):
-        raise ValueError(f"channels must be among {CHANNELS}")
+    known_channels = catalogue.channels
+    if not chans or any(c not in known_channels for c in chans):
+        raise ValueError(f"channels must be among the catalogue's: {', '.join(sorted(known_channels))} "
+                         f"(a channel's feature or extension registers it before the policies naming it)")
     if "inbox" not in chans:
         chans = ("inbox",) + chans  # every trackable notification lands in the inbox
     if (recipients is None) == (audience is None):
@@ -228,9 +232,12 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
     if facts.reachable is not None and not facts.reachable.get(channel, True):
         return Decision("suppressed", "unreachable")
     deferred = channel != "inbox" and facts.quiet_until is not None and not cat.critical
-    # Sensitive content never shows in a push title (a lock screen), SMS-approved or not.
-    generic = pol.sensitivity == "sensitive" and channel == "push"
-    if pol.sensitivity == "sensitive" and not cat.sms_approved and channel == "sms":
+    # Sensitive content never shows in a push title (a lock screen), SMS-approved or not; it goes
+    # by SMS (or an extension's channel) only in an approved category (channels.sensitive_rules).
+    refused, generics = _channels.sensitive_rules((channel,), sensitive=pol.sensitivity == "sensitive",
+                                                  approved=cat.sms_approved)
+    generic = bool(generics)
+    if refused:
         return Decision("suppressed", "sensitivity")
     if deferred:
         return Decision("deferred", "quiet_hours", facts.quiet_until, generic)
@@ -259,8 +266,3 @@ def register(cat: _catalogue.Catalogue) -> None:
     jobtypes.define(cat, "notifications.deliver_critical", handler="opsboard.notifications.handlers:deliver",
                     fields={"delivery_id": jobtypes.Field(uuid.UUID)}, queue="critical", priority=0, max_attempts=3,
                     timeout=10, on_cancel="delivery_cancel_unsent", description="A critical delivery (OTP, security) on the critical queue.")
-    jobtypes.define(cat, "notifications.sms_status", handler="opsboard.notifications.handlers:sms_status",
-                    fields={"delivery_id": jobtypes.Field(uuid.UUID)}, max_attempts=12, timeout=30, backoff_base=15.0,
-                    backoff_cap=1800.0,
-                    description="Ask the SMS gateway (by client id) what became of a sent SMS delivery: "
-                                "delivered or failed; retried while the gateway still has it on its way.")

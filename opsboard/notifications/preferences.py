@@ -16,7 +16,8 @@ import psycopg
 from .. import db
 from ..persian import load_zone
 from ..errors import OpsError
-from .policy import CHANNELS, categories
+from ..channels import channel_names
+from .policy import categories
 
 
 def quiet_until(now: datetime, time_zone: str, start: time, end: time, days) -> datetime | None:
@@ -35,7 +36,7 @@ def quiet_until(now: datetime, time_zone: str, start: time, end: time, days) -> 
 
 def resolve(defaults: dict[str, bool], own: dict[str, bool]) -> dict[str, bool]:
     """channel -> enabled: the user's own choice, else the tenant default, else on."""
-    return {c: own.get(c, defaults.get(c, True)) for c in CHANNELS}
+    return {c: own.get(c, defaults.get(c, True)) for c in channel_names()}
 
 
 def check_choice(category: str, channel: str, enabled: bool) -> None:
@@ -43,7 +44,7 @@ def check_choice(category: str, channel: str, enabled: bool) -> None:
     cat = categories().get(category)
     if cat is None:
         raise OpsError(f"unknown category {category!r}", "invalid_category")
-    if channel not in CHANNELS:
+    if channel not in channel_names():
         raise OpsError(f"unknown channel {channel!r}", "invalid_channel")
     if cat.critical and not enabled:
         raise OpsError(f"{category} notifications cannot be turned off", "critical_category")
@@ -84,7 +85,7 @@ def grid(conn: psycopg.Connection, tenant_id, user_id) -> list[dict]:
     for r in db.all_rows(conn, "notification_preference_list", {"tenant_id": tenant_id, "user_id": user_id}):
         (own if r["user_id"] else defaults).setdefault(r["category"], {})[r["channel"]] = r["enabled"]
     return [{"category": name, "critical": cat.critical, "description": cat.description,
-             "channels": {c: True for c in CHANNELS} if cat.critical
+             "channels": {c: True for c in channel_names()} if cat.critical
              else resolve(defaults.get(name, {}), own.get(name, {}))}
             for name, cat in categories().items()]
 

@@ -19,11 +19,11 @@ import re
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import audit, db
+from .. import audit, channels, db
+from ..channels import channel_names
 from ..errors import OpsError
 from ..schema import new_id
 from . import render
-from .policy import CHANNELS
 
 _VAR_RE = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 
@@ -47,8 +47,9 @@ def parse_variables(text) -> list[str]:
 def _check_ids(key: str, channel: str, locale: str) -> None:
     if not re.fullmatch(r"[a-z][a-z0-9_.]{0,99}", key or ""):
         raise OpsError("template key must be lowercase letters, digits, '.' or '_'", "invalid_key")
-    if channel not in CHANNELS:
-        raise OpsError("channel must be one of %(names)s", "invalid_channel", params={"names": ", ".join(CHANNELS)})
+    if channel not in channel_names():
+        raise OpsError("channel must be one of %(names)s", "invalid_channel",
+                       params={"names": ", ".join(channel_names())})
     if not re.fullmatch(r"[a-z]{2}", locale or ""):
         raise OpsError("locale must be two lowercase letters", "invalid_locale")
 
@@ -102,7 +103,8 @@ def validate(tpl: dict) -> None:
         render.render(tpl["channel"], tpl["locale"], tpl["subject"], tpl["body"], tpl["sample"] or {})
     except render.TemplateProblem as exc:
         raise OpsError(str(exc), exc.code, status=422) from None
-    if tpl["channel"] != "sms" and tpl["channel"] != "push" and not tpl["subject"].strip():
+    entry = channels.get(tpl["channel"])
+    if entry is not None and entry.subject and not tpl["subject"].strip():
         raise OpsError("inbox and email templates need a subject (the title)", "missing_subject", status=422)
 
 

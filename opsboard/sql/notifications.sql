@@ -33,8 +33,10 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- permission (active user holding a granting role in the tenant or the operator
 -- tenant; %(granting_roles)s NULL: any role) -> membership (active) -> preference
 -- (the user's, else the tenant default, else on; ignored for a critical category)
--- -> unreachable (no email / phone / active push device) -> sensitivity (sensitive
--- content: no SMS unless the category is SMS-approved; push always generic).  Quiet hours
+-- -> unreachable (no email / phone / active push device; another channel's address is looked
+-- for by its deliver job) -> sensitivity (sensitive content: %(sensitivity_refused)s, the channels
+-- that carry it only for an approved category, SMS; %(generic_channels)s show a generic title, push;
+-- opsboard.channels.sensitive_rules).  Quiet hours
 -- defer a non-inbox channel of a non-critical category to the window's end.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
 -- order of %(channels)s); a queued delivery's job has the delivery's id, which is
@@ -110,7 +112,7 @@ decided AS (
                 WHEN (ch.channel = 'email' AND coalesce(f.email, '') = '')
                      OR (ch.channel = 'sms' AND coalesce(f.phone, '') = '')
                      OR (ch.channel = 'push' AND f.devices = 0) THEN 'unreachable'
-                WHEN %(sensitive_unapproved)s AND ch.channel = 'sms' THEN 'sensitivity'
+                WHEN ch.channel = ANY(%(sensitivity_refused)s::text[]) THEN 'sensitivity'
            END AS reason
     FROM facts f CROSS JOIN unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, idx)
 ),
@@ -133,7 +135,7 @@ new_deliveries AS (
                 ELSE 'queued' END,
            d.reason,
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
-           d.reason IS NULL AND %(sensitive)s AND d.channel = 'push',   -- sensitive: a generic push title, always
+           d.reason IS NULL AND d.channel = ANY(%(generic_channels)s::text[]),   -- sensitive: a generic title, always
            %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
            CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
                 THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
@@ -590,3 +592,17 @@ WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status = 'cancelled' AND j.type = 'p
   AND d.recipient_id = n.recipient_id AND d.event_id = n.event_id AND d.tenant_id = j.tenant_id
   AND d.channel = 'push' AND d.status = 'queued'
 RETURNING d.id;
+
+-- name: notification_channel_upsert
+-- The active catalogue's channels (opsboard.channels.sync, at every web and worker start and at
+-- opsboard migrate): a row each, so the channel foreign keys (migration 0068) accept them.  %(states)s
+-- holds each channel's states comma-separated.  A row already equal is not rewritten (no new row
+-- version at every start); rows of channels no longer registered stay (their deliveries keep them).
+INSERT INTO notification_channels AS c (name, label, states, registered_by, updated_at)
+SELECT x.name, x.label, string_to_array(x.states, ','), x.registered_by, now()
+FROM unnest(%(names)s::text[], %(labels)s::text[], %(states)s::text[], %(registered_by)s::text[])
+     AS x(name, label, states, registered_by)
+ON CONFLICT (name) DO UPDATE SET label = EXCLUDED.label, states = EXCLUDED.states,
+                                 registered_by = EXCLUDED.registered_by, updated_at = now()
+WHERE (c.label, c.states, c.registered_by) IS DISTINCT FROM (EXCLUDED.label, EXCLUDED.states, EXCLUDED.registered_by)
+RETURNING c.name;

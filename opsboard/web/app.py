@@ -173,13 +173,16 @@ def _announce_route(database, direct_url: str) -> None:
 
 
 def _seed_shipped_templates(url: str) -> None:
-    """Publish the shipped templates missing from the database (one cheap query when none is); a web
+    """Write the catalogue's notification channels (``notification_channels``), then publish the
+    shipped templates missing from the database (one cheap query each when nothing is); a web
     process that cannot reach the database yet starts anyway (``opsboard migrate`` and the worker seed too)."""
     import psycopg
 
+    from .. import channels
     from ..notifications.templates import seed_shipped
     try:
         with dbmod.connect(url) as conn:
+            channels.sync(conn)  # the catalogue's channels first: the templates' channel key needs them
             seeded = seed_shipped(conn)
     except (dbmod.DatabaseUnavailable, psycopg.Error) as exc:
         log.warning("shipped templates not checked: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)

@@ -24,7 +24,7 @@ from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 from markupsafe import Markup
 
-from .. import audit, persian
+from .. import audit, channels, persian
 from ..auth import set_display_prefs
 from ..config import resource_dir
 from ..errors import OpsError
@@ -223,16 +223,18 @@ def word_label(value: str) -> str:
     return value
 
 
-#: A notification channel and a suppression reason (deliveries' channel, suppression_reason), as readers name them.
-CHANNEL_LABELS = {"inbox": _l("Inbox"), "push": _l("Push"), "sms": _l("SMS"), "email": _l("Email")}
+#: A suppression reason (deliveries' suppression_reason), as readers name it.  A channel's label is its
+#: catalogue entry's (opsboard.channels: the built-ins' are message ids of the catalog).
 SUPPRESSION_LABELS = {"permission": _l("no permission"), "membership": _l("not a member"),
                       "preference": _l("turned off by the recipient"), "unreachable": _l("no address or device"),
                       "sensitivity": _l("too sensitive for this channel")}
 
 
 def channel_label(value) -> str:
-    label = CHANNEL_LABELS.get(str(value))
-    return str(label) if label is not None else str(value)
+    """A notification channel's label in the page's language (its catalogue entry's; the name of a
+    channel no longer registered)."""
+    locale = get_locale()
+    return channels.label_of(str(value), locale.language if locale is not None else None, _)
 
 
 def suppression_label(value) -> str:

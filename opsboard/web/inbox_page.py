@@ -20,11 +20,11 @@ from flask_login import current_user, login_required
 from .. import audit
 from ..errors import OpsError
 from ..notifications import inbox, preferences
-from ..notifications.policy import CHANNELS
+from ..channels import channel_names
 from . import sse
 from .context import get_db, request_id
 from .errors import ApiError
-from .i18n import CHANNEL_LABELS
+from .i18n import channel_label
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -139,7 +139,8 @@ def _actor():
 
 def _prefs_context(conn, membership, **extra) -> dict:
     return {"tenant": membership, "rows": preferences.grid(conn, membership.tenant_id, current_user.id),
-            "channels": CHANNELS, "category_labels": CATEGORY_LABELS, "channel_labels": CHANNEL_LABELS, **extra}
+            "channels": channel_names(), "category_labels": CATEGORY_LABELS,
+            "channel_labels": {c: channel_label(c) for c in channel_names()}, **extra}
 
 
 def _quiet_context(conn, form=None, **extra) -> dict:

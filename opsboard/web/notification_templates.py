@@ -11,9 +11,10 @@ from flask import Blueprint, current_app, redirect, render_template, request, ur
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 
+from ..channels import channel_names
 from ..errors import OpsError
 from ..notifications import render, render_sandbox, templates, tracking
-from ..notifications.policy import CHANNELS, policies
+from ..notifications.policy import policies
 from . import forms
 from .context import get_db
 from .errors import ApiError, human_message
@@ -85,7 +86,7 @@ def index():
         keys = templates.keys(conn)
     declared = {p.template: p for p in policies()}
     missing = sorted(k for k in declared if k not in {r["key"] for r in keys})
-    return render_template("templates/index.html", keys=keys, missing=missing, channels=CHANNELS)
+    return render_template("templates/index.html", keys=keys, missing=missing, channels=channel_names())
 
 
 @bp.route("/<key>")
@@ -101,7 +102,7 @@ def detail(key):
     for v in versions:
         groups.setdefault((v["channel"], v["locale"]), []).append(v)
     return render_template("templates/detail.html", key=key, groups=groups, live=live, usage=usage,
-                           recent=recent, channels=CHANNELS)
+                           recent=recent, channels=channel_names())
 
 
 @bp.route("/<key>/edit")
@@ -110,7 +111,7 @@ def edit(key):
     key = _key_arg(key)
     channel = request.args.get("channel", "inbox")
     locale = request.args.get("locale", "fa")
-    if channel not in CHANNELS or not (len(locale) == 2 and locale.isalpha() and locale.islower()):
+    if channel not in channel_names() or not (len(locale) == 2 and locale.isalpha() and locale.islower()):
         raise ApiError(400, "invalid_filter", _("Choose a channel and a two-letter locale."))
     with get_db().connection() as conn:
         draft = templates.versions(conn, key)
@@ -140,7 +141,7 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
     drafts = {(v["channel"], v["locale"]): v for v in versions if v["status"] == "draft"}
     locales = [locale] if locale == render.FALLBACK_LOCALE else [locale, render.FALLBACK_LOCALE]
     rows, specs = [], []
-    for ch in CHANNELS:
+    for ch in channel_names():
         cells = []
         for loc in locales:
             if (ch, loc) == (channel, locale):
@@ -186,7 +187,7 @@ def preview(key):
     key = _key_arg(key)
     channel = request.form.get("channel", "inbox")
     locale = request.form.get("locale", "fa")
-    if channel not in CHANNELS:
+    if channel not in channel_names():
         raise ApiError(400, "invalid_channel", _("Unknown channel."))
     form = {k: request.form.get(k, "") for k in ("subject", "body", "variables", "sample")}
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from ... import __version__, jobtypes, outbox
+from ... import __version__, channels, jobtypes, outbox
 from ...config import QUEUE_NAMES
 from ..tickets import SAFE_DOWNLOAD_TYPES
 
@@ -398,10 +398,10 @@ _INBOX_SCHEMAS = {
                                         "type": "object", "description":
                                         "Only in GET /inbox/{notification_id}: the delivery state of each "
                                         "channel it went to (see docs/deliveries.md, Delivery states)",
-                                        "propertyNames": {"enum": ["inbox", "email", "sms", "push"]},
-                                        "additionalProperties": {"enum": [
-                                            "queued", "sent", "delivered", "failed", "bounced", "expired",
-                                            "suppressed"]}}}},
+                                        # The enums are the catalogue's (opsboard.channels), set by
+                                        # _with_channels when the document is built.
+                                        "propertyNames": {"enum": []},
+                                        "additionalProperties": {"enum": []}}}},
     "InboxPage": {"type": "object", "additionalProperties": False, "required": ["items", "next_cursor", "unread"],
                   "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Notification"}},
                                  "next_cursor": {"type": ["integer", "null"], "minimum": 0},
@@ -489,6 +489,21 @@ def _inbox_paths() -> dict:
             op["security"] = [{"userToken": []}]
             op["responses"].update({"401": _INBOX_401, "403": _INBOX_403})
     return paths
+
+
+def _with_channels(schemas: dict) -> dict:
+    """The inbox schemas with the active catalogue's channels and their delivery states as enums (an
+    extension's channel included)."""
+    note = dict(schemas["Notification"])
+    props = dict(note["properties"])
+    deliveries = dict(props["deliveries"])
+    chans = channels.channels()
+    deliveries["propertyNames"] = {"enum": [c.name for c in chans]}
+    reached = {s for c in chans for s in c.states}
+    deliveries["additionalProperties"] = {"enum": [s for s in channels.DELIVERY_STATES if s in reached]}
+    props["deliveries"] = deliveries
+    note["properties"] = props
+    return {**schemas, "Notification": note}
 
 
 def document() -> dict:
@@ -599,7 +614,7 @@ def document() -> dict:
                                "properties": {
                     "phone": {"type": "string", "pattern": "^\\+[1-9][0-9]{7,14}$", "examples": ["+393471234567"]},
                     "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-                **_WEBHOOK_SCHEMAS, **_TICKET_SCHEMAS, **_INBOX_SCHEMAS,
+                **_WEBHOOK_SCHEMAS, **_TICKET_SCHEMAS, **_with_channels(_INBOX_SCHEMAS),
                 "Otp": {"type": "object", "required": ["otp_id", "expires_at", "message_id", "job_id"],
                         "properties": {
                     "otp_id": {"type": "string", "format": "uuid"},
