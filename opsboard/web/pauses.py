@@ -12,6 +12,7 @@ from flask import Blueprint, redirect, render_template, request
 from flask_babel import gettext as _
 
 from .. import pauses
+from ..errors import OpsError
 from .context import get_db
 from .errors import ApiError
 from .forms import actor, arg_time, reason, request_key
@@ -63,10 +64,23 @@ def _check_allowed(conn, kind: str, target: str):
     """403 unless the user may hold ``kind``/``target``: staff for anything, a tenant's ops for that tenant.
     Returns the tenant's id for a tenant hold."""
     tenant_id = None
-    if kind == "tenant":
-        tenant_id = pauses.resolve_target(conn, kind, target)[1]
+    scope = current_scope("jobs.pause")
+    if kind == "tenant" and scope.all:
+        tenant_id = pauses.resolve_target(conn, kind, target)[1]  # staff see every tenant: 404 when none
+    elif kind == "tenant":
+        # A tenant's ops user is answered alike for another tenant's slug and for one that does not
+        # exist (403 both), so that the pages do not tell which tenants exist (issue 51): the slug is
+        # only ever found among the user's own tenants.
+        try:
+            tenant_id = pauses.resolve_target(conn, kind, target)[1]
+        except OpsError:
+            tenant_id = None
+        if tenant_id is None or tenant_id not in scope.ids:
+            audit_denied("jobs.pause")
+            raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s for this tenant.",
+                                               permission="jobs.pause"))
         require_for_tenant("jobs.pause", tenant_id)
-    elif not current_scope("jobs.pause").all:
+    elif not scope.all:
         audit_denied("jobs.pause")
         raise ApiError(403, "forbidden", _("Only operator staff may pause a queue, a job type or a provider."))
     return tenant_id

@@ -273,3 +273,24 @@ def test_bulk_cancel_preview_counts_up_to_its_cap(client, login_as, db, monkeypa
     monkeypatch.setattr(jobs_view, "COUNT_CAP", 7)
     page = client.get("/jobs/cancel-many/confirm?type=test.record").get_data(as_text=True)
     assert 'data-count="7"' in page and "7+" not in page
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/pauses/new"), ("POST", "/pauses/pause"), ("POST", "/pauses/resume")])
+def test_a_tenant_ops_user_cannot_tell_another_tenant_from_one_that_does_not_exist(client, login_as, db,
+                                                                                  method, path):
+    """The permission is checked before the lookup (issue 51): for a tenant's ops user, another
+    tenant's slug and an unknown slug answer alike."""
+    auth.ensure_tenant(db, "acme")
+    auth.ensure_tenant(db, "globex")
+    login_as("ops", tenant="acme", operator=False)
+    answers = []
+    for slug in ("globex", "no-such-tenant-" + uuid.uuid4().hex[:6]):
+        data = {"kind": "tenant", "target": slug, "reason": "checking", "limit": "2"}
+        if method == "GET":
+            r = client.get(path, query_string=data, headers={"Accept": "application/json"})
+        else:
+            r = client.post(path, data={**data, "csrf_token": client.csrf, "request_key": str(uuid.uuid4())},
+                            headers={"Accept": "application/json"})
+        answers.append((r.status_code, _error_code(r), r.get_json().get("message") if r.is_json else None))
+    assert answers[0] == answers[1] and answers[0][0] == 403, answers
+    assert ("tenant", "globex") not in _held(db)
