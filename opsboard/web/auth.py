@@ -11,7 +11,7 @@ from flask_login import current_user, login_required, login_user, logout_user
 from .. import audit
 from ..auth import (AuthError, LoginThrottled, authenticate, end_all_sessions, end_session, session_count,
                     set_password, start_session)
-from .context import get_config, get_db, request_id
+from .context import bind_session_to_client, get_config, get_db, request_id
 from .i18n import digits
 from .security import client_address
 
@@ -66,6 +66,7 @@ def login():
             session.clear()  # a fresh session (and CSRF token) on privilege change
             start_session(conn, principal, int(current_app.permanent_session_lifetime.total_seconds()))
             login_user(principal)
+            bind_session_to_client()  # the stream server checks it (opsboard.web.streams)
             audit.record(conn, audit.Actor(principal.email, principal.id, request_id()), "auth.login",
                          target_type="user", target_id=principal.id)
             return redirect(_safe_next(request.form.get("next")))
@@ -137,6 +138,7 @@ def change_password():
                 principal = start_session(conn, current_user._get_current_object(),
                                           int(current_app.permanent_session_lifetime.total_seconds()))
                 login_user(principal)
+                bind_session_to_client()
                 flash(_("Password changed. Every other session has been signed out."))
                 return redirect(url_for("auth.account"))
         sessions = session_count(conn, current_user.id)

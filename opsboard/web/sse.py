@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import threading
 
-from flask import Response, current_app, request
+from flask import Response, current_app, request, session
+from flask_login import current_user
 
 from .. import pgnotify
 from ..notifications import inbox
-from .context import get_config, get_db
+from .context import CLIENT_KEY, bind_session_to_client, get_config, get_db
 
 HEARTBEAT = 15.0
 MAX_PER_USER = 5
@@ -48,11 +49,15 @@ def redirect_response() -> Response | None:
     """A 307 to the stream server when ``OPSBOARD_STREAMS_URL`` is set (same path and query), else None.
 
     Nothing is looked up first: the stream server authenticates, so the redirect holds no thread
-    and no connection.
+    and no connection.  Only a dashboard session signed in before sessions carried their client's
+    fingerprint (:func:`opsboard.web.context.client_fingerprint`, which the stream server checks) is
+    loaded once, as any page loads it, and gets its fingerprint here (the cookie the redirect sets).
     """
     base = get_config().streams_url
     if not base:
         return None
+    if CLIENT_KEY not in session and "_user_id" in session and current_user.is_authenticated:
+        bind_session_to_client()
     query = request.query_string.decode("latin-1")
     resp = Response(status=307)
     resp.headers["Location"] = base + request.path + (f"?{query}" if query else "")

@@ -136,6 +136,45 @@ def test_dashboard_session_cookie_is_checked_as_the_web_checks_it(app, db_url, s
     gone.close()
 
 
+def test_a_session_from_before_client_fingerprints_gets_one_on_the_redirect(app, db_url, streams):
+    """The stream server ties a cookie to its browser by the fingerprint the web stores at sign-in
+    (opsboard.web.context.client_fingerprint, not flask-login's internals).  A session signed in before
+    sessions carried one opens no stream until the web's 307 to the stream server, which adds it for
+    that session's own browser; another browser with the cookie still opens nothing."""
+    from opsboard.web.context import CLIENT_KEY, client_fingerprint
+    from tests.conftest import csrf_from
+
+    _proc, port = streams()
+    app.extensions["opsboard_config"] = app.extensions["opsboard_config"].replace(
+        streams_url=f"http://127.0.0.1:{port}")
+    with connect(db_url) as c:
+        _t, u, _tok = _member(c, "streams-old-session")
+    client = app.test_client()
+    ua = {"User-Agent": "stream-test/3"}
+    r = client.post("/login", data={"email": u["email"], "password": PASSWORD, "csrf_token": csrf_from(client)},
+                    headers=ua)
+    assert r.status_code == 302
+    with client.session_transaction() as session:
+        assert session[CLIENT_KEY] == client_fingerprint(None, "127.0.0.1", "stream-test/3")
+        del session[CLIENT_KEY]  # as a session signed in before the fingerprint existed
+
+    def cookie():
+        return f"opsboard_session={client.get_cookie('opsboard_session').value}"
+
+    old = SSE(port, "/inbox/stream", {"Cookie": cookie(), **ua})
+    assert old.r.status == 401
+    old.close()
+    r = client.get("/inbox/stream", headers=ua)
+    assert r.status_code == 307 and r.headers["Location"] == f"http://127.0.0.1:{port}/inbox/stream"
+    s = SSE(port, "/inbox/stream", {"Cookie": cookie(), **ua})
+    assert s.r.status == 200
+    s.wait_connected()
+    s.close()
+    other = SSE(port, "/inbox/stream", {"Cookie": cookie(), "User-Agent": "another-browser/2"})
+    assert other.r.status == 401
+    other.close()
+
+
 def test_past_the_cap_a_client_gets_503_with_retry_after(db_url, streams):
     _proc, port = streams(OPSBOARD_STREAMS_MAX="2")
     with connect(db_url) as c:
