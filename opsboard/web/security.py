@@ -11,6 +11,7 @@ import uuid
 from flask import current_app, g, request, session
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.routing import RequestRedirect
 from flask_babel import get_locale
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
@@ -191,14 +192,33 @@ _STORED_HEADERS = tuple(_HEADER_NAMES)
 _JSON_UNSTORABLE = re.compile(rb"(?<!\\)(?:\\\\)*\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
-def before_request() -> None:
+def before_request():
     """The app-wide checks of every request, in their order, as one hook (Flask looks each hook up
-    and checks it for a coroutine on every request): the request id, the view's body cap, text
-    PostgreSQL cannot store, CSRF."""
+    and checks it for a coroutine on every request): the request id, werkzeug's slash redirect made
+    relative, the view's body cap, text PostgreSQL cannot store, CSRF."""
     assign_request_id()
+    if request.routing_exception is not None and isinstance(request.routing_exception, RequestRedirect):
+        return relative_redirect(request.routing_exception)
     apply_body_limit()
     refuse_unstorable()
     check_csrf()
+
+
+def relative_redirect(exc: RequestRedirect):
+    """werkzeug's own redirect (``/jobs`` -> ``/jobs/``, 308) with a relative ``Location``.
+
+    Redirects are relative, rather than production refusing to start without
+    ``OPSBOARD_TRUSTED_HOSTS`` (issue 51): werkzeug builds this one from the request's ``Host``
+    header (``Host: evil.example`` -> ``Location: http://evil.example/jobs/``), and it is the only
+    absolute URL the product builds (views redirect to paths; nothing asks for ``_external``).  A
+    relative one carries no host at all, in every mode and behind every proxy, and needs no setting
+    that a missing variable would turn into a web app that does not start.  ``OPSBOARD_TRUSTED_HOSTS``
+    stays as a further guard (any other Host answers 400)."""
+    from urllib.parse import urlsplit
+    from flask import redirect
+    parts = urlsplit(exc.new_url)
+    path = "/" + parts.path.lstrip("/")  # never "//host": a path of this app
+    return redirect(path + (f"?{parts.query}" if parts.query else ""), exc.code)
 
 
 def assign_request_id() -> None:
