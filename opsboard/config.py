@@ -271,7 +271,8 @@ class Config:
     #: Assign new tickets round-robin among the tenant's active support agents.
     ticket_round_robin: bool = False
     #: Host names the web app answers to (``Host`` header); others get 400.
-    #: Empty: any host (development).  Set it in production: redirects are built from the Host header.
+    #: Empty: any host.  Redirects are relative (web.security.relative_redirect); set it in production
+    #: anyway, so that a request for another host name is refused (400).
     trusted_hosts: tuple[str, ...] = ()
     #: Public base URL of the stream server (``opsboard streams``): ``/inbox/stream`` and
     #: ``/api/v1/inbox/stream`` answer a 307 to it.  None: the web serves streams itself, capped.
