@@ -44,6 +44,28 @@ class ShippedTemplate:
     sample: dict | None = None
 
 
+@dataclass(frozen=True)
+class Page:
+    """A dashboard page a feature or an extension adds: a Flask blueprint the web app registers after
+    its own, and a link in the main navigation for those who hold ``permission``.
+
+    ``blueprint`` is a ``"module:attribute"`` path imported by the web app only (the core never
+    imports Flask); ``labels`` is the link's text per locale (``fa`` is the fallback).
+    """
+
+    name: str
+    blueprint: str
+    endpoint: str
+    permission: str
+    labels: dict[str, str]
+    #: Platform pages (every tenant's data) are shown to operator staff only.
+    staff_only: bool = False
+
+    def label(self, locale: str | None) -> str:
+        """The link's text in ``locale``, else Persian, else any."""
+        return self.labels.get(locale or "fa") or self.labels.get("fa") or next(iter(self.labels.values()))
+
+
 @dataclass
 class Catalogue:
     """The registries of one deployment (see the module docstring)."""
@@ -82,6 +104,8 @@ class Catalogue:
     #: Run once by each worker as it starts, with a connection: ``name -> fn(conn)`` (seeding
     #: shipped templates a deployment skipped).  A hook that raises ``psycopg.Error`` is logged.
     start_hooks: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    #: Dashboard pages added by features or extensions: ``name -> Page``.
+    pages: dict[str, Page] = field(default_factory=dict)
     #: What registered into it, in order (module names): for ``opsboard catalogue`` and errors.
     registered: list[str] = field(default_factory=list)
     #: Bumped by every change; derived tables (claim limits, relay routes) are cached per revision.
@@ -111,6 +135,18 @@ class Catalogue:
         self.changed()
         return tpl
 
+    def add_page(self, name: str, blueprint: str, *, endpoint: str, permission: str, labels: dict[str, str],
+                 staff_only: bool = False) -> Page:
+        """Add a dashboard page (see :class:`Page`); the web app registers it when it is created."""
+        if ":" not in blueprint or not labels or not all(isinstance(v, str) and v for v in labels.values()):
+            raise ValueError(f"page {name!r}: blueprint must be 'module:attribute' and labels non-empty text")
+        if "." not in endpoint:
+            raise ValueError(f"page {name!r}: endpoint must be 'blueprint.view'")
+        page = Page(name, blueprint, endpoint, permission, dict(labels), staff_only)
+        self.pages[name] = page
+        self.changed()
+        return page
+
     def summary(self) -> dict[str, int]:
         """How many entries each section holds."""
         return {"job_types": len(self.job_types), "providers": len(self.providers),
@@ -120,7 +156,7 @@ class Catalogue:
                 "channels": len(self.channels),
                 "message_templates": len(self.message_templates),
                 "shipped_templates": len(self.shipped_templates), "report_kinds": len(self.report_kinds),
-                "schedules": len(self.schedules), "services": len(self.services)}
+                "schedules": len(self.schedules), "services": len(self.services), "pages": len(self.pages)}
 
 
 _active = Catalogue()

@@ -135,7 +135,23 @@ def create_app(test_config: dict | None = None) -> Flask:
                    apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox_page,
                    notifications_view, pauses, provider_reports):
         app.register_blueprint(module.bp)
+    _register_pages(app, cat)
     return app
+
+
+def _register_pages(app: Flask, cat) -> None:
+    """The catalogue's dashboard pages (features' and extensions'), after the product's own."""
+    import importlib
+
+    from ..config import ConfigError
+    for page in cat.pages.values():
+        module, _, attr = page.blueprint.partition(":")
+        try:
+            bp = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"page {page.name}: blueprint {page.blueprint!r} cannot be imported "
+                              f"({type(exc).__name__}: {exc})") from None
+        app.register_blueprint(bp)
 
 
 def _remember_write(response):
