@@ -106,7 +106,9 @@ def _snapshot(db, tid) -> dict:
         "keys": rows("SELECT id, name, revoked_at FROM api_keys WHERE tenant_id = %(t)s ORDER BY id"),
         "runs": rows("SELECT id, status FROM report_runs WHERE tenant_id = %(t)s ORDER BY id"),
         "tenant": rows("SELECT enqueue_rate, enqueue_burst, max_running, pii_mode FROM tenants WHERE id = %(t)s"),
-        "pauses": rows("SELECT kind, target FROM pauses WHERE tenant_id = %(t)s OR target = 'acme'"),
+        # Holds and live limits: acme's, and the platform's (queues, types, providers: operator staff only).
+        "pauses": rows("SELECT kind, target, reason FROM pauses ORDER BY kind, target"),
+        "limits": rows("SELECT kind, target, value FROM limit_overrides ORDER BY kind, target"),
         "outbox": rows("SELECT id FROM outbox_events WHERE tenant_id = %(t)s ORDER BY id"),
         "audit": rows("SELECT id, action FROM audit_log WHERE tenant_id = %(t)s "
                       "AND outcome IS DISTINCT FROM 'denied' ORDER BY id"),
@@ -228,7 +230,11 @@ def test_tenant_limits_and_holds(app, client, login_as, db, acme, profile):
            gets=[f"/tenants/{tid}", "/pauses/new?kind=tenant&target=acme"],
            posts=[(f"/tenants/{tid}/limits", {"rate": "1", "burst": "1", "max_running": "1"}),
                   ("/pauses/pause", {"kind": "tenant", "target": "acme"}),
-                  ("/pauses/resume", {"kind": "tenant", "target": "acme"})])
+                  ("/pauses/resume", {"kind": "tenant", "target": "acme"}),
+                  # The platform's own: a tenant's staff hold nothing of it.
+                  ("/pauses/pause", {"kind": "queue", "target": "default"}),
+                  ("/pauses/pause", {"kind": "type", "target": "diag.noop"}),
+                  ("/pauses/limit", {"kind": "queue", "target": "default", "value": "1"})])
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -297,3 +303,27 @@ def test_a_report_request_key_spent_on_one_tenant_never_answers_for_another(conn
     assert refused.value.code == "request_key_reused"
     assert conn.execute("SELECT count(*) AS n FROM report_runs WHERE tenant_id = %s",
                         (globex["id"],)).fetchone()["n"] == 0
+
+
+def test_the_same_requests_work_for_acmes_own_admin(app, client, login_as, db, acme):
+    """The control: the requests the tests above send are well-formed, and acme's own admin's change
+    acme's rows (so a 403 or 404 above is the tenant check, not a broken request)."""
+    login_as("admin", tenant="acme", operator=False)
+    tid, t = acme["tenant"], acme["ticket"]
+    for path, data, status in (
+            (f"/jobs/{acme['dead']}/replay", {}, 200), (f"/jobs/{acme['pending']}/cancel", {}, 200),
+            (f"/alerts/{acme['alert']}/ack", {}, 200), (f"/tickets/{t}/act/note", {"body": "x"}, 302),
+            (f"/webhooks/{acme['endpoint']}/disable", {}, 200), (f"/api-keys/{acme['key']}/revoke", {}, 200),
+            ("/reports/", {"tenant_id": str(tid), "kind": "job_activity", "date_from": "2026-01-01",
+                           "date_to": "2026-01-02"}, 303),
+            (f"/tenants/{tid}/limits", {"rate": "1", "burst": "1", "max_running": "1"}, 303),
+            ("/pauses/pause", {"kind": "tenant", "target": "acme"}, 303)):
+        r = _post(client, path, **data)
+        assert r.status_code == status, (path, r.status_code, r.get_data(as_text=True)[:300])
+    after = _snapshot(db, tid)
+    jobs = {j[0]: j for j in after["jobs"]}
+    assert jobs[acme["pending"]][1] == "cancelled" and [j for j in jobs.values() if j[4] == acme["dead"]]
+    assert after["alerts"][0][1] is not None and after["endpoints"][0][2] is False
+    assert after["keys"][0][2] is not None and len(after["runs"]) == 2 and after["tenant"][0][2] == 1
+    assert ("tenant", "acme") in [p[:2] for p in after["pauses"]]
+    assert len(after["messages"]) > 2  # the note (the ticket opened with its message and a system line)
