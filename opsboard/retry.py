@@ -26,15 +26,32 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .redact import MAX_DETAIL, redact  # noqa: F401  (re-exported: the one redaction lives in opsboard.redact)
+from .storable import storable
 
 
 class Outcome(Exception):
-    """Base of the handler outcomes; raising one is the same as returning it."""
+    """Base of the handler outcomes; raising one is the same as returning it.
+
+    Its texts (a provider's reference, an error code, a detail) come from outside the product's
+    code (an SMTP answer, an HTTP status line or header, a gateway's JSON, a webhook endpoint's
+    answer): they are made storable when the outcome is made (:func:`opsboard.storable.storable`,
+    a NUL or a lone surrogate becomes U+FFFD), so that a handler storing them (a message's
+    provider reference, a delivery's error code) cannot fail on the provider's words."""
+
+    def _storable(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.isascii() and "\x00" not in value):
+                setattr(self, name, storable(value, f"a provider's or handler's {name}"))
 
 
 @dataclass
 class Success(Outcome):
     ref: str | None = None
+
+    def __post_init__(self):
+        if self.ref is not None:
+            self._storable("ref")
 
 
 @dataclass
@@ -43,17 +60,26 @@ class Retryable(Outcome):
     retry_after: float | None = None
     detail: str | None = None
 
+    def __post_init__(self):
+        self._storable("code", "detail")
+
 
 @dataclass
 class Permanent(Outcome):
     code: str
     detail: str | None = None
 
+    def __post_init__(self):
+        self._storable("code", "detail")
+
 
 @dataclass
 class Unknown(Outcome):
     code: str
     detail: str | None = None
+
+    def __post_init__(self):
+        self._storable("code", "detail")
 
 
 @dataclass

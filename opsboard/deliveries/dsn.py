@@ -34,6 +34,7 @@ from email.policy import default as default_policy
 import psycopg
 
 from .. import db
+from ..storable import storable
 
 #: The header that carries the signature of a forwarded report.
 SIGNATURE_HEADER = "Opsboard-Signature"
@@ -129,7 +130,8 @@ def parse(raw: bytes) -> list[Report]:
         status = str(block.get("Status", "")).strip()
         if not re.fullmatch(r"[245]\.\d{1,3}\.\d{1,3}", status):
             status = ""
-        recipient = str(block.get("Final-Recipient", "")).partition(";")[2].strip()
+        # The reporting host's words (the email parser keeps undecodable bytes as lone surrogates).
+        recipient = storable(str(block.get("Final-Recipient", "")).partition(";")[2].strip(), "a DSN's recipient")
         reports.append(Report(original_id, recipient, action, status, ACTIONS[action]))
     if not reports:
         raise BadReport("the report has no recipient with a known Action")

@@ -24,6 +24,7 @@ import uuid
 import psycopg
 
 from opsboard import db, jobqueue, retry
+from opsboard.storable import storable
 from opsboard.deliveries import breaker, webhooks
 from opsboard.deliveries.messages import render
 from opsboard.deliveries.webhooks import WEBHOOK_SCHEDULE
@@ -302,6 +303,7 @@ def _failed_if_final(job, message_id, outcome) -> None:
 
 
 def _sms_sent(job, msg, ref):
+    ref = storable(ref, "an SMS gateway's reference")  # the gateway's words (its JSON may escape anything)
     job.set_effect_ref(ref, key=f"sms:{msg['id']}")
     with job.connection() as conn:
         db.one(conn, "outbound_message_sent", {"id": msg["id"], "tenant_id": job.tenant_id, "ref": ref,

@@ -41,3 +41,16 @@ def test_storable_text_always_encodes(text):
     out = storable(text)
     out.encode("utf-8")
     assert not unstorable(out) and "\x00" not in out
+
+
+def test_outcomes_carry_storable_provider_words():
+    """A provider's reply becomes an outcome with storable texts (issue 51): an SMTP answer's bytes, a
+    gateway's JSON id, an HTTP reason with a NUL."""
+    from opsboard import retry
+    assert retry.Success(ref="id-\udcff").ref == "id-\ufffd"
+    assert retry.Success().ref is None and retry.Success(ref="plain").ref == "plain"
+    p = retry.Permanent("http_4\x000", detail="Bad \x00 Request \ud800")
+    assert (p.code, p.detail) == ("http_4\ufffd0", "Bad \ufffd Request \ufffd")
+    r = retry.Retryable("smtp_451", detail="busy \udce9")
+    assert r.detail == "busy \ufffd" and r.code == "smtp_451"
+    assert retry.Unknown("x", detail="y\x00").detail == "y\ufffd"

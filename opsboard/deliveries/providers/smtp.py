@@ -67,7 +67,8 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
             if code != 250:
                 return _by_code(code)
             m = _QUEUED.search(reply or b"")
-            return retry.Success(ref=m.group(1).decode() if m else "smtp_250")
+            # The server's words: bytes that are not UTF-8 must not turn a sent message into an error.
+            return retry.Success(ref=m.group(1).decode("utf-8", "replace") if m else "smtp_250")
     except smtplib.SMTPAuthenticationError as exc:
         return retry.Permanent(f"smtp_auth_{exc.smtp_code}")
     except smtplib.SMTPResponseException as exc:
