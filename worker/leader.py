@@ -144,10 +144,12 @@ class Leader:
                 level = logging.DEBUG if getattr(service, "quiet", False) else logging.INFO
                 log.log(level, "%s handled %d", service.name, n, extra={"service": service.name, "count": n})
             return True
-        except psycopg.OperationalError as exc:  # the database is away, not the service's fault
-            self.outages.trouble(exc, f"service {service.name}")
-            return False
         except Exception as exc:
+            if isinstance(exc, psycopg.Error) and db.unavailable(exc):
+                # The database cannot take the work now (away, read-only, a lock timeout): not the
+                # service's fault, one line per outage and no traceback (issue 51).
+                self.outages.trouble(exc, f"service {service.name}")
+                return False
             log.exception("service %s failed (%s); backing off", service.name, type(exc).__name__,
                           extra={"service": service.name})
             self.unsaved_errors[service.name] = self.unsaved_errors.get(service.name, 0) + 1

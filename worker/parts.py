@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import psycopg
 from psycopg_pool import PoolTimeout
+
+from opsboard import db
 
 log = logging.getLogger("worker")
 
@@ -66,7 +67,9 @@ class OutageLog:
             kind = "deadlock" if exc.sqlstate == "40P01" else "serialization failure"
             log.warning("%s in %s (SQLSTATE %s); retrying", kind, what, exc.sqlstate)
             return
-        if isinstance(exc, psycopg.OperationalError):
+        # Away, read-only (a failover), shutting down, a lock or statement timeout (opsboard.db.unavailable):
+        # one line when it begins and one when it ends, not a line (or a traceback) per retry.
+        if db.unavailable(exc):
             if isinstance(exc, PoolTimeout) and time.monotonic() - self._back_at < self._pool_timeout() + 0.5:
                 # A wait for a connection that began during the outage, ending
                 # just after it: old news, not a new outage.

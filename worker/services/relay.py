@@ -112,9 +112,15 @@ class Relay:
                     if stopping.is_set():
                         break  # the worker is closing its pool
                     failures += 1
-                    log.warning("relay pass failed (%s: %s); backing off", type(exc).__name__, exc)
+                    # One line when the passes start failing (a database that says no: read-only, away),
+                    # then quiet while it lasts, and one when a pass succeeds again (issue 51).
+                    log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                            "relay pass failed (%s: %s); backing off", type(exc).__name__,
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else "")
                     stopping.wait(min(10.0, 0.2 * 2 ** failures))
                     continue
+                if failures:
+                    log.warning("relay passes succeed again after %d failure(s)", failures)
                 failures = 0
                 if n:
                     log.debug("relayed %d event(s)", n, extra={"service": self.name, "count": n})
