@@ -184,3 +184,14 @@ def test_every_dashboard_form_refuses_unstorable_text_below_500(app, client, log
             _check(r, sent, before, after, f"POST {path}")
 
     run()
+
+
+@pytest.mark.parametrize("header", ["Idempotency-Key", "Last-Event-ID", "X-Request-Id", "User-Agent"])
+def test_a_stored_or_echoed_header_with_a_nul_is_a_400_naming_it(client, world, header):
+    before = _counts(world["conn"], world["tables"])
+    r = client.post("/api/v1/jobs", json={"type": "diag.noop", "payload": {}},
+                    headers={"Authorization": f"Bearer {world['key']}", header: "a\x00b"})
+    assert r.status_code == 400 and r.get_json() == {**r.get_json(), "error": "invalid_input", "field": header}
+    assert r.headers["X-Request-Id"] and "\x00" not in r.headers["X-Request-Id"]
+    after = _counts(world["conn"], world["tables"])
+    assert {t for t in before if before[t] != after[t]} <= MAY_CHANGE
