@@ -128,12 +128,12 @@ def create_app(test_config: dict | None = None) -> Flask:
                 "blueprints": app.blueprints, "audit_target_url": audit_target_url,
                 "nav_links": security.nav_links}
 
-    from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics_view,
+    from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics,
                    queues, reports, tenants, tickets, webhooks, workers)
-    from . import inbox_page, notification_templates, notifications_view, pauses, provider_reports
-    for module in (auth, health, home, audit, queues, tenants, metrics_view, jobs, deadletters, workers, alerts,
-                   apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox_page,
-                   notifications_view, pauses, provider_reports):
+    from . import inbox, notification_templates, notifications, pauses, provider_reports
+    for module in (auth, health, home, audit, queues, tenants, metrics, jobs, deadletters, workers, alerts,
+                   apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox,
+                   notifications, pauses, provider_reports):
         app.register_blueprint(module.bp)
     _register_pages(app, cat)
     return app
