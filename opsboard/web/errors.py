@@ -134,8 +134,10 @@ def register(app) -> None:
         # shutting down, or gave up on a lock or a statement (the web's timeouts), a serialization
         # failure or a deadlock (:func:`opsboard.db.unavailable`); or the disk refused a file (storage
         # unwritable, full): nothing is wrong with the request, so not a 500 and no traceback, but a
-        # 503 the client retries after a moment (with its Idempotency-Key).  Any other database
-        # error is a bug: a 500, logged with its traceback.
+        # 503 the client retries after a moment (with its Idempotency-Key): a serialization failure
+        # or a deadlock is not retried inside the request (the client's retry is that retry, and a
+        # request's time stays bounded by the web's timeouts).  Any other database error is a bug:
+        # a 500, logged with its traceback.
         from flask import g
         if isinstance(exc, psycopg.Error) and not db.unavailable(exc):
             return _unexpected(exc)
