@@ -195,3 +195,14 @@ def test_a_stored_or_echoed_header_with_a_nul_is_a_400_naming_it(client, world, 
     assert r.headers["X-Request-Id"] and "\x00" not in r.headers["X-Request-Id"]
     after = _counts(world["conn"], world["tables"])
     assert {t for t in before if before[t] != after[t]} <= MAY_CHANGE
+
+
+def test_a_multipart_file_name_with_a_nul_is_a_400_naming_its_field(client, world):
+    """A ticket with an attachment over the API (multipart): the file's name is refused at the edge."""
+    before = _counts(world["conn"], world["tables"])
+    r = client.post("/api/v1/tickets", headers={"Authorization": f"Bearer {world['key']}"},
+                    data={"subject": "s", "body": "b", "attachments": (io.BytesIO(b"hello"), "a\x00.txt")})
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_input", r.get_data(as_text=True)
+    assert r.get_json()["field"] == "attachments"
+    after = _counts(world["conn"], world["tables"])
+    assert {t for t in before if before[t] != after[t]} <= MAY_CHANGE
