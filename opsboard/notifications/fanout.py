@@ -70,26 +70,38 @@ def variables_for(conn, pol, event: dict, user_id) -> dict:
     return base
 
 
-def render_for(live: dict, channel: str, chain: list[str], variables: dict,
-               event_type: str) -> tuple[str, str, int | None, str]:
-    """(title, body, template version or None, locale) of one channel; a built-in text without a template."""
-    locale = render.pick_locale({loc for (ch, loc) in live if ch == channel}, chain)
-    if locale is None:
-        return event_type, "", None, chain[-1]
-    tpl = live[(channel, locale)]
+def render_layers(layers: render.Layers, channel: str, chain: list[str], variables: dict):
+    """``(title, body, version, locale, own)`` of one channel from the first layer that has it (the
+    tenant's own version, the platform's, the shipped text: :class:`render.Layers`), or None when no
+    layer has one.  Raises :class:`render.TemplateProblem` when the chosen template cannot render
+    (a bound of the sandbox, a variable the event lacks)."""
+    found = layers.pick(channel, chain)
+    if found is None:
+        return None
+    source, locale, tpl = found
+    subject, body = render.render(channel, locale, tpl["subject"], tpl["body"], variables)
+    return subject, body, tpl.get("version"), locale, source == render.OWN
+
+
+def render_for(layers: render.Layers, channel: str, chain: list[str], variables: dict,
+               event_type: str) -> tuple[str, str, int | None, str, bool]:
+    """(title, body, template version or None, locale, own) of one channel; a built-in text without a
+    template, or when the template cannot render (the inbox row is never lost for it)."""
     try:
-        subject, body = render.render(channel, locale, tpl["subject"], tpl["body"], variables)
+        out = render_layers(layers, channel, chain, variables)
     except render.TemplateProblem:
-        # Cannot happen for a checked template with the declared variables; never lose the row for it.
-        return event_type, "", None, locale
-    return subject, body, tpl["version"], locale
+        found = layers.pick(channel, chain)
+        return event_type, "", None, found[1] if found else chain[-1], False
+    if out is None:
+        return event_type, "", None, chain[-1], False
+    return out
 
 
 def load_event(conn, event_id, scope: TenantScope = ALL_TENANTS) -> dict | None:
     return db.one(conn, "outbox_event_get", {"id": event_id, **scope.params})
 
 
-def _inbox_texts(conn, pol, event: dict, live: dict, tenant_locale: str, user_ids: list) -> dict:
+def _inbox_texts(conn, pol, event: dict, live: render.Layers, tenant_locale: str, user_ids: list) -> dict:
     """``{key: {title, body, version, locale}}`` of the inbox row, as the chunk statement looks it up.
 
     Without per-user variables the text depends only on the locale chain: key
@@ -97,9 +109,9 @@ def _inbox_texts(conn, pol, event: dict, live: dict, tenant_locale: str, user_id
     locale.  With them, one text per recipient, keyed by user id.
     """
     def text(chain, uid):
-        title, body, version, locale = render_for(live, "inbox", chain, variables_for(conn, pol, event, uid),
-                                                  event["type"])
-        return {"title": title, "body": body, "version": version, "locale": locale}
+        title, body, version, locale, own = render_for(live, "inbox", chain, variables_for(conn, pol, event, uid),
+                                                       event["type"])
+        return {"title": title, "body": body, "version": version, "locale": locale, "own": own}
 
     if pol.variables is None:
         texts = {"": text(render.locale_chain(None, tenant_locale), None)}
@@ -110,8 +122,8 @@ def _inbox_texts(conn, pol, event: dict, live: dict, tenant_locale: str, user_id
             for r in db.all_rows(conn, "notification_recipient_locales", {"user_ids": user_ids})}
 
 
-def inbox_locales(live: dict) -> list[str]:
-    return sorted({loc for (ch, loc) in live if ch == "inbox"})
+def inbox_locales(live: render.Layers) -> list[str]:
+    return sorted(live.locales("inbox"))
 
 
 def lane_group(event_id, lane: int) -> str:
@@ -177,7 +189,7 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
         if not user_ids:
             return counts
         tenant_id = event["tenant_id"]
-        live = templates.live(conn, pol.template)
+        live = templates.layers(conn, pol.template, tenant_id)
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
         job_type = "notifications.deliver_critical" if cat.critical else "notifications.deliver"
         # A second fan-out of this page (another relay of the event, a retry beside a slow first try)

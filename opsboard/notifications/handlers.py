@@ -4,8 +4,10 @@
 (inbox rows, deliveries, deliver jobs; a rerun adds nothing).
 
 ``notifications.deliver {delivery_id}``: render the channel's live template
-(locale chain user -> tenant -> fa; the inbox row's text when the channel has
-none), prepare it in the channel's format (:class:`opsboard.channels.Rendered`:
+(the delivery's tenant's own version, else the platform's, else the shipped
+text, each with the locale chain user -> tenant -> fa; the inbox row's text
+when no layer has the channel; a template that cannot render -- a bound of the
+sandbox -- fails the delivery as ``template_<code>``, e.g. ``template_too_large``), prepare it in the channel's format (:class:`opsboard.channels.Rendered`:
 ``html`` a whole ``<html lang dir>`` document beside the tag-free text,
 ``title`` a lock-screen title, generic when the delivery is marked generic,
 ``text`` the text cut to the channel's length), find the recipient on the
@@ -46,10 +48,10 @@ def fanout(job):
     return None
 
 
-def _mark(conn, delivery, status, *, reason=None, error_code=None, version=None, locale=None):
+def _mark(conn, delivery, status, *, reason=None, error_code=None, version=None, locale=None, own=None):
     return db.one(conn, "delivery_mark", {"id": delivery["id"], "status": status, "reason": reason, "ref": None,
                                           "error_code": error_code, "template_version": version,
-                                          "locale": locale, "now": None})
+                                          "template_own": own, "locale": locale, "now": None})
 
 
 def _prepared(ch: channels.Channel, subject: str, body: str, locale: str, version, generic: bool) -> channels.Rendered:
@@ -92,9 +94,20 @@ def deliver(job):
         tenant_locale = db.one(conn, "notification_tenant_locale", {"tenant_id": d["tenant_id"]})["locale"]
         chain = render.locale_chain(d["user_locale"], tenant_locale)
         variables = fanoutmod.variables_for(conn, pol, event, d["recipient_id"])
-        subject, body, version, locale = fanoutmod.render_for(templates.live(conn, pol.template),
-                                                              ch.template_channel, chain, variables,
-                                                              d["event_type"])
+        layers = templates.layers(conn, pol.template, d["tenant_id"])
+        try:
+            out = fanoutmod.render_layers(layers, ch.template_channel, chain, variables)
+        except render.TemplateProblem as exc:
+            # The chosen version (a tenant's own, most likely) cannot render this event: a bound of the
+            # sandbox, a variable the event lacks.  The delivery fails with a code saying so; it is never
+            # sent with another layer's words nor retried (the same text fails the same way).
+            code = f"template_{exc.code}"
+            found = layers.pick(ch.template_channel, chain)
+            _mark(conn, d, "failed", error_code=code, locale=found[1] if found else None,
+                  version=found[2].get("version") if found else None, own=bool(found and found[0] == render.OWN))
+            return retry.Permanent(code)
+        subject, body, version, locale, own = out if out is not None else (
+            d["event_type"], "", None, chain[-1], False)
         subject = subject or d["inbox_title"] or d["event_type"]
         body = body or d["inbox_body"] or ""
         critical = policy.category(pol.category).critical
@@ -109,8 +122,8 @@ def deliver(job):
             _mark(conn, d, "suppressed", reason="unreachable")
             return None
         except channels.Refused as exc:
-            _mark(conn, d, "failed", error_code=exc.code, version=version, locale=locale)
+            _mark(conn, d, "failed", error_code=exc.code, version=version, locale=locale, own=own)
             return retry.Permanent(exc.code)
         db.one(conn, "delivery_hand_over", {"id": d["id"], "ref": str(ref), "template_version": version,
-                                            "locale": locale, "now": None})
+                                            "template_own": own, "locale": locale, "now": None})
     return None

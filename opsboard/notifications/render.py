@@ -56,6 +56,37 @@ def pick_locale(available, chain: list[str]) -> str | None:
     return None
 
 
+#: Where a rendered text came from (``Layers.pick``): the tenant's own version, the platform's, the shipped text.
+OWN, PLATFORM, SHIPPED = "own", "platform", "shipped"
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The live versions a tenant's notification may be rendered from, in the lookup order.
+
+    ``own`` and ``platform`` map ``(channel, locale)`` to a published version (a row); ``shipped`` to the
+    catalogue's shipped template (subject and body, no version).  Each layer is tried with the whole
+    locale chain (user -> tenant default -> ``fa``) before the next: a tenant's own ``fa`` version wins
+    over the platform's ``en`` one, because the tenant chose its words for its recipients.
+    """
+
+    own: dict = field(default_factory=dict)
+    platform: dict = field(default_factory=dict)
+    shipped: dict = field(default_factory=dict)
+
+    def pick(self, channel: str, chain: list[str]) -> tuple[str, str, object] | None:
+        """``(source, locale, template)`` of the first layer with a version of ``channel`` in ``chain``."""
+        for source, live in ((OWN, self.own), (PLATFORM, self.platform), (SHIPPED, self.shipped)):
+            locale = pick_locale({loc for (ch, loc) in live if ch == channel}, chain)
+            if locale is not None:
+                return source, locale, live[(channel, locale)]
+        return None
+
+    def locales(self, channel: str) -> set[str]:
+        """Every locale some layer has a version of ``channel`` in."""
+        return {loc for live in (self.own, self.platform, self.shipped) for (ch, loc) in live if ch == channel}
+
+
 def money(cents, currency: str = "") -> str:
     try:
         amount = f"{int(cents) / 100:,.2f}"

@@ -9,6 +9,15 @@ the history never changes.  The live version is the highest published one.
 Publish and roll back go through :func:`opsboard.audit.operator_action`.
 Every key needs a ``fa`` version of each channel it uses: the locale chain
 ends there (:func:`opsboard.notifications.render.locale_chain`).
+
+Templates belong to a tenant or to the platform (``tenant_id`` NULL, migration 0070).  A tenant's
+notification is rendered from the tenant's own live version, else the platform's, else the shipped
+text (:func:`layers`, :class:`opsboard.notifications.render.Layers`), each with the locale chain.
+Each scope numbers its versions and keeps its draft.  Who may write where is checked here too, from
+the actor's :class:`~opsboard.auth.TenantScope` of ``templates.edit``: a tenant's versions need that
+tenant in the scope, the platform's need the operator's scope (``scope.all``: an operator-tenant
+membership).  The web checks first (and audits the refusal); the default scope is the trusted
+callers' (CLI, demo, seeds).
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .. import audit, channels, db
+from ..auth import TenantScope
 from ..channels import channel_names
 from ..errors import OpsError
 from ..schema import new_id
@@ -54,17 +64,52 @@ def _check_ids(key: str, channel: str, locale: str) -> None:
         raise OpsError("locale must be two lowercase letters", "invalid_locale")
 
 
-def live(conn: psycopg.Connection, key: str) -> dict[tuple[str, str], dict]:
-    """The live version of each (channel, locale) of ``key``."""
-    return {(r["channel"], r["locale"]): r for r in db.all_rows(conn, "template_live_for_key", {"key": key})}
+#: The scope of trusted callers (CLI, demo data, seeds, tests): may write the platform's and any tenant's.
+TRUSTED = TenantScope(all=True)
 
 
-def keys(conn: psycopg.Connection) -> list[dict]:
-    return db.all_rows(conn, "template_keys")
+def may_edit(scope: TenantScope, tenant_id) -> bool:
+    """Whether ``scope`` (the actor's scope of ``templates.edit``) may write versions of ``tenant_id``
+    (None: the platform's, which only the operator's authors may)."""
+    return scope.all if tenant_id is None else scope.allows(tenant_id)
 
 
-def versions(conn: psycopg.Connection, key: str) -> list[dict]:
-    return db.all_rows(conn, "template_versions", {"key": key})
+def _require_edit(scope: TenantScope, tenant_id) -> None:
+    if not may_edit(scope, tenant_id):
+        if tenant_id is None:
+            raise OpsError("only the operator's template authors may change the platform's templates", "forbidden",
+                           status=403)
+        raise OpsError("your role does not allow changing this tenant's templates", "forbidden", status=403)
+
+
+def live(conn: psycopg.Connection, key: str, tenant_id=None) -> dict[tuple[str, str], dict]:
+    """The live version of each (channel, locale) of ``key`` in one scope: ``tenant_id``'s own versions,
+    or the platform's (None)."""
+    return {(r["channel"], r["locale"]): r
+            for r in db.all_rows(conn, "template_live_for_key", {"key": key, "tenant_id": tenant_id})}
+
+
+def layers(conn: psycopg.Connection, key: str, tenant_id) -> render.Layers:
+    """What ``tenant_id``'s notifications of ``key`` are rendered from, in the lookup order: the tenant's
+    own live versions, the platform's, the catalogue's shipped texts (one query)."""
+    from .. import catalogue as _catalogue  # the bottom of the core: no cycle
+
+    own, platform = {}, {}
+    for r in db.all_rows(conn, "template_live_layers", {"key": key, "tenant_id": tenant_id}):
+        (platform if r["tenant_id"] is None else own)[(r["channel"], r["locale"])] = r
+    shipped = {(ch, loc): {"subject": t.subject, "body": t.body, "version": None}
+               for (k, ch, loc), t in _catalogue.active().shipped_templates.items() if k == key}
+    return render.Layers(own=own, platform=platform, shipped=shipped)
+
+
+def keys(conn: psycopg.Connection, tenant_id=None) -> list[dict]:
+    """The keys a scope sees: its own versions and, for a tenant, the platform's published ones."""
+    return db.all_rows(conn, "template_keys", {"tenant_id": tenant_id})
+
+
+def versions(conn: psycopg.Connection, key: str, tenant_id=None) -> list[dict]:
+    """Every version of ``key`` in one scope (a tenant's own, or the platform's), newest first."""
+    return db.all_rows(conn, "template_versions", {"key": key, "tenant_id": tenant_id})
 
 
 def get(conn: psycopg.Connection, template_id) -> dict:
@@ -75,19 +120,23 @@ def get(conn: psycopg.Connection, template_id) -> dict:
 
 
 def save_draft(conn: psycopg.Connection, actor: audit.Actor, key: str, channel: str, locale: str, *,
-               subject: str, body: str, variables, sample: dict | None = None) -> dict:
-    """Create the draft of ``key x channel x locale`` (next version number) or update it."""
+               subject: str, body: str, variables, sample: dict | None = None, tenant_id=None,
+               scope: TenantScope = TRUSTED) -> dict:
+    """Create the draft of ``key x channel x locale`` in ``tenant_id``'s scope (None: the platform's;
+    next version number of that scope) or update it; 403 ``forbidden`` outside ``scope``."""
+    _require_edit(scope, tenant_id)
     _check_ids(key, channel, locale)
     declared = parse_variables(variables)
     if not isinstance(sample, (dict, type(None))):
         raise OpsError("the sample payload must be a JSON object", "invalid_sample")
     params = {"subject": subject or "", "body": body or "", "variables": declared, "sample": Jsonb(sample or {})}
     with conn.transaction():
-        draft = db.one(conn, "template_draft_get", {"key": key, "channel": channel, "locale": locale})
+        ids = {"key": key, "channel": channel, "locale": locale, "tenant_id": tenant_id}
+        draft = db.one(conn, "template_draft_get", ids)
         if draft is not None:
             return db.one(conn, "template_draft_update", {"id": draft["id"], **params})
-        version = db.one(conn, "template_next_version", {"key": key, "channel": channel, "locale": locale})["version"]
-        return db.one(conn, "template_insert", {"id": new_id(), "key": key, "channel": channel, "locale": locale,
+        version = db.one(conn, "template_next_version", ids)["version"]
+        return db.one(conn, "template_insert", {"id": new_id(), **ids,
                                                 "version": version, "status": "draft", "author_label": actor.label,
                                                 "now": None, "rolled_back_from": None, **params})
 
@@ -108,20 +157,30 @@ def validate(tpl: dict) -> None:
         raise OpsError("inbox and email templates need a subject (the title)", "missing_subject", status=422)
 
 
+def _get_for_edit(conn: psycopg.Connection, template_id, scope: TenantScope, *, lock: bool = False) -> dict:
+    tpl = db.one(conn, "template_get_for_update" if lock else "template_get", {"id": template_id})
+    if tpl is None:
+        raise OpsError("no such template version", "not_found")
+    _require_edit(scope, tpl["tenant_id"])
+    return tpl
+
+
 def publish(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: str | None,
-            request_key: str | None = None) -> dict:
-    """Publish a draft (checked by :func:`validate`); audited and idempotent per request key."""
+            request_key: str | None = None, *, scope: TenantScope = TRUSTED) -> dict:
+    """Publish a draft (checked by :func:`validate`) in its own scope; audited (with the version's
+    tenant) and idempotent per request key; 403 ``forbidden`` when the draft is outside ``scope``."""
+    _get_for_edit(conn, template_id, scope)
+
     def perform(ctx: audit.ActionContext) -> dict:
-        tpl = db.one(conn, "template_get", {"id": template_id})
-        if tpl is None:
-            raise OpsError("no such template version", "not_found")
+        tpl = _get_for_edit(conn, template_id, scope, lock=True)
         if tpl["status"] != "draft":
             raise OpsError("this version is published already", "invalid_status")
         validate(tpl)
         row = db.one(conn, "template_publish", {"id": template_id, "now": None})
-        ctx.write(before={"status": "draft"},
+        ctx.write(tenant_id=row["tenant_id"], before={"status": "draft"},
                   after={"key": row["key"], "channel": row["channel"], "locale": row["locale"],
-                         "version": row["version"], "status": "published"})
+                         "version": row["version"], "status": "published",
+                         "scope": "tenant" if row["tenant_id"] else "platform"})
         return row
 
     return audit.operator_action(conn, actor, "template.publish", target_type="template", target_id=template_id,
@@ -130,16 +189,17 @@ def publish(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: s
 
 
 def rollback(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: str | None,
-             request_key: str | None = None) -> dict:
-    """Publish a copy of the published version ``template_id`` as the new live version."""
+             request_key: str | None = None, *, scope: TenantScope = TRUSTED) -> dict:
+    """Publish a copy of the published version ``template_id`` as the new live version of its own scope
+    (a tenant's, or the platform's); 403 ``forbidden`` when that scope is outside ``scope``."""
+    _get_for_edit(conn, template_id, scope)
+
     def perform(ctx: audit.ActionContext) -> dict:
-        old = db.one(conn, "template_get", {"id": template_id})
-        if old is None:
-            raise OpsError("no such template version", "not_found")
+        old = _get_for_edit(conn, template_id, scope, lock=True)
         if old["status"] != "published":
             raise OpsError("only a published version can be rolled back to", "invalid_status")
-        ids = {"key": old["key"], "channel": old["channel"], "locale": old["locale"]}
-        current = live(conn, old["key"]).get((old["channel"], old["locale"]))
+        ids = {"key": old["key"], "channel": old["channel"], "locale": old["locale"], "tenant_id": old["tenant_id"]}
+        current = live(conn, old["key"], old["tenant_id"]).get((old["channel"], old["locale"]))
         if current is not None and current["version"] == old["version"]:
             raise OpsError("this version is live already", "invalid_status")
         version = db.one(conn, "template_next_version", ids)["version"]
@@ -147,26 +207,31 @@ def rollback(conn: psycopg.Connection, template_id, actor: audit.Actor, reason: 
             "id": new_id(), **ids, "version": version, "subject": old["subject"], "body": old["body"],
             "variables": old["variables"], "sample": Jsonb(old["sample"]), "status": "published",
             "author_label": actor.label, "now": None, "rolled_back_from": old["version"]})
-        ctx.write(before={"live": current["version"] if current else None},
-                  after={**ids, "version": version, "copy_of": old["version"]})
+        ctx.write(tenant_id=old["tenant_id"], before={"live": current["version"] if current else None},
+                  after={"key": old["key"], "channel": old["channel"], "locale": old["locale"], "version": version,
+                         "copy_of": old["version"], "scope": "tenant" if old["tenant_id"] else "platform"})
         return row
 
+    def repeat(previous: dict) -> dict:
+        after = previous["after"]
+        return live(conn, after["key"], previous.get("tenant_id")).get((after["channel"], after["locale"])) or {}
+
     return audit.operator_action(conn, actor, "template.rollback", target_type="template", target_id=template_id,
-                                 reason=reason, request_key=request_key, perform=perform,
-                                 repeat=lambda previous: live(conn, previous["after"]["key"]).get(
-                                     (previous["after"]["channel"], previous["after"]["locale"])) or {})
+                                 reason=reason, request_key=request_key, perform=perform, repeat=repeat)
 
 
 def seed(conn: psycopg.Connection, key: str, channel: str, locale: str, subject: str, body: str, variables,
-         sample: dict | None = None) -> dict:
-    """Publish a version directly (demo data, deployments): checked like :func:`publish`, not audited."""
+         sample: dict | None = None, *, tenant_id=None) -> dict:
+    """Publish a version directly (demo data, deployments; ``tenant_id`` None: the platform's): checked
+    like :func:`publish`, not audited."""
     _check_ids(key, channel, locale)
     declared = parse_variables(variables)
     tpl = {"key": key, "channel": channel, "locale": locale, "subject": subject, "body": body,
            "variables": declared, "sample": sample or {v: v for v in declared}}
     validate(tpl)
-    version = db.one(conn, "template_next_version", {"key": key, "channel": channel, "locale": locale})["version"]
-    return db.one(conn, "template_insert", {"id": new_id(), **tpl, "sample": Jsonb(tpl["sample"]),
+    version = db.one(conn, "template_next_version", {"key": key, "channel": channel, "locale": locale,
+                                                     "tenant_id": tenant_id})["version"]
+    return db.one(conn, "template_insert", {"id": new_id(), **tpl, "tenant_id": tenant_id, "sample": Jsonb(tpl["sample"]),
                                             "version": version, "status": "published", "author_label": "seed",
                                             "now": None, "rolled_back_from": None})
 
@@ -179,9 +244,10 @@ def diff(old: dict | None, new: dict) -> list[str]:
                                      tofile=f"v{new['version']}", lineterm=""))
 
 
-def usage(conn: psycopg.Connection, key: str) -> list[dict]:
-    """How many deliveries used each version of ``key``."""
-    return db.all_rows(conn, "template_usage", {"key": key})
+def usage(conn: psycopg.Connection, key: str, tenant_id=None) -> list[dict]:
+    """How many deliveries used each version of ``key``: a tenant's deliveries, per version of its own and
+    of the platform's (``own``); for the platform (None), every tenant's deliveries of platform versions."""
+    return db.all_rows(conn, "template_usage", {"key": key, "tenant_id": tenant_id})
 
 
 def seed_at_start(conn: psycopg.Connection) -> None:

@@ -185,10 +185,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('opsboard.fanout:' || %(event_id)s
 -- there (migration 0055).
 WITH new_inbox AS (
     INSERT INTO notifications (id, tenant_id, recipient_id, event_id, event_type, category, template_key,
-                               template_version, locale, title, body, data, created_at)
+                               template_version, template_own, locale, title, body, data, created_at)
     SELECT x.inbox_id, %(tenant_id)s, x.user_id, %(event_id)s, %(event_type)s, %(category)s, %(template_key)s,
-           (t.t ->> 'version')::integer, t.t ->> 'locale', t.t ->> 'title', t.t ->> 'body', %(data)s::jsonb,
-           coalesce(%(now)s::timestamptz, now())
+           (t.t ->> 'version')::integer, (t.t ->> 'own')::boolean, t.t ->> 'locale', t.t ->> 'title',
+           t.t ->> 'body', %(data)s::jsonb, coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
     ORDER BY x.user_id
@@ -257,6 +257,7 @@ WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 -- own refusals), with what was used.
 UPDATE deliveries SET status = %(status)s, suppression_reason = %(reason)s, provider_ref = %(ref)s,
        error_code = %(error_code)s, template_version = coalesce(%(template_version)s, template_version),
+       template_own = coalesce(%(template_own)s, template_own),
        locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND status = 'queued' AND provider_ref IS NULL AND %(status)s IN ('failed', 'suppressed')
 RETURNING *;
@@ -267,6 +268,7 @@ RETURNING *;
 -- provider answers (sent / failed / expired); a second hand-over finds provider_ref set and
 -- changes nothing.
 UPDATE deliveries SET provider_ref = %(ref)s, template_version = coalesce(%(template_version)s, template_version),
+       template_own = coalesce(%(template_own)s, template_own),
        locale = coalesce(%(locale)s, locale), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND status = 'queued' AND provider_ref IS NULL
 RETURNING *;
@@ -487,44 +489,71 @@ RETURNING t.id, t.user_id, u.email,
           EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.active) AS active_member;
 
 -- name: template_live_for_key
--- The live (highest published) version of each channel x locale of a key.
+-- The live (highest published) version of each channel x locale of a key in one scope: a tenant's own
+-- versions (%(tenant_id)s) or the platform's (%(tenant_id)s NULL).
 SELECT DISTINCT ON (channel, locale) *
 FROM notification_templates
-WHERE key = %(key)s AND status = 'published'
+WHERE key = %(key)s AND status = 'published' AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid
 ORDER BY channel, locale, version DESC;
 
+-- name: template_live_layers
+-- What a tenant's notification can be rendered from: the live version of each channel x locale of
+-- the tenant's own versions and of the platform's, in one read (the deliver job's and the fan-out's);
+-- the caller picks the tenant's first (render.Layers).  The two partial unique indexes answer it.
+SELECT DISTINCT ON (tenant_id, channel, locale) *
+FROM notification_templates
+WHERE key = %(key)s AND status = 'published' AND (tenant_id IS NULL OR tenant_id = %(tenant_id)s::uuid)
+ORDER BY tenant_id, channel, locale, version DESC;
+
 -- name: template_keys
--- Every template key with its channels, locales, live version and whether a draft exists.
+-- Every template key a scope sees, with its channels and locales: the scope's own versions (live
+-- version, draft) and, for a tenant (%(tenant_id)s not NULL), the platform's published ones it
+-- inherits (inherited_version).  A tenant never sees the platform's drafts or another tenant's rows.
 SELECT key, array_agg(DISTINCT channel ORDER BY channel) AS channels,
        array_agg(DISTINCT locale ORDER BY locale) AS locales,
-       max(version) FILTER (WHERE status = 'published') AS live_version,
-       bool_or(status = 'draft') AS has_draft, max(updated_at) AS updated_at
-FROM notification_templates GROUP BY key ORDER BY key;
+       max(version) FILTER (WHERE status = 'published' AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid)
+           AS live_version,
+       max(version) FILTER (WHERE status = 'published' AND tenant_id IS NULL AND %(tenant_id)s::uuid IS NOT NULL)
+           AS inherited_version,
+       coalesce(bool_or(status = 'draft' AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid), false)
+           AS has_draft,
+       max(updated_at) AS updated_at
+FROM notification_templates
+WHERE tenant_id = %(tenant_id)s::uuid OR (tenant_id IS NULL AND (%(tenant_id)s::uuid IS NULL OR status = 'published'))
+GROUP BY key ORDER BY key;
 
 -- name: template_versions
--- Every version of a key (newest first).
-SELECT * FROM notification_templates WHERE key = %(key)s ORDER BY channel, locale, version DESC;
+-- Every version of a key in one scope (newest first): a tenant's own, or the platform's.
+SELECT * FROM notification_templates
+WHERE key = %(key)s AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid
+ORDER BY channel, locale, version DESC;
 
 -- name: template_get
--- One version by id.
+-- One version by id (the caller checks its tenant against the actor's scope).
 SELECT * FROM notification_templates WHERE id = %(id)s;
 
+-- name: template_get_for_update
+-- One version by id, locked: publish and roll back act on what they checked.
+SELECT * FROM notification_templates WHERE id = %(id)s FOR UPDATE;
+
 -- name: template_draft_get
--- The draft of a key x channel x locale, if any.
+-- The draft of a key x channel x locale in one scope, if any.
 SELECT * FROM notification_templates
-WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND status = 'draft';
+WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s AND status = 'draft'
+  AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid;
 
 -- name: template_next_version
--- The next version number of a key x channel x locale.
+-- The next version number of a key x channel x locale in one scope (each scope numbers its own).
 SELECT coalesce(max(version), 0) + 1 AS version FROM notification_templates
-WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s;
+WHERE key = %(key)s AND channel = %(channel)s AND locale = %(locale)s
+  AND tenant_id IS NOT DISTINCT FROM %(tenant_id)s::uuid;
 
 -- name: template_insert
--- A new version (draft or, for seeds and rollbacks, published).
-INSERT INTO notification_templates (id, key, channel, locale, version, subject, body, variables, sample, status,
-                                    author_label, published_at, rolled_back_from)
-VALUES (%(id)s, %(key)s, %(channel)s, %(locale)s, %(version)s, %(subject)s, %(body)s, %(variables)s, %(sample)s,
-        %(status)s, %(author_label)s,
+-- A new version (draft or, for seeds and rollbacks, published) in a scope (%(tenant_id)s NULL: the platform).
+INSERT INTO notification_templates (id, tenant_id, key, channel, locale, version, subject, body, variables, sample,
+                                    status, author_label, published_at, rolled_back_from)
+VALUES (%(id)s, %(tenant_id)s, %(key)s, %(channel)s, %(locale)s, %(version)s, %(subject)s, %(body)s, %(variables)s,
+        %(sample)s, %(status)s, %(author_label)s,
         CASE WHEN %(status)s = 'published' THEN coalesce(%(now)s::timestamptz, now()) END, %(rolled_back_from)s)
 RETURNING *;
 
@@ -543,23 +572,30 @@ WHERE id = %(id)s AND status = 'draft'
 RETURNING *;
 
 -- name: template_shipped_missing
--- Which of the shipped (key, channel, locale) triples have no version at all (draft or published):
--- only those are seeded, so an author's versions are never overwritten.  One statement for all of them:
--- the web and the worker ask at every start.
+-- Which of the shipped (key, channel, locale) triples have no platform version at all (draft or
+-- published): only those are seeded, so an author's versions are never overwritten.  One statement for
+-- all of them: the web and the worker ask at every start.  A tenant's own versions do not count: the
+-- shipped text is the platform's.
 SELECT s.key, s.channel, s.locale
 FROM unnest(%(keys)s::text[], %(channels)s::text[], %(locales)s::text[]) AS s(key, channel, locale)
 WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
-                  WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale);
+                  WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale AND t.tenant_id IS NULL);
 
 -- name: template_seed_lock
 -- Serializes seeding the shipped templates: processes starting together seed each missing one once.
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));
 
 -- name: template_usage
--- How many deliveries used each version of a key (the inbox's: its rows, notifications_template_idx).
-SELECT channel, locale, template_version, count(*) AS deliveries
-FROM notification_deliveries WHERE template_key = %(key)s GROUP BY channel, locale, template_version
-ORDER BY channel, locale, template_version DESC;
+-- How many deliveries used each version of a key, per scope (the inbox's: its rows,
+-- notifications_template_idx).  A tenant (%(tenant_id)s): its own deliveries, the version of each
+-- split by whose it was (own: the tenant's, else the platform's or the shipped text).  The platform
+-- (%(tenant_id)s NULL): every tenant's deliveries that used a platform version.
+SELECT channel, locale, template_version, coalesce(template_own, false) AS own, count(*) AS deliveries
+FROM notification_deliveries
+WHERE template_key = %(key)s
+  AND CASE WHEN %(tenant_id)s::uuid IS NULL THEN template_own IS NOT TRUE ELSE tenant_id = %(tenant_id)s::uuid END
+GROUP BY channel, locale, template_version, coalesce(template_own, false)
+ORDER BY channel, locale, coalesce(template_own, false) DESC, template_version DESC;
 
 -- name: inbox_notify
 -- Wake SSE streams: one NOTIFY per key (a recipient id, or '*'), delivered at commit.

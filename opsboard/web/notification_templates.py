@@ -1,16 +1,26 @@
 """Template authoring (role ``template_author``): list, draft, edit with a live
 preview (htmx, debounced) of every channel in the edited locale beside the
 ``fa`` fallback, diff against the live version, publish and roll back
-(audited), and which version each delivery used.  Templates are platform-wide."""
+(audited), and which version each delivery used.
+
+Every page works in one scope (``?tenant=SLUG``): a tenant's own versions, or the platform's (no
+``tenant``: the default of the operator's authors).  A tenant's author sees the tenant's versions and
+the platform's published ones it inherits, read-only; only the operator's authors (an operator-tenant
+membership: ``current_scope(...).all``) write the platform's.  Writes are checked in the version's
+own tenant here (a refusal is audited) and again by the core (:mod:`opsboard.notifications.templates`).
+"""
 from __future__ import annotations
 
 import json
 import threading
 
 from flask import Blueprint, current_app, redirect, render_template, request, url_for
+from flask_login import current_user
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 
+from .. import db
+from ..auth import ROLE_PERMISSIONS, TenantScope
 from ..channels import channel_names
 from ..errors import OpsError
 from ..notifications import render, render_sandbox, templates, tracking
@@ -18,7 +28,7 @@ from ..notifications.policy import policies
 from . import forms
 from .context import get_db
 from .errors import ApiError, human_message
-from .security import current_scope, requires
+from .security import audit_denied, current_scope, require_for_tenant, requires
 
 bp = Blueprint("templates", __name__, url_prefix="/templates")
 bp.context_processor(forms.form_globals)
@@ -79,55 +89,121 @@ def _key_arg(key: str) -> str:
     return key
 
 
+def _scope() -> dict:
+    """The scope the page works in, from ``tenant`` (a slug, in the query or the form).
+
+    ``tenant_id`` None is the platform's: the default for the operator's authors; anyone else works in
+    their own tenant.  A slug names one of the user's own tenants that grants ``templates.view`` (any
+    tenant for the operator's authors); another is a 403 (audited when it was a write), whether or not
+    it exists.  ``can_edit``: the user may
+    write this scope's versions; ``choices``: the scopes the user may switch to.
+    """
+    view = current_scope("templates.view")
+    slug = (request.values.get("tenant") or "").strip() or None
+    own = sorted({(m.tenant_slug, m.tenant_name, m.tenant_id) for m in current_user.memberships
+                  if not m.is_operator and "templates.view" in ROLE_PERMISSIONS[m.role]})
+    choices = [(t_slug, name) for t_slug, name, _tid in own]
+    if slug is None and view.all:
+        return {"tenant_id": None, "slug": None, "name": None, "choices": choices, "platform": True,
+                "can_edit": current_scope("templates.edit").all, "operator": True}
+    if slug is None:
+        if not own:
+            raise ApiError(404, "not_found", _("No such tenant."))
+        slug = own[0][0]
+    tenant = next(({"id": tid, "slug": t_slug, "name": name} for t_slug, name, tid in own if t_slug == slug), None)
+    if tenant is None and not view.all:
+        # Another tenant's scope (or no tenant at all: the answer is the same, so it says nothing of which
+        # slugs exist), read or written: refused and, for a write, audited.
+        audit_denied("templates.edit")
+        raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s for this tenant.",
+                                           permission="templates.view"))
+    if tenant is None:
+        with get_db().connection() as conn:
+            tenant = db.one(conn, "tenant_get_by_slug", {"slug": slug})
+        if tenant is None:
+            raise ApiError(404, "not_found", _("No such tenant."))
+    return {"tenant_id": tenant["id"], "slug": tenant["slug"], "name": tenant["name"], "choices": choices,
+            "platform": False, "can_edit": current_user.can("templates.edit", tenant["id"]), "operator": view.all}
+
+
+def _require_edit(tenant_id) -> TenantScope:
+    """403 (audited) unless the user may write versions of ``tenant_id`` (None: the platform's, for the
+    operator's authors only); returns the user's ``templates.edit`` scope for the core's own check."""
+    scope = current_scope("templates.edit")
+    if tenant_id is None:
+        if not scope.all:
+            audit_denied("templates.edit")
+            raise ApiError(403, "forbidden", _("Only the operator's template authors may change the platform's "
+                                               "templates."))
+    else:
+        require_for_tenant("templates.edit", tenant_id)
+    return scope
+
+
 @bp.route("/")
 @requires("templates.view")
 def index():
+    scope = _scope()
     with get_db().connection() as conn:
-        keys = templates.keys(conn)
+        keys = templates.keys(conn, scope["tenant_id"])
     declared = {p.template: p for p in policies()}
     missing = sorted(k for k in declared if k not in {r["key"] for r in keys})
-    return render_template("templates/index.html", keys=keys, missing=missing, channels=channel_names())
+    return render_template("templates/index.html", keys=keys, missing=missing, channels=channel_names(),
+                           scope=scope)
 
 
 @bp.route("/<key>")
 @requires("templates.view")
 def detail(key):
     key = _key_arg(key)
+    scope = _scope()
+    tid = scope["tenant_id"]
     with get_db().connection() as conn:
-        versions = templates.versions(conn, key)
-        live = templates.live(conn, key)
-        usage = templates.usage(conn, key)
-        recent = tracking.recent(conn, current_scope("templates.view"), template_key=key, limit=50)
+        versions = templates.versions(conn, key, tid)
+        live = templates.live(conn, key, tid)
+        inherited = templates.live(conn, key) if tid is not None else {}
+        usage = templates.usage(conn, key, tid)
+        seen = current_scope("templates.view") if tid is None else TenantScope(all=False, ids=(tid,))
+        recent = tracking.recent(conn, seen, template_key=key, limit=50)
     groups: dict = {}
     for v in versions:
         groups.setdefault((v["channel"], v["locale"]), []).append(v)
     return render_template("templates/detail.html", key=key, groups=groups, live=live, usage=usage,
-                           recent=recent, channels=channel_names())
+                           recent=recent, channels=channel_names(), scope=scope, inherited=inherited)
 
 
 @bp.route("/<key>/edit")
 @requires("templates.edit")
 def edit(key):
     key = _key_arg(key)
+    scope = _scope()
+    _require_edit(scope["tenant_id"])
     channel = request.args.get("channel", "inbox")
     locale = request.args.get("locale", "fa")
     if channel not in channel_names() or not (len(locale) == 2 and locale.isalpha() and locale.islower()):
         raise ApiError(400, "invalid_filter", _("Choose a channel and a two-letter locale."))
     with get_db().connection() as conn:
-        draft = templates.versions(conn, key)
-        live = templates.live(conn, key)
+        draft = templates.versions(conn, key, scope["tenant_id"])
+        layers = templates.layers(conn, key, scope["tenant_id"])
+    # A tenant's first draft starts from what its recipients get today: the platform's version.
     current = next((v for v in draft if v["channel"] == channel and v["locale"] == locale and v["status"] == "draft"),
-                   None) or live.get((channel, locale)) or live.get((channel, "fa"))
+                   None)
+    if current is None:
+        found = layers.pick(channel, [locale, render.FALLBACK_LOCALE])
+        current = found[2] if found and found[0] != render.SHIPPED else None
     form = {"subject": current["subject"] if current else "", "body": current["body"] if current else "",
             "variables": ", ".join(current["variables"]) if current else "",
             "sample": json.dumps(current["sample"] if current else {}, ensure_ascii=False, indent=1)}
-    ctx = _preview_context(key, channel, locale, form)
+    ctx = _preview_context(key, channel, locale, form, scope)
     return render_template("templates/edit.html", key=key, channel=channel, locale=locale, form=form,
-                           draft=current if current and current["status"] == "draft" else None, **ctx)
+                           draft=current if current and current.get("status") == "draft" else None, scope=scope,
+                           **ctx)
 
 
-def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
-    """Every channel of the key rendered in ``locale`` and in ``fa``, the edited one from the form."""
+def _preview_context(key: str, channel: str, locale: str, form: dict, scope: dict) -> dict:
+    """Every channel of the key rendered in ``locale`` and in ``fa``, the edited one from the form; the
+    other cells show what the scope's recipients would get (a tenant's own version, else the platform's,
+    else the shipped text), and the diff is against the version the draft would replace for them."""
     sample = _sample(form.get("sample"))
     try:
         declared = templates.parse_variables(form.get("variables", ""))
@@ -136,8 +212,15 @@ def _preview_context(key: str, channel: str, locale: str, form: dict) -> dict:
     else:
         var_error = None
     with get_db().connection() as conn:
-        versions = templates.versions(conn, key)
-        live = templates.live(conn, key)
+        versions = templates.versions(conn, key, scope["tenant_id"])
+        layers = templates.layers(conn, key, scope["tenant_id"])
+    # What a recipient of this scope gets for each (channel, locale): the first layer's version.
+    live = {}
+    for ch in channel_names():
+        for loc in layers.locales(ch):
+            found = layers.pick(ch, [loc])
+            if found is not None and found[0] != render.SHIPPED:
+                live[(ch, loc)] = found[2]
     drafts = {(v["channel"], v["locale"]): v for v in versions if v["status"] == "draft"}
     locales = [locale] if locale == render.FALLBACK_LOCALE else [locale, render.FALLBACK_LOCALE]
     rows, specs = [], []
@@ -191,7 +274,7 @@ def preview(key):
         raise ApiError(400, "invalid_channel", _("Unknown channel."))
     form = {k: request.form.get(k, "") for k in ("subject", "body", "variables", "sample")}
     try:
-        ctx = _preview_context(key, channel, locale, form)
+        ctx = _preview_context(key, channel, locale, form, _scope())
     except ApiError as exc:
         return render_template("_error.html", status=exc.status, code=exc.code, message=exc.message), 200
     return render_template("templates/_preview.html", key=key, channel=channel, locale=locale, **ctx)
@@ -205,20 +288,39 @@ def create():
         templates._check_ids(key, "inbox", "fa")
     except OpsError as exc:
         raise ApiError(400, exc.code, human_message(exc)) from None
-    return redirect(url_for("templates.edit", key=key, channel=request.form.get("channel", "inbox"), locale="fa"), 303)
+    return redirect(url_for("templates.edit", key=key, channel=request.form.get("channel", "inbox"), locale="fa",
+                            tenant=request.form.get("tenant") or None), 303)
 
 
 @bp.route("/<key>/draft", methods=["POST"])
 @requires("templates.edit")
 def save(key):
     key = _key_arg(key)
+    scope = _scope()
+    edit_scope = _require_edit(scope["tenant_id"])
     channel, locale = request.form.get("channel", ""), request.form.get("locale", "")
     with get_db().connection() as conn:
         row = templates.save_draft(conn, forms.actor(), key, channel, locale,
                                    subject=request.form.get("subject", ""), body=request.form.get("body", ""),
                                    variables=request.form.get("variables", ""),
-                                   sample=_sample(request.form.get("sample")))
-    return redirect(url_for("templates.edit", key=key, channel=row["channel"], locale=row["locale"], saved=1), 303)
+                                   sample=_sample(request.form.get("sample")),
+                                   tenant_id=scope["tenant_id"], scope=edit_scope)
+    return redirect(url_for("templates.edit", key=key, channel=row["channel"], locale=row["locale"], saved=1,
+                            tenant=scope["slug"]), 303)
+
+
+def _version_for_edit(conn, template_id) -> TenantScope:
+    """The version's own tenant decides (never the page's ``tenant``): 404 when the user cannot see it,
+    403 (audited) when they may see but not write it (a platform version, for a tenant's author)."""
+    try:
+        row = templates.get(conn, template_id)
+    except OpsError:
+        raise ApiError(404, "not_found", _("No such template version.")) from None
+    if row["tenant_id"] is not None and not current_scope("templates.view").allows(row["tenant_id"]):
+        audit_denied("templates.edit", row["tenant_id"])
+        raise ApiError(403, "forbidden", _("Your role does not allow %(permission)s for this tenant.",
+                                           permission="templates.edit"))
+    return _require_edit(row["tenant_id"])
 
 
 @bp.route("/<key>/publish/<uuid:template_id>", methods=["POST"])
@@ -227,8 +329,11 @@ def publish(key, template_id):
     """Publish a draft.  From htmx (the editor, the versions page) a refusal (a broken draft: 422) goes
     into the form's result slot, where the author is; success goes to the versions page."""
     with get_db().connection() as conn:
-        row = templates.publish(conn, template_id, forms.actor(), forms.reason(), forms.request_key())
-    target = url_for("templates.detail", key=row["key"], published=row["version"])
+        edit_scope = _version_for_edit(conn, template_id)
+        row = templates.publish(conn, template_id, forms.actor(), forms.reason(), forms.request_key(),
+                                scope=edit_scope)
+    target = url_for("templates.detail", key=row["key"], published=row["version"],
+                     tenant=request.values.get("tenant") or None)
     if request.headers.get("HX-Request"):
         response = current_app.response_class("", status=200)
         response.headers["HX-Redirect"] = target
@@ -240,5 +345,8 @@ def publish(key, template_id):
 @requires("templates.edit")
 def rollback(key, template_id):
     with get_db().connection() as conn:
-        row = templates.rollback(conn, template_id, forms.actor(), forms.reason(), forms.request_key())
-    return redirect(url_for("templates.detail", key=row["key"], published=row["version"]), 303)
+        edit_scope = _version_for_edit(conn, template_id)
+        row = templates.rollback(conn, template_id, forms.actor(), forms.reason(), forms.request_key(),
+                                 scope=edit_scope)
+    return redirect(url_for("templates.detail", key=row["key"], published=row["version"],
+                            tenant=request.values.get("tenant") or None), 303)
