@@ -15,6 +15,23 @@ def test_locale_chain_ends_in_fa_and_falls_back():
     assert render.pick_locale({"en"}, render.locale_chain(None, "fa")) is None
 
 
+def test_layers_try_the_tenants_own_then_the_platforms_then_the_shipped_each_with_the_chain():
+    own = {("inbox", "fa"): {"subject": "own fa", "version": 3}}
+    platform = {("inbox", "en"): {"subject": "platform en", "version": 2},
+                ("email", "de"): {"subject": "platform de", "version": 1}}
+    shipped = {("email", "fa"): {"subject": "shipped fa", "version": None},
+               ("sms", "en"): {"subject": "", "version": None}}
+    layers = render.Layers(own=own, platform=platform, shipped=shipped)
+    chain = render.locale_chain("en", "de")                     # en, de, fa
+    # The tenant's own fa comes before the platform's en: a layer is tried with the whole chain first.
+    assert layers.pick("inbox", chain) == (render.OWN, "fa", own[("inbox", "fa")])
+    assert layers.pick("email", chain) == (render.PLATFORM, "de", platform[("email", "de")])
+    assert layers.pick("email", ["fa"]) == (render.SHIPPED, "fa", shipped[("email", "fa")])
+    assert layers.pick("sms", chain)[0] == render.SHIPPED
+    assert layers.pick("push", chain) is None
+    assert layers.locales("email") == {"de", "fa"} and render.Layers().locales("inbox") == set()
+
+
 @pytest.mark.parametrize("source", [
     "{{ ''.__class__.__mro__ }}",
     "{{ ''.__class__.__mro__[1].__subclasses__() }}",
