@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from opsboard import db, outbox
+from opsboard.outbox import EventField
 from opsboard.catalogue import active
 from opsboard.notifications import fanout as fanoutmod
 from opsboard.notifications import policy
@@ -182,3 +183,69 @@ def sse(b) -> None:
         b.add("sse", "commit -> received, p99", lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, "ms",
               "goal < 1,000")
     b.add("sse", "worker RSS per open stream", (rss_after - rss_before) / max(connected, 1), "KiB")
+
+
+class _Job:
+    """What the deliver handler reads of a job: its payload, tenant and a connection (the bench's own)."""
+
+    group_key = None
+
+    def __init__(self, conn, delivery_id, tenant_id):
+        self.payload, self.tenant_id, self._conn = {"delivery_id": str(delivery_id)}, tenant_id, conn
+
+    def connection(self):
+        import contextlib
+        return contextlib.nullcontext(self._conn)
+
+
+def deliver_render(b) -> None:
+    """The deliver job's rendering, three ways, ``--jobs N`` deliveries each (default 500), one thread:
+    an author's template the same for every recipient (a broadcast: render process once, then its cache),
+    an author's template with each recipient's own variables (a render process round trip per delivery),
+    and the same text as the shipped one (rendered in the worker's process, as every template was before
+    issue 42).  Deliveries per second through ``handlers.deliver`` (email channel, email.send enqueued)."""
+
+    from opsboard.notifications import handlers, templates
+
+    n = b.jobs or 500
+    cat = active()
+    body = "<p>{{ name }}: {% for i in range(20) %}{{ i|fa_digits }} {% endfor %}{{ note }}</p>"
+    for kind in ("same", "per_user", "shipped"):
+        event = f"bench_render_{kind}.sent"
+        outbox.define_event(cat, event, 1, aggregate="notice",
+                            fields={"name": EventField(str), "note": EventField(str)},
+                            description="Bench: a notice rendered at delivery.")
+        variables = (lambda conn, ev, uid: {"name": str(uid)[-6:]}) if kind == "per_user" else None
+        policy.declare(cat, event, category="system", channels=("email",), recipients=_recipients,
+                       template=event, variables=variables)
+        if kind == "shipped":
+            cat.ship_template(event, "email", "fa", "Bench {{ name }}", body, "name, note",
+                              {"name": "x", "note": "y"})
+    [tenant] = b.tenants(1)
+    with b.conn() as c:
+        with c.transaction():
+            seed_members(c, tenant, n, "render")
+            c.execute("UPDATE users SET email = id::text || '@bench.test' WHERE email LIKE 'render%%'")
+        c.execute("ANALYZE users; ANALYZE memberships")
+        for kind in ("same", "per_user", "shipped"):
+            event = f"bench_render_{kind}.sent"
+            templates.seed(c, event, "email", "fa", "Bench {{ name }}", body, "name, note",
+                           {"name": "x", "note": "y"})
+            with c.transaction():
+                ev = outbox.publish(c, event, 1, aggregate=("notice", kind), tenant=tenant,
+                                    payload={"name": "bench", "note": "n"})
+            fanoutmod.fan_out(c, ev["id"])
+            ids = [r["id"] for r in c.execute("SELECT id FROM deliveries WHERE event_id = %s", (ev["id"],))]
+            handlers.deliver(_Job(c, ids[0], tenant))          # the render process's start is not measured
+            started = time.perf_counter()
+            for d in ids[1:]:
+                handlers.deliver(_Job(c, d, tenant))
+            elapsed = time.perf_counter() - started
+            failed = c.execute("SELECT count(*) AS n FROM deliveries WHERE event_id = %s AND provider_ref IS NULL",
+                               (ev["id"],)).fetchone()["n"]
+            assert failed == 0, (kind, failed)
+            note = {"same": "author's text, one text for all: cached after one render process round trip",
+                    "per_user": "author's text, per-recipient variables: a render process round trip each",
+                    "shipped": "the shipped text: rendered in the worker's process"}[kind]
+            b.add("deliver_render", f"deliveries per second ({kind})", (len(ids) - 1) / elapsed, "del/s", note)
+

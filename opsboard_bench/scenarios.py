@@ -55,6 +55,13 @@ def fanout(b: Bench) -> None:
     run(b)
 
 
+def deliver_render(b: Bench) -> None:
+    """The deliver job's rendering (issue 42): an author's template in the render processes (cached, and
+    per recipient) beside the shipped text in the worker's process, deliveries per second (--jobs N)."""
+    from .notifications import deliver_render as run
+    run(b)
+
+
 def sse(b: Bench) -> None:
     """1,000 SSE streams on one gunicorn gthread process: a new row reaching all (p99), memory per stream."""
     from .notifications import sse as run
@@ -115,6 +122,7 @@ _SCENARIOS = {
     "api": api,
     "api_worker": api_worker,
     "fanout": fanout,
+    "deliver_render": deliver_render,
     "sse": sse,
     "broadcast": broadcast,
     "streams": streams,

@@ -39,7 +39,7 @@ from ..auth import TenantScope
 from ..jobqueue import ALL_TENANTS
 from ..schema import new_id_array
 from . import policy as policymod
-from . import render, templates
+from . import render, render_sandbox, templates
 from .inbox import CHANNEL
 
 BROADCAST_OVER = 200
@@ -79,7 +79,14 @@ def render_layers(layers: render.Layers, channel: str, chain: list[str], variabl
     if found is None:
         return None
     source, locale, tpl = found
-    subject, body = render.render(channel, locale, tpl["subject"], tpl["body"], variables)
+    if layers.is_shipped_text(channel, locale, tpl):
+        # The product's own words: rendered here, with the sandbox's bounds only (the broadcast's hot path).
+        subject, body = render.render(channel, locale, tpl["subject"], tpl["body"], variables)
+    else:
+        # An author's text (a tenant's or the platform's): in a render process with a deadline and a memory
+        # limit, like a preview; a published version's result is cached per variables (render_sandbox).
+        subject, body = render_sandbox.render_for_sending(tpl["id"], channel, locale, tpl["subject"], tpl["body"],
+                                                          variables)
     return subject, body, tpl.get("version"), locale, source == render.OWN
 
 

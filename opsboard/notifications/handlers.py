@@ -28,7 +28,7 @@ import uuid
 from opsboard import channels, db, retry
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
-from opsboard.notifications import policy, render, templates
+from opsboard.notifications import policy, render, render_sandbox, templates
 
 GENERIC_TITLE = "New notification"
 
@@ -97,6 +97,9 @@ def deliver(job):
         layers = templates.layers(conn, pol.template, d["tenant_id"])
         try:
             out = fanoutmod.render_layers(layers, ch.template_channel, chain, variables)
+        except render_sandbox.RenderUnavailable as exc:
+            # Every render process busy past the deadline: not this template's fault; try again shortly.
+            return retry.Retryable("render_busy", retry_after=5, detail=str(exc))
         except render.TemplateProblem as exc:
             # The chosen version (a tenant's own, most likely) cannot render this event: a bound of the
             # sandbox, a variable the event lacks.  The delivery fails with a code saying so; it is never
@@ -105,7 +108,7 @@ def deliver(job):
             found = layers.pick(ch.template_channel, chain)
             _mark(conn, d, "failed", error_code=code, locale=found[1] if found else None,
                   version=found[2].get("version") if found else None, own=bool(found and found[0] == render.OWN))
-            return retry.Permanent(code)
+            return retry.Permanent(code, detail=str(exc)[:300])
         subject, body, version, locale, own = out if out is not None else (
             d["event_type"], "", None, chain[-1], False)
         subject = subject or d["inbox_title"] or d["event_type"]

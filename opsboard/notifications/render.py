@@ -82,6 +82,13 @@ class Layers:
                 return source, locale, live[(channel, locale)]
         return None
 
+    def is_shipped_text(self, channel: str, locale: str, tpl) -> bool:
+        """``tpl`` is the shipped text of (channel, locale) (itself, or a platform version with its words):
+        the product's own, trusted to render in the worker's process."""
+        shipped = self.shipped.get((channel, locale))
+        return shipped is not None and (tpl is shipped or (
+            tpl.get("tenant_id") is None and tpl["subject"] == shipped["subject"] and tpl["body"] == shipped["body"]))
+
     def locales(self, channel: str) -> set[str]:
         """Every locale some layer has a version of ``channel`` in."""
         return {loc for live in (self.own, self.platform, self.shipped) for (ch, loc) in live if ch == channel}
