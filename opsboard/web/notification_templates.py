@@ -103,6 +103,12 @@ def _scope() -> dict:
     own = sorted({(m.tenant_slug, m.tenant_name, m.tenant_id) for m in current_user.memberships
                   if not m.is_operator and "templates.view" in ROLE_PERMISSIONS[m.role]})
     choices = [(t_slug, name) for t_slug, name, _tid in own]
+    if view.all:
+        # The operator's authors may look at any tenant's versions (and write them: they hold the
+        # permission in every tenant); the platform's are theirs alone.
+        with get_db().connection() as conn:
+            choices = [(t["slug"], t["name"]) for t in db.all_rows(conn, "tenant_list_visible", view.params)
+                       if not t["is_operator"]]
     if slug is None and view.all:
         return {"tenant_id": None, "slug": None, "name": None, "choices": choices, "platform": True,
                 "can_edit": current_scope("templates.edit").all, "operator": True}

@@ -239,6 +239,10 @@ def test_authors_of_two_tenants_and_the_operators_author(app, client, login_as):
     login_as("template_author")
     r = client.post(f"/templates/{KEY}/publish/{platform_draft['id']}", data=_form(client, reason="platform"))
     assert r.status_code == 303
+    # The operator's author looks at a tenant's versions through the scope's switch.
+    assert "tenant=acme" in client.get("/templates/").get_data(as_text=True)
+    assert "acme subject" in client.get(f"/templates/{KEY}?tenant=acme").get_data(as_text=True)
+    assert "acme subject" not in client.get(f"/templates/{KEY}").get_data(as_text=True).split('id="inherited"')[0]
     with connect(url) as c:
         assert templates.live(c, KEY)[("email", "fa")]["subject"] == "platform draft"
         assert templates.live(c, KEY, acme["id"])[("email", "fa")]["subject"] == "acme subject"
