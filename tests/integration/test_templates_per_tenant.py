@@ -304,3 +304,41 @@ def test_a_tenants_own_version_reaches_its_recipient_and_not_another_tenants(db_
     assert rows[users["acme"]["id"]]["template_own"] is True
     assert rows[users["globex"]["id"]]["template_own"] is False
     assert {r["status"] for r in rows.values()} == {"sent"}
+
+
+
+# ---------------------------------------------------------------- the migration keeps today's templates as the platform's
+
+def test_migration_0070_keeps_every_template_as_a_platform_version(databases, tmp_path):
+    import shutil
+
+    from opsboard import migrate
+
+    url = databases.empty()
+    try:
+        mdir = tmp_path / "migrations"
+        mdir.mkdir()
+        found = migrate.discover()
+        mine = next(m for m in found if m.name == "templates_per_tenant")
+        for m in found:
+            if m.version < mine.version:
+                shutil.copy(m.path, mdir / m.path.name)
+        migrate.migrate(url, mdir, log=lambda *_: None)
+        with connect(url) as c:
+            acme = auth.ensure_tenant(c, "acme")
+            c.execute("INSERT INTO notification_templates (id, key, channel, locale, version, subject, body, status, "
+                      "author_label, published_at) VALUES (gen_random_uuid(), %s, 'inbox', 'fa', 1, 'before 0070', "
+                      "'b', 'published', 'seed', now())", (KEY,))
+        shutil.copy(mine.path, mdir / mine.path.name)
+        migrate.migrate(url, mdir, log=lambda *_: None)
+        with connect(url) as c:
+            [row] = c.execute("SELECT tenant_id, version FROM notification_templates").fetchall()
+            assert row == {"tenant_id": None, "version": 1}
+            assert templates.live(c, KEY)[("inbox", "fa")]["subject"] == "before 0070"
+            layers = templates.layers(c, KEY, acme["id"])
+            assert not layers.own and layers.pick("inbox", ["fa"])[0] == render.PLATFORM
+            # acme's own v1 beside the platform's v1: each scope numbers its own.
+            templates.seed(c, KEY, "inbox", "fa", "acme", "b", "", {}, tenant_id=acme["id"])
+            assert templates.live(c, KEY, acme["id"])[("inbox", "fa")]["version"] == 1
+    finally:
+        databases.drop(url)
