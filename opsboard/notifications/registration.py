@@ -1,12 +1,12 @@
 """The notifications feature's one ``register(catalogue)``: its categories and job types
 (:func:`.policy.register`), the inbox channel, and the start hooks that write the catalogue's
-channels (``notification_channels``) and publish the shipped templates."""
+channels (``notification_channels``), publish the shipped templates and start the render processes."""
 from __future__ import annotations
 
 from .. import channels
 from ..catalogue import Catalogue
 from ..persian import marked as _l
-from . import policy, templates
+from . import policy, render_sandbox, templates
 
 
 def register(cat: Catalogue) -> None:
@@ -20,3 +20,6 @@ def register(cat: Catalogue) -> None:
     # Channels first: a shipped template's channel must have its row (notification_templates' key).
     cat.start_hooks["notification_channels"] = channels.sync_at_start
     cat.start_hooks["shipped_templates"] = templates.seed_at_start
+    # The worker renders authors' templates in render processes (render_sandbox): started now, not at the
+    # first delivery.
+    cat.start_hooks["render_processes"] = render_sandbox.warm_at_start

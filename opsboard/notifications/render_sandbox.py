@@ -153,6 +153,22 @@ class RenderSandbox:
             raise RenderUnavailable("too_slow" if value != "MemoryError" else "too_large", value)
         return value
 
+    def warm(self) -> None:
+        """Start every process not started yet, one at a time (each slot is away only while its process
+        starts): the first render does not wait for a process to start."""
+        for _ in range(self._idle.qsize()):
+            try:
+                slot = self._idle.get(timeout=self.timeout)
+            except queue.Empty:
+                return
+            try:
+                if slot is None or not slot.process.is_alive():
+                    slot = _Slot(self._ctx, self.memory_mb)
+            except Exception:  # noqa: BLE001 - started on first use instead
+                slot = None
+            finally:
+                self._idle.put(slot)
+
     def close(self) -> None:
         while True:
             try:
@@ -182,6 +198,12 @@ def sending_sandbox() -> RenderSandbox:
         if _sending is None:
             _sending = RenderSandbox()
         return _sending
+
+
+def warm_at_start(conn=None) -> None:
+    """A worker's start hook (``catalogue.start_hooks``): start the sending render processes in the
+    background, so that the first delivery of an author's template (an OTP's) does not wait for them."""
+    threading.Thread(target=sending_sandbox().warm, name="template-render-warm", daemon=True).start()
 
 
 def render_for_sending(template_id, channel: str, locale: str, subject: str, body: str,

@@ -76,3 +76,17 @@ def test_a_published_versions_result_is_cached_and_shipped_texts_render_in_proce
     assert layers.is_shipped_text("email", "fa", row)
     assert fanout.render_layers(layers, "email", ["fa"], {"text": "s"})[0] == "hello s"
     assert len(asked) == 1                   # the shipped words: no render process
+
+
+def test_warm_starts_every_render_process_and_renders_still_work():
+    sandbox = render_sandbox.RenderSandbox(workers=2, timeout=10)
+    try:
+        sandbox.warm()
+        slots = [sandbox._idle.get_nowait() for _ in range(2)]
+        assert all(s is not None and s.process.is_alive() for s in slots)
+        for s in slots:
+            sandbox._idle.put(s)
+        assert sandbox.render_many([{"channel": "inbox", "locale": "fa", "subject": "s", "body": "{{ 1 + 1 }}",
+                                     "variables": {}}]) == [("ok", "s", "2")]
+    finally:
+        sandbox.close()
