@@ -262,6 +262,8 @@ def test_edit_page_of_a_tenant_starts_from_the_platforms_version_and_previews_pe
     r = client.post(f"/templates/{KEY}/_preview?tenant=acme", data=_form(
         client, channel="inbox", locale="en", subject="Hello", body="b", variables="", sample=json.dumps({})))
     assert r.status_code == 200 and "platform title" in r.get_data(as_text=True)     # the fa column: inherited
+    detail = client.get(f"/templates/{KEY}").get_data(as_text=True)
+    assert "write this tenant's own version" in detail and "tenant=acme" in detail
     # The operator's edit page is the platform's.
     client.post("/logout", data={"csrf_token": client.csrf})
     login_as("template_author")
