@@ -130,9 +130,9 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     from . import (alerts, api, apikeys, audit, auth, deadletters, deliveries, health, home, jobs, metrics,
                    queues, reports, tenants, tickets, webhooks, workers)
-    from . import inbox, notification_templates, notifications, pauses, provider_reports
+    from . import inbox, notifications, pauses, provider_reports, templates
     for module in (auth, health, home, audit, queues, tenants, metrics, jobs, deadletters, workers, alerts,
-                   apikeys, api, deliveries, reports, tickets, webhooks, notification_templates, inbox,
+                   apikeys, api, deliveries, reports, tickets, webhooks, templates, inbox,
                    notifications, pauses, provider_reports):
         app.register_blueprint(module.bp)
     _register_pages(app, cat)
