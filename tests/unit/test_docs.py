@@ -14,6 +14,8 @@ take (``--jobs N``) belongs in prose, not in a command block.
 """
 from __future__ import annotations
 
+import json
+
 import contextlib
 import io
 import re
@@ -265,6 +267,18 @@ def readme_too_long(root: Path) -> str | None:
 
 def test_readme_is_a_short_front_door():
     assert readme_too_long(CHECKOUT) is None, readme_too_long(CHECKOUT)
+
+
+PERFORMANCE_MAX_LINES = 250
+
+
+def test_the_performance_page_is_a_reference_not_a_lab_notebook():
+    """docs/performance.md says how to run and read each scenario, with one current table per area;
+    the run history is data (docs/performance/history.jsonl, one JSON object a line)."""
+    lines = (CHECKOUT / "docs" / "performance.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= PERFORMANCE_MAX_LINES, f"docs/performance.md has {len(lines)} lines"
+    history = (CHECKOUT / "docs" / "performance" / "history.jsonl").read_text(encoding="utf-8").splitlines()
+    assert history and all(json.loads(line)["scenario"] for line in history)
 
 
 def test_readme_runs_the_product_first_and_keeps_the_test_command():
