@@ -106,6 +106,9 @@ def test_stateful_links_with_both_credentials(app, credentials, public_dns):
         def validate_response(self, response, case, additional_checks=(), **kwargs):
             case.validate_response(response, checks=CHECKS)
 
+    # derandomize: the same workflows every run.  A run once failed with FlakyStrategyDefinition (a
+    # replayed workflow drew less: a link's bundle was empty the second time, the API's answer to the
+    # same step having differed under CI's load); a fixed sequence keeps the check and drops that noise.
     run_state_machine_as_test(APIWorkflows, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=6, deadline=None, database=None,
+        max_examples=EXAMPLES, stateful_step_count=6, deadline=None, database=None, derandomize=True,
         suppress_health_check=list(HealthCheck)))
