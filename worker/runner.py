@@ -37,6 +37,7 @@ import time
 import uuid
 
 import psycopg
+from psycopg_pool import PoolTimeout
 from psycopg.types.json import Jsonb
 
 import opsboard
@@ -161,16 +162,8 @@ class Worker:
             return self
         self.pool.open(wait=True, timeout=30)
         self.handler_pool.open(wait=False)
-        with self.pool.connection() as conn:
-            db.announce_route(conn, self.pooler, self.direct_url, "worker")
-            # An operator's live slot change (issue 28) binds a worker started later too: read
-            # before the first slot starts.
-            self._resize_to(self.holds.get(conn), spawn=False)
-            db.execute(conn, "worker_upsert", {
-                "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
-                "version": opsboard.__version__})
-            self._run_start_hooks(conn)
+        if not self._register():
+            return self
         for qs in self.queues.values():
             for _ in range(qs.slots):
                 self.executor.spawn_slot(qs)
@@ -205,6 +198,36 @@ class Worker:
             except psycopg.Error as exc:
                 log.warning("start hook %s failed: %s", name,
                             str(exc).strip().splitlines()[0] if str(exc) else exc)
+
+    def _register(self) -> bool:
+        """Announce this worker (route, live slots, presence row, start hooks); ``False`` if stopped.
+
+        A database that cannot take the write now (read-only after a failover, a held lock: see
+        :func:`opsboard.db.unavailable`) is waited out like any outage, one line when it begins and
+        one when it ends, never a traceback that ends the process.
+        """
+        failures = 0
+        while True:
+            try:
+                with self.pool.connection() as conn:
+                    db.announce_route(conn, self.pooler, self.direct_url, "worker")
+                    # An operator's live slot change (issue 28) binds a worker started later too:
+                    # read before the first slot starts.
+                    self._resize_to(self.holds.get(conn), spawn=False)
+                    db.execute(conn, "worker_upsert", {
+                        "id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
+                        "queues": Jsonb({q.name: q.slots for q in self.queues.values()}),
+                        "version": opsboard.__version__})
+                    self._run_start_hooks(conn)
+                self.outages.ok()
+                return True
+            except (psycopg.Error, PoolTimeout) as exc:
+                if not db.unavailable(exc):
+                    raise
+                self.outages.trouble(exc, "registering the worker")
+                failures += 1
+                if self._pause(self.outages.retry_delay(failures)):
+                    return False
 
     def _wait_for_database(self) -> bool:
         """Block until the database answers; ``False`` if stopped meanwhile.

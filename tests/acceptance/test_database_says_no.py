@@ -115,20 +115,32 @@ def test_read_only_and_locked_database_gets_503s_with_retry_after_and_bounded_wa
     threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]  # ~20 requests a second
     for th in threads:
         th.start()
+    def served_again(n: int = 4, within: float = 20.0) -> None:
+        """Wait until ``n`` more requests were stored (2xx) than now: the API serves again after a fault."""
+        with lock:
+            goal = sum(1 for a in answers if a["status"] < 300) + n
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with lock:
+                if sum(1 for a in answers if a["status"] < 300) >= goal:
+                    return
+            stop.wait(0.05)
+        raise AssertionError(f"the API did not serve {n} requests within {within} s of the fault's end")
+
     admin = psycopg.connect(url, autocommit=True)
     try:
-        time.sleep(1.5)
+        served_again()
         admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
         admin.execute("SELECT pg_reload_conf()")
-        time.sleep(FAULT_SECONDS)
+        time.sleep(FAULT_SECONDS)  # the fault's length, under steady load
         admin.execute("SET default_transaction_read_only = off")
         admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
         admin.execute("SELECT pg_reload_conf()")
-        time.sleep(1.5)
+        served_again()
         with admin.transaction():
             admin.execute("LOCK TABLE jobs, outbox_events IN ACCESS EXCLUSIVE MODE")
-            time.sleep(FAULT_SECONDS)
-        time.sleep(1.5)
+            time.sleep(FAULT_SECONDS)  # the lock held this long, under steady load
+        served_again()
     finally:
         stop.set()
         for th in threads:
@@ -164,7 +176,8 @@ def test_read_only_and_locked_database_gets_503s_with_retry_after_and_bounded_wa
     with connect(url) as c:
         wait_for(lambda: c.execute("SELECT count(*) AS n FROM jobs WHERE tenant_id = %s AND type = 'diag.noop' "
                                    "AND status <> 'succeeded'", (t["id"],)).fetchone()["n"] == 0,
-                 timeout=30, interval=0.2, message="the worker to run every job")
+                 timeout=30, interval=0.2, message="the worker to run every job: "
+                 + worker.log_path.read_text(errors="replace")[-2500:])
     assert worker.poll() is None
     worker_log = worker.log_path.read_text(errors="replace")
     assert "Traceback" not in worker_log and "died" not in worker_log, worker_log[-3000:]
