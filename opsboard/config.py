@@ -270,6 +270,10 @@ class Config:
                                                 "application/pdf", "text/plain")
     #: Assign new tickets round-robin among the tenant's active support agents.
     ticket_round_robin: bool = False
+    #: A signed-in customer's writes on their ticket pages (/my/tickets: open, reply, reopen, cancel):
+    #: a token bucket per user, shared by every web process (429 with Retry-After past it).
+    portal_writes_per_minute: float = 20.0
+    portal_write_burst: int = 20
     #: Host names the web app answers to (``Host`` header); others get 400.
     #: Empty: any host.  Redirects are relative (web.security.relative_redirect); set it in production
     #: anyway, so that a request for another host name is refused (400).
@@ -366,6 +370,8 @@ class Config:
                                                  if t.strip())}
                if env.get("OPSBOARD_TICKET_ATTACHMENT_TYPES") else {}),
             ticket_round_robin=env.get("OPSBOARD_TICKET_ROUND_ROBIN", "") in ("1", "true", "yes"),
+            portal_writes_per_minute=_float(env, "OPSBOARD_PORTAL_WRITES_PER_MINUTE", 20.0, 0.01, 100_000.0),
+            portal_write_burst=_int(env, "OPSBOARD_PORTAL_WRITE_BURST", 20, 1, 100_000),
             trusted_hosts=_hosts(env.get("OPSBOARD_TRUSTED_HOSTS", "")),
             streams_url=_origin_url(env, "OPSBOARD_STREAMS_URL", base=True),
             streams_origins=tuple(_origin_url({"O": o.strip()}, "O", name="OPSBOARD_STREAMS_ORIGINS")

@@ -44,3 +44,6 @@ def register(cat) -> None:
     service.define_sla_report(cat)
     notify.declare_policies(cat)
     notify.ship_templates(cat)
+    # A customer's own ticket pages (issue 43): linked for end users, who hold inbox.view.
+    cat.add_page("my_tickets", "opsboard.web.portal:bp", endpoint="portal.index", permission="inbox.view",
+                 labels={"fa": "تیکت‌های من", "en": "My tickets"})

@@ -11,8 +11,8 @@ with the tenant, ``opsboard user-token --tenant``), so the notifications' ``memb
 their deliveries through; a requester whose membership is deactivated is suppressed (``membership``).
 
 What they say: :func:`ticket_variables` gives every template the ticket's number, subject and status
-and a ``link`` path -- ``/tickets/<id>`` (the dashboard) for agents, ``/api/v1/tickets/<id>`` (what
-the customer's app reads with their user token) for the requester -- read inside the event's tenant
+and a ``link`` path -- ``/tickets/<id>`` (the dashboard) for agents, ``/my/tickets/<id>`` (the
+customer's own ticket page, :mod:`opsboard.web.portal`) for the requester -- read inside the event's tenant
 only; a message event adds the message's first lines (``excerpt``), never an internal note's for the
 requester.  :data:`TEMPLATES` are the shipped fa and en texts of each channel of each policy
 (registered by :func:`ship_templates`, seeded by ``opsboard migrate`` and at start).
@@ -63,7 +63,7 @@ def ticket_variables(conn, event, user_id) -> dict:
         return {"ticket_number": "", "ticket_subject": "", "ticket_status": "", "link": "", "excerpt": ""}
     requester = str(user_id) == str(t["requester_id"])
     out = {"ticket_number": t["number"], "ticket_subject": t["subject"], "ticket_status": t["status"],
-           "link": f"/api/v1/tickets/{t['id']}" if requester else f"/tickets/{t['id']}", "excerpt": ""}
+           "link": f"/my/tickets/{t['id']}" if requester else f"/tickets/{t['id']}", "excerpt": ""}
     if event["type"] == "ticket.message_added" and payload.get("message_id"):
         m = db.one(conn, "ticket_message_notify_excerpt", {"id": payload["message_id"],
                                                            "tenant_id": event["tenant_id"], "limit": EXCERPT_CHARS})

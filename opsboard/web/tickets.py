@@ -2,7 +2,10 @@
 timeline and its actions as htmx forms (errors inline, in the form that caused them)."""
 from __future__ import annotations
 
-from flask import Blueprint, abort, make_response, redirect, render_template, request, send_file, url_for
+import functools
+
+from flask import (Blueprint, abort, current_app, make_response, redirect, render_template, request, send_file,
+                   url_for)
 from flask_babel import gettext as _
 from flask_login import current_user
 
@@ -64,7 +67,23 @@ def _queue(choices: bool = True) -> dict:
             "sla_states": service.SLA_STATES, "categories": categories}
 
 
+def customers_to_portal(view):
+    """An end user (inbox.view, no tickets.view) who opens an agent's ticket address -- an old
+    notification's link, a bookmark -- lands on their own ticket pages (/my/tickets, web.portal)
+    instead of a 403; the portal answers 404 for a ticket that is not theirs."""
+    @functools.wraps(view)
+    def wrapped(*args, **kwargs):
+        if current_user.is_authenticated and not current_user.has("tickets.view") \
+                and current_user.has("inbox.view") and "portal" in current_app.blueprints:
+            if "ticket_id" in kwargs:
+                return redirect(url_for("portal.detail", ticket_id=kwargs["ticket_id"]))
+            return redirect(url_for("portal.index"))
+        return view(*args, **kwargs)
+    return wrapped
+
+
 @bp.route("/")
+@customers_to_portal
 @requires("tickets.view")
 def index():
     return render_template("tickets/index.html", **_queue())
@@ -113,6 +132,7 @@ def _context(conn, ticket: dict, sent: str | None = None) -> dict:
 
 
 @bp.route("/<uuid:ticket_id>")
+@customers_to_portal
 @requires("tickets.view")
 def detail(ticket_id):
     with get_db().connection() as conn:

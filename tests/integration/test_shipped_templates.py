@@ -81,7 +81,7 @@ def test_a_public_reply_reads_as_a_message_with_a_link_for_the_requester(conn, d
     row = _inbox(conn, desk.requester["id"], ev)
     assert row["template_version"] == 1 and row["title"] != "ticket.message_added"
     assert "Refund late" in row["body"] and "We sent it again" in row["body"]
-    assert f"/api/v1/tickets/{t['id']}" in row["body"]
+    assert f"/my/tickets/{t['id']}" in row["body"] and "/api/v1/" not in row["body"]
     number = db.one(conn, "ticket_notify_variables", {"id": t["id"], "tenant_id": desk.tenant["id"]})["number"]
     from opsboard.persian import fa_digits
     assert fa_digits(number) in row["title"] or str(number) in row["title"]

@@ -106,7 +106,7 @@ def test_customer_ticket_agent_reply_and_sla_breach(stack, sandbox, browser, sho
     shots(page, "replied")
 
     # ---- the customer hears of the reply, in Persian, with a link; never of the note
-    link = f"/api/v1/tickets/{ticket_id}"
+    link = f"/my/tickets/{ticket_id}"   # the customer's ticket page (issue 43), not the API
 
     def customer_inbox():
         items = stack.api("GET", "/api/v1/inbox", customer_token).body.get("items", [])
@@ -123,7 +123,7 @@ def test_customer_ticket_agent_reply_and_sla_breach(stack, sandbox, browser, sho
     assert "REPLY-4410" in text and f'href="{link}"' in html and '<html lang="fa" dir="rtl">' in html
     everything_sent = json.dumps(sandbox.records(), default=str)
     assert "NOTE-7731" not in everything_sent                 # no email, push or SMS carries the note
-    detail = stack.api("GET", link, customer_token).body
+    detail = stack.api("GET", f"/api/v1/tickets/{ticket_id}", customer_token).body
     assert [m["kind"] for m in detail["messages"]].count("internal_note") == 0
     assert any("REPLY-4410" in m["body"] for m in detail["messages"])
 
@@ -179,7 +179,7 @@ def _assert_rows(c, tenant, ticket_id, agent, admin, customer):
     for n in notes:
         assert "NOTE-7731" not in n["body"] + n["title"] + json.dumps(n["data"])
         if n["recipient_id"] == customer["id"]:
-            assert f"/api/v1/tickets/{ticket_id}" in n["body"] and "REPLY-4410" in n["body"]
+            assert f"/my/tickets/{ticket_id}" in n["body"] and "REPLY-4410" in n["body"]
         else:
             assert f"View: /tickets/{ticket_id}" in n["body"] or f"مشاهده: /tickets/{ticket_id}" in n["body"]
     deliveries = c.execute("SELECT * FROM notification_deliveries").fetchall()
