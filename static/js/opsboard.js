@@ -193,3 +193,17 @@
     });
   });
 })();
+
+// Live regions refresh by morphing (htmx's morph swap with idiomorph, issue 44): the new HTML is
+// compared with the page and only what changed is touched, so the focused control, the scroll
+// position and the nodes themselves stay.  Two things the server cannot know are the user's: a
+// <details> they opened or closed (its `open` is left alone) and the value of the field they are in.
+(function () {
+  "use strict";
+  if (typeof Idiomorph === "undefined") { return; }
+  Idiomorph.defaults.ignoreActiveValue = true;
+  Idiomorph.defaults.callbacks.beforeAttributeUpdated = function (attr, node) {
+    if (attr === "open" && node instanceof HTMLDetailsElement) { return false; }
+    return true;
+  };
+})();
