@@ -14,6 +14,8 @@ rule                fires when                                                  
                     queue's target (``queue_age_targets``)
 ``no_worker``       a queue has ready jobs and no running worker serving it     the queue
                     was seen in the last ``worker_silence`` seconds
+``event_export_``   the oldest outbox event not yet exported to NATS JetStream  the stream
+``lag``             is older than ``export_lag_seconds`` (opsboard/outbox/export.py)
 ==================  =========================================================  ==========
 
 :func:`evaluate` keeps at most one open alert per (rule, key): a firing
@@ -60,7 +62,7 @@ from .schema import new_id
 
 log = logging.getLogger("worker.alerts")
 
-RULES = ("dead_rising", "error_code", "queue_age", "no_worker")
+RULES = ("dead_rising", "error_code", "queue_age", "no_worker", "event_export_lag")
 SEVERITIES = ("info", "warning", "critical")
 
 
@@ -83,6 +85,8 @@ class AlertConfig:
     #: A worker seen within this many seconds counts as live for no_worker.
     worker_silence: int = WORKER_LIVE_SECONDS
     queues: tuple[str, ...] = QUEUE_NAMES
+    #: event_export_lag fires when the oldest event not yet exported waited longer than this (seconds).
+    export_lag_seconds: float = 300.0
 
     def __post_init__(self):
         if min(self.dead_window, self.error_code_window, self.worker_silence) <= 0:
@@ -166,6 +170,17 @@ def firing_conditions(conn: psycopg.Connection, config: AlertConfig = AlertConfi
                 f"no live worker serves {row['queue']}, which has ready jobs",
                 {"queue": row["queue"], "silence_seconds": config.worker_silence,
                  "oldest_age_seconds": round(age, 1)}))
+
+    # Only streams an exporter ever wrote to (none: no export configured, nothing is "behind").
+    for row in db.all_rows(conn, "event_export_lag", {"now": now}):
+        if row["lag_seconds"] > config.export_lag_seconds:
+            found.append(Condition(
+                "event_export_lag", row["stream"], "warning",
+                f"{row['lag_events']} events not exported to stream {row['stream']}; the oldest waited "
+                f"{_fmt_seconds(row['lag_seconds'])} (threshold {_fmt_seconds(config.export_lag_seconds)})",
+                {"stream": row["stream"], "lag_events": row["lag_events"],
+                 "oldest_age_seconds": round(row["lag_seconds"], 1), "threshold": config.export_lag_seconds,
+                 "connected": row["connected"], "last_error": row["last_error"]}))
     return found
 
 
@@ -255,7 +270,8 @@ def alert_variables(conn: psycopg.Connection, event: dict, user_id) -> dict:
 _FA_SEVERITY = "{{ {'info': 'اطلاع', 'warning': 'هشدار', 'critical': 'بحرانی'}[severity] }}"
 _FA_RULE = ("{{ {'dead_rising': 'افزایش کارهای مرده', 'error_code': 'خطای تکرارشونده', "
             "'queue_age': 'انتظار طولانی در صف', 'no_worker': 'صف بدون کارگر', "
-            "'webhook_endpoint_disabled': 'وب‌هوک غیرفعال شد'}.get(rule, rule) }}")
+            "'webhook_endpoint_disabled': 'وب‌هوک غیرفعال شد', "
+            "'event_export_lag': 'عقب‌ماندن ارسال رویدادها'}.get(rule, rule) }}")
 _VARS = "severity, rule, key, summary, link"
 #: (key, channel, locale, subject, body, variables) shipped for both alert events.
 TEMPLATES = [

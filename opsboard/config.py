@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from dataclasses import dataclass, field, fields
 from importlib.resources import files
@@ -217,6 +218,38 @@ def parse_high_water(text: str) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class EventStreamSettings:
+    """Events exported to NATS JetStream (``opsboard/outbox/export.py``): off while ``url`` is empty."""
+
+    #: ``OPSBOARD_EVENT_STREAM_URL``: ``nats://host:port`` (or ``tls://``); empty: no export.
+    url: str = ""
+    #: ``OPSBOARD_EVENT_STREAM_NAME``: the JetStream stream (made when missing).
+    name: str = "OPSBOARD_EVENTS"
+    #: ``OPSBOARD_EVENT_SUBJECT_PREFIX``: subjects are ``<prefix>.<tenant slug>.<event type>``.
+    subject_prefix: str = "opsboard.events"
+
+    @classmethod
+    def from_env(cls, env) -> "EventStreamSettings":
+        url = (env.get("OPSBOARD_EVENT_STREAM_URL", "") or "").strip()
+        if url:
+            scheme, sep, rest = url.partition("://")
+            host = rest.rsplit("@", 1)[-1].split("/", 1)[0]
+            port = host.rpartition(":")[2] if ":" in host else "4222"
+            if scheme not in ("nats", "tls") or not sep or not host or host.startswith(":") \
+                    or not port.isdigit() or not 0 < int(port) < 65536 or any(c in rest for c in " \r\n?#"):
+                raise ConfigError("OPSBOARD_EVENT_STREAM_URL is not a nats:// or tls:// address "
+                                  "(e.g. nats://127.0.0.1:4222)")
+        name = env.get("OPSBOARD_EVENT_STREAM_NAME", "") or "OPSBOARD_EVENTS"
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
+            raise ConfigError(f"OPSBOARD_EVENT_STREAM_NAME={name!r} must be letters, digits, '_' or '-'")
+        prefix = env.get("OPSBOARD_EVENT_SUBJECT_PREFIX", "") or "opsboard.events"
+        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", prefix) or len(prefix) > 100:
+            raise ConfigError(f"OPSBOARD_EVENT_SUBJECT_PREFIX={prefix!r} must be dot-separated tokens of "
+                              "letters, digits, '_' or '-'")
+        return cls(url=url, name=name, subject_prefix=prefix)
+
+
+@dataclass(frozen=True)
 class Config:
     mode: str = "production"
     database_url: str | None = None
@@ -293,6 +326,8 @@ class Config:
     sse_max_streams: int = 2
     #: Deliveries to providers: SMTP, SMS, Web Push, webhooks, breakers.
     providers: ProviderSettings = field(default_factory=ProviderSettings)
+    #: Events exported to NATS JetStream (off unless ``OPSBOARD_EVENT_STREAM_URL`` is set).
+    event_stream: EventStreamSettings = field(default_factory=EventStreamSettings)
 
     @property
     def pgdata(self) -> Path:
@@ -380,6 +415,7 @@ class Config:
             streams_processes=_int(env, "OPSBOARD_STREAMS_PROCESSES", 1, 1, 64),
             sse_max_streams=_int(env, "OPSBOARD_SSE_MAX_STREAMS", 2, 0, 100_000),
             providers=ProviderSettings.from_env(env),
+            event_stream=EventStreamSettings.from_env(env),
         )
 
     def require_secret(self) -> None:

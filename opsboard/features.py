@@ -17,6 +17,7 @@ from . import alerts, deliveries, diagnostics, jobtypes, reports, tickets
 from .catalogue import Catalogue
 from .config import Config, ConfigError
 from .notifications import registration as notifications
+from .outbox import export as event_export
 
 #: The product's own features, in the order they register.
 FEATURES = (
@@ -26,6 +27,7 @@ FEATURES = (
     ("tickets", tickets.register),
     ("reports", reports.register),
     ("alerts", alerts.register),
+    ("event_export", event_export.register),
 )
 
 

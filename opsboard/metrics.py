@@ -374,6 +374,18 @@ def outbox_backlog(conn: psycopg.Connection, scope: TenantScope, now: datetime |
             "oldest_seconds": None if row["oldest_seconds"] is None else max(0.0, float(row["oldest_seconds"]))}
 
 
+def event_export_lag(conn: psycopg.Connection, now: datetime | None = None) -> list[dict]:
+    """The export to NATS JetStream (opsboard/outbox/export.py), one row per stream an exporter ever
+    wrote to (none: no export configured): ``stream``, ``server``, ``connected``, ``last_error``,
+    ``exported``, ``duplicates``, ``heartbeat_at``, ``lag_events`` (events not yet exported) and
+    ``lag_seconds`` (the oldest one's age, 0 when none waits).  Platform-wide: operator staff only."""
+    rows = db.all_rows(conn, "event_export_lag", {"now": now})
+    for r in rows:
+        r["lag_events"] = int(r["lag_events"])
+        r["lag_seconds"] = max(0.0, float(r["lag_seconds"]))
+    return rows
+
+
 class QueueCollector:
     """A prometheus-client collector reading the queue's tables at scrape time."""
 
@@ -404,6 +416,11 @@ class QueueCollector:
                                    "Outbox events parked as unroutable (relayed without jobs) in the last 24 h")
         paused = GaugeMetricFamily("opsboard_paused", "Held by an operator (issue 28): 1 per paused queue, type, "
                                    "tenant or provider", labels=["kind", "target"])
+        export_events = GaugeMetricFamily("opsboard_event_export_lag_events",
+                                          "Outbox events not yet exported to the NATS JetStream stream", labels=["stream"])
+        export_seconds = GaugeMetricFamily("opsboard_event_export_lag_seconds",
+                                           "Age of the oldest outbox event not yet exported (0 when none waits)",
+                                           labels=["stream"])
         with self.database.connection() as conn:
             scope = TenantScope(all=True)
             # Read only (a scrape writes nothing): holds past their resume time are left out.
@@ -413,6 +430,10 @@ class QueueCollector:
             unrelayed.add_metric([], backlog["waiting"])
             lag.add_metric([], backlog["oldest_seconds"] or 0.0)
             parked.add_metric([], backlog["parked_24h"])
+            # Only streams an exporter ever wrote to (opsboard/outbox/export.py; none: no gauges).
+            for r in event_export_lag(conn):
+                export_events.add_metric([r["stream"]], r["lag_events"])
+                export_seconds.add_metric([r["stream"]], r["lag_seconds"])
             for qh in queue_health(conn, scope):
                 for th in qh.types:
                     for status, n in th.depth.items():
@@ -433,7 +454,8 @@ class QueueCollector:
                 live.add_metric([state], n)
             for r in db.all_rows(conn, "service_error_totals"):
                 service_errors.add_metric([r["service"]], float(r["errors"]))
-        yield from (depth, oldest, completed, p95, live, abandoned, service_errors, unrelayed, lag, parked, paused)
+        yield from (depth, oldest, completed, p95, live, abandoned, service_errors, unrelayed, lag, parked, paused,
+                      export_events, export_seconds)
 
 
 def prometheus_text(database) -> bytes:

@@ -35,5 +35,5 @@ from __future__ import annotations
 
 from .registry import define_event, define_upcaster, event_type, event_types, EventField, EventRefused, EventType, latest_version, MAX_PAYLOAD_BYTES, run_at_relay, subscribe, Subscription, subscriptions, upcast  # noqa: F401
 from .personal_data import personal_data_kind, redact_personal_data  # noqa: F401
-from .publish import answer_time, publish, publish_admitted, publish_once, Published, validate_payload  # noqa: F401
+from .publish import answer_time, envelope, publish, publish_admitted, publish_once, Published, validate_payload  # noqa: F401
 from .relay import default_job_payload, job_id_for, jobs_for, PARK_AFTER, relay_events, RelayResult, sql_routes  # noqa: F401

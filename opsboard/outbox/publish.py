@@ -197,6 +197,21 @@ def answer_time(at: datetime) -> str:
     return at.astimezone(timezone.utc).isoformat(timespec="microseconds")  # ...+00:00, as strftime wrote it
 
 
+def envelope(event: dict, redacted: list[str] | None = None) -> dict:
+    """An event's envelope as the API answers it (``POST /api/v1/events``), and as the export to NATS
+    JetStream carries it (:mod:`.export`): id, type, version, aggregate, correlation id and, when the
+    event has one yet, ``occurred_at`` (the database adds it to the answer it stores for an
+    Idempotency-Key); ``redacted_fields`` when the API masked personal data."""
+    out = {"id": str(event["id"]), "type": event["type"], "version": event["version"],
+           "aggregate": {"type": event["aggregate_type"], "id": event["aggregate_id"]},
+           "correlation_id": event["correlation_id"]}
+    if event.get("occurred_at") is not None:
+        out["occurred_at"] = answer_time(event["occurred_at"])
+    if redacted:
+        out["redacted_fields"] = redacted
+    return out
+
+
 @dataclass(frozen=True)
 class Published:
     """What :func:`publish_once` did: ``verdict`` (admission), and ``status``/``response`` -- the answer

@@ -114,6 +114,9 @@ WITH old AS (
     SELECT id FROM outbox_events
     WHERE id > %(after_id)s::uuid AND id < %(cutoff_id)s::uuid
       AND relayed_at IS NOT NULL AND relayed_at < %(cutoff)s::timestamptz
+      -- While an export to NATS JetStream runs (a row in event_export_state, migration 0071), an
+      -- event it has not sent yet stays: a stream that was away for days still gets every event.
+      AND (exported_at IS NOT NULL OR NOT EXISTS (SELECT 1 FROM event_export_state))
     ORDER BY id
     LIMIT %(limit)s
 ), gone AS (

@@ -19,11 +19,14 @@ def _context() -> dict:
         health = metrics.queue_health(conn, current_scope("jobs.view"))
         top_codes = dashboard.top_error_codes(conn, current_scope("jobs.view"))
         outbox = metrics.outbox_backlog(conn, current_scope("jobs.view"))
+        # The export to NATS JetStream is the platform's, not a tenant's: operator staff only.
+        event_export = metrics.event_export_lag(conn) if current_scope("jobs.view").all else []
     with get_db().connection() as conn:  # holds: the primary's (listing them resumes the expired ones)
         holds = holds_context(conn)
     # The replica's state is the platform's, not a tenant's: operator staff only.
     replica = get_reads().status() if current_scope("jobs.view").all else None
-    return {**holds, "replica": replica, "health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox}
+    return {**holds, "replica": replica, "health": health, "sparkline": sparkline, "inf": float("inf"), "top_codes": top_codes, "outbox": outbox,
+            "event_export": event_export}
 
 
 @bp.route("/")

@@ -13,16 +13,9 @@ from .common import (Problem, authenticate, conflict, correlation_id, field, ide
 
 
 def _envelope(event: dict, redacted: list[str] | None = None) -> dict:
-    """The answer to a published event; without ``occurred_at`` when the event has none yet (the database
-    adds it to the answer it stores for an Idempotency-Key)."""
-    out = {"id": str(event["id"]), "type": event["type"], "version": event["version"],
-           "aggregate": {"type": event["aggregate_type"], "id": event["aggregate_id"]},
-           "correlation_id": event["correlation_id"]}
-    if event.get("occurred_at") is not None:
-        out["occurred_at"] = outbox.answer_time(event["occurred_at"])
-    if redacted:
-        out["redacted_fields"] = redacted
-    return out
+    """The answer to a published event: :func:`opsboard.outbox.envelope` (the event stream's messages
+    carry the same)."""
+    return outbox.envelope(event, redacted)
 
 
 #: What ``jsonify`` writes (sorted keys, compact, ASCII), built once: a replay's answer (``jsonify`` of the
