@@ -15,7 +15,10 @@ subscriber ``notify``).  For one event:
    (``opsboard_quiet_until``), the same order as
    :func:`opsboard.notifications.policy.check` -- and writes one delivery per
    recipient x event x channel and a ``notifications.deliver`` job per new
-   queued delivery (``run_at`` = the quiet window's end when deferred) -- the
+   queued delivery (``run_at`` = the quiet window's end when deferred) -- or, for a
+   channel collected into a digest (policy.digest_kind), opens the recipient's digest
+   (its first item, queued at the digest's flush time) or counts the delivery in the
+   open one (``digested``, no job: :mod:`.digest`) -- the
    inbox channel's delivery is the inbox row itself, a deliveries row only when
    suppressed (``notification_deliveries`` shows both); then,
    last, the inbox rows (``notification_inbox_insert``) under a transaction
@@ -221,6 +224,9 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             "job_queue": job["queue"], "job_priority": job["priority"], "job_max_attempts": job["max_attempts"],
             "job_expires_at": job["expires_at"], "correlation_id": job["correlation_id"],
             "notify_limit": BROADCAST_OVER + 1, "now": now}
+        # Digests: the policy's window or schedule and the event's key (the quiet hours' collecting is the
+        # statement's own): policy.digest_kind is the rule.
+        params.update(policymod.digest_params(pol, event))
         if pol.variables is None:
             params["texts"] = json.dumps(_inbox_texts(conn, pol, event, live, tenant_locale, user_ids))
         # Deliveries and jobs first, chunk by chunk, without the inbox lock; then the lock and the
@@ -237,6 +243,8 @@ def fan_out(conn: psycopg.Connection, event_id, now: datetime | None = None, *, 
             r = db.one(conn, "notification_fanout_chunk", params)
             for k in ("deliveries", "jobs", "suppressed"):
                 counts[k] += r[k]
+            if r["digested"]:
+                counts["digested"] = counts.get("digested", 0) + r["digested"]
             if r["inbox_users"] != "{}":
                 pending.append(({"inbox_users": r["inbox_users"], "inbox_ids": r["inbox_ids"],
                                  "inbox_keys": r["inbox_keys"]}, params["texts"]))

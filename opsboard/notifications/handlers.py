@@ -19,7 +19,8 @@ come from the catalogue: email, SMS and push from the deliveries feature, an
 extension's from its module.  The delivery stays ``queued`` until the provider
 job answers; a delivery already handed over or no longer queued is left alone
 (idempotent).  A critical category's messages are handed over as critical,
-with :data:`policy.CRITICAL_TTL`.
+with :data:`policy.CRITICAL_TTL`.  The first delivery of a digest (its head) closes the digest and
+sends its text when it collected more than one item (:mod:`opsboard.notifications.digest`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import uuid
 from opsboard import channels, db, retry
 from opsboard.auth import TenantScope
 from opsboard.notifications import fanout as fanoutmod
+from opsboard.notifications import digest as digestmod
 from opsboard.notifications import policy, render, render_sandbox, templates
 
 GENERIC_TITLE = "New notification"
@@ -95,6 +97,14 @@ def deliver(job):
         chain = render.locale_chain(d["user_locale"], tenant_locale)
         variables = fanoutmod.variables_for(conn, pol, event, d["recipient_id"])
         layers = templates.layers(conn, pol.template, d["tenant_id"])
+        # The first item of a digest is its flush (opsboard.notifications.digest): the digest is closed here,
+        # in the transaction that hands it over, and with more than one item its text is the digest's.
+        collected = digestmod.close(conn, d)
+        if collected is not None and collected["taken"]:
+            return retry.Success(ref=collected["provider_ref"])
+        if collected is not None and collected["item_count"] > 1:
+            layers = templates.layers(conn, digestmod.TEMPLATE_KEY, d["tenant_id"])
+            variables = {**variables, **digestmod.variables(collected, chain)}
         try:
             out = fanoutmod.render_layers(layers, ch.template_channel, chain, variables)
         except render_sandbox.RenderUnavailable as exc:

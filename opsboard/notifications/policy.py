@@ -15,6 +15,8 @@ Declare once per event type, in the owning feature's ``register(catalogue)``::
         template="ticket.assigned",        # template key (default: the event type)
         variables=None,                    # callable(conn, event, user_id) -> dict for the template
                                            #   (default: the event payload)
+        digest=None,                       # digest.window(minutes=10, key="ticket_id") or
+                                           #   digest.daily("09:00"): one send per window (below)
     )
 
 ``declare`` also subscribes the event type to the ``notifications.fanout``
@@ -37,6 +39,12 @@ whole chunk of recipients in SQL, ``notification_fanout_chunk``):
    entry says ``sensitive="approved"``) unless the category is approved for SMS, and
    a push of sensitive content always carries the generic title only
    (:func:`opsboard.channels.sensitive_rules`).
+
+Then the digest decision (:func:`digest_kind`, the one place; the chunk statement applies it
+set-based): a passing channel other than the inbox, of a category that is not critical, is
+collected into the recipient's open digest of (channel, category, key) when the policy digests, or
+when the recipient is in quiet hours -- sent once at the window's end instead of once per item
+(:mod:`opsboard.notifications.digest`).  The inbox row of every item is written as before.
 """
 from __future__ import annotations
 
@@ -49,6 +57,7 @@ from typing import Any, Callable, Iterable
 from .. import catalogue as _catalogue
 from .. import channels as _channels
 from .. import db, jobtypes, outbox
+from . import digest as _digest
 
 # The channels a policy may name are the catalogue's (opsboard.channels: inbox, push, sms, email and
 # any an extension registers).  ``inbox`` is the source of truth; SSE is the live view of the inbox
@@ -139,18 +148,22 @@ class Policy:
     variables: Callable[[Any, dict, Any], dict] | None
     version: int
     audience: Audience | None = None
+    #: One send per window for the channels other than the inbox (:mod:`.digest`); None: each item sends.
+    digest: _digest.Digest | None = None
 
 
 def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, channels: Iterable[str],
             recipients: Callable[[Any, dict], Iterable] | None = None, audience: Audience | None = None,
             sensitivity: str = "normal", permission: str | None = None, template: str | None = None,
-            variables: Callable[[Any, dict, Any], dict] | None = None, version: int = 1) -> Policy:
+            variables: Callable[[Any, dict, Any], dict] | None = None, version: int = 1,
+            digest: _digest.Digest | None = None) -> Policy:
     """Declare the notification policy of ``event_type`` (see the module docstring).
 
     ``recipients(conn, event)`` gets the stored envelope (``payload`` upcast to
     ``version``) and returns platform user ids; a broadcast names an
     ``audience`` instead (:func:`tenant_members`), read in pages.  Exactly one of
-    the two.  Redeclaring replaces.
+    the two.  Redeclaring replaces.  ``digest``: :func:`opsboard.notifications.digest.window` or
+    :func:`~opsboard.notifications.digest.daily` (refused for a critical category: it never waits).
     """
     known = catalogue.categories
     if category not in known:
@@ -170,8 +183,12 @@ def declare(catalogue: _catalogue.Catalogue, event_type: str, *, category: str, 
         raise ValueError("recipients must be callable(conn, event) -> user ids")
     if audience is not None and not isinstance(audience, Audience):
         raise ValueError("audience must be a policy.Audience (policy.tenant_members(...))")
+    if digest is not None and not isinstance(digest, _digest.Digest):
+        raise ValueError("digest must be digest.window(...) or digest.daily(...)")
+    if digest is not None and known[category].critical:
+        raise ValueError(f"a critical category ({category}) never waits in a digest")
     pol = Policy(event_type, category, sensitivity, chans, recipients, permission, template or event_type,
-                 variables, int(version), audience)
+                 variables, int(version), audience, digest)
     catalogue.policies[event_type] = pol
     catalogue.changed()
     # A critical category (OTP, security) fans out on the critical queue, whose
@@ -204,6 +221,8 @@ class Decision:
     available_at: datetime | None = None
     #: Push must use the generic title (sensitive content, whatever the category).
     generic: bool = False
+    #: Collected into a digest of this kind (``window``, ``schedule``, ``quiet``), sent at ``available_at``.
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +237,9 @@ class RecipientFacts:
     quiet_until: datetime | None = None
     #: Whether the recipient can be reached on the channel at all (phone, email, device).
     reachable: dict[str, bool] | None = None
+    #: The recipient's time zone (a scheduled digest) and the time of the decision (None: no flush time).
+    time_zone: str | None = None
+    now: datetime | None = None
 
 
 def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
@@ -239,9 +261,32 @@ def check(pol: Policy, channel: str, facts: RecipientFacts) -> Decision:
     generic = bool(generics)
     if refused:
         return Decision("suppressed", "sensitivity")
+    kind = digest_kind(pol, channel, facts.quiet_until)
+    if kind is not None:
+        due = facts.quiet_until if facts.now is None else _digest.flush_at(
+            facts.now, kind, seconds=pol.digest.seconds if pol.digest else 0,
+            at=pol.digest.at if pol.digest else None, time_zone=facts.time_zone, quiet_until=facts.quiet_until)
+        return Decision("deferred", "quiet_hours" if kind == "quiet" else "digest", due, generic, kind)
     if deferred:
         return Decision("deferred", "quiet_hours", facts.quiet_until, generic)
     return Decision("queued", None, None, generic)
+
+
+def digest_kind(pol: Policy, channel: str, quiet_until: datetime | None) -> str | None:
+    """Whether a passing delivery waits in a digest, and which kind: the policy's (``window``,
+    ``schedule``), else ``quiet`` inside the recipient's quiet hours, else None (sent now).  Never the
+    inbox (it keeps every item) nor a critical category (an OTP never waits).  The chunk statement
+    (``notification_fanout_chunk``) applies the same rule with :func:`digest_params`."""
+    if channel == "inbox" or category(pol.category).critical:
+        return None
+    if pol.digest is not None:
+        return pol.digest.kind
+    return "quiet" if quiet_until is not None else None
+
+
+def digest_params(pol: Policy, event: dict) -> dict:
+    """The chunk statement's digest parameters of one event (see :func:`digest_kind`)."""
+    return _digest.sql_params(pol.digest, event.get("payload") or {}, category(pol.category).critical)
 
 
 def register(cat: _catalogue.Catalogue) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 from .. import channels
 from ..catalogue import Catalogue
 from ..persian import marked as _l
-from . import policy, render_sandbox, templates
+from . import digest, policy, render_sandbox, templates
 
 
 def register(cat: Catalogue) -> None:
     """Register the notification tier in ``cat`` (policies come with the features whose events they notify)."""
     policy.register(cat)
+    # The digest's shipped text (opsboard.notifications.digest): fa and en, email, SMS and push.
+    digest.ship_templates(cat)
     # The inbox: the fan-out writes its row (the inbox channel's delivery) itself, so it has no
     # hand-over and needs no address; quiet hours never defer it.
     channels.define_channel(cat, "inbox", label=_l("Inbox"), hand_over=None, reach=None, subject=True,

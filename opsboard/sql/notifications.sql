@@ -38,6 +38,15 @@ ORDER BY m.user_id LIMIT %(limit)s;
 -- that carry it only for an approved category, SMS; %(generic_channels)s show a generic title, push;
 -- opsboard.channels.sensitive_rules).  Quiet hours
 -- defer a non-inbox channel of a non-critical category to the window's end.
+-- Digests (migration 0076, opsboard.notifications.digest; the decision is
+-- opsboard.notifications.policy.digest_kind): a passing non-inbox channel of a non-critical
+-- category is collected when the policy digests (%(digest_kind)s 'window' or 'schedule', keyed
+-- by %(digest_key)s) or the recipient is in quiet hours ('quiet'): the upsert of the open digest
+-- of (recipient, channel, category, key) either opens one -- its id is this delivery's, which is
+-- queued with its job at the digest's flush time (the head) -- or counts the item in the open one,
+-- and the delivery is written 'digested', naming it, without a job.  Rows are upserted in
+-- (recipient, channel) order, so two fan-outs over the same recipients lock the open digests in
+-- one order.
 -- %(delivery_ids)s holds n_users x n_channels pre-made ids (user-major, channel
 -- order of %(channels)s); a queued delivery's job has the delivery's id, which is
 -- what keeps it one job per delivery (jobs_pkey): no idempotency key, one index
@@ -78,6 +87,7 @@ facts AS (
            coalesce(mm.active, false) AS membership_active,
            coalesce(own.prefs, '{}'::jsonb) AS own_prefs,
            p.locale AS user_locale, p.phone, coalesce(dv.n, 0) AS devices,
+           coalesce(p.time_zone, q.time_zone) AS time_zone,
            CASE WHEN q.user_id IS NOT NULL
                 THEN opsboard_quiet_until(coalesce(%(now)s::timestamptz, now()), q.time_zone, q.start_time,
                                           q.end_time, q.days) END AS quiet_until
@@ -125,23 +135,48 @@ new_inbox AS (
                       WHEN d.user_locale = ANY(%(text_locales)s::text[]) THEN d.user_locale ELSE '' END AS k
           FROM decided d WHERE d.channel = 'inbox' AND d.reason IS NULL) y
 ),
+digests AS (
+    INSERT INTO notification_digests AS g (id, tenant_id, recipient_id, channel, category, digest_key, kind,
+                                           opened_at, flush_at, first_event_id, last_event_id,
+                                           first_notification_id, last_notification_id, last_at)
+    SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
+           %(tenant_id)s, d.user_id, d.channel, %(category)s, %(digest_key)s,
+           coalesce(%(digest_kind)s::text, 'quiet'), coalesce(%(now)s::timestamptz, now()),
+           opsboard_digest_flush_at(coalesce(%(now)s::timestamptz, now()), coalesce(%(digest_kind)s::text, 'quiet'),
+                                    %(digest_seconds)s::integer, %(digest_at)s::time, d.time_zone, d.quiet_until),
+           %(event_id)s, %(event_id)s, ni.inbox_id, ni.inbox_id, coalesce(%(now)s::timestamptz, now())
+    FROM decided d
+    LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
+    WHERE d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s
+      AND (%(digest_kind)s::text IS NOT NULL OR d.quiet_until IS NOT NULL)
+    ORDER BY d.user_id, d.channel
+    ON CONFLICT (tenant_id, recipient_id, channel, category, digest_key) WHERE status = 'open'
+    DO UPDATE SET item_count = g.item_count + 1, last_event_id = excluded.last_event_id,
+                  last_notification_id = excluded.last_notification_id, last_at = excluded.last_at
+    RETURNING g.id, g.recipient_id, g.channel, g.flush_at
+),
 new_deliveries AS (
     INSERT INTO deliveries (id, tenant_id, recipient_id, event_id, event_type, notification_id, channel, status,
                             suppression_reason, deferred_until, generic, template_key, template_version, locale,
-                            job_id, created_at, updated_at)
-    SELECT (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx],
-           %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, ni.inbox_id, d.channel,
+                            job_id, digest_id, created_at, updated_at)
+    SELECT d.delivery_id, %(tenant_id)s, d.user_id, %(event_id)s, %(event_type)s, ni.inbox_id, d.channel,
            CASE WHEN d.reason IS NOT NULL THEN 'suppressed' WHEN d.channel = 'inbox' THEN 'delivered'
+                WHEN dg.id IS NOT NULL AND dg.id <> d.delivery_id THEN 'digested'
                 ELSE 'queued' END,
            d.reason,
-           CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
+           CASE WHEN dg.id = d.delivery_id THEN dg.flush_at
+                WHEN dg.id IS NOT NULL THEN NULL
+                WHEN d.reason IS NULL AND d.channel <> 'inbox' AND NOT %(critical)s THEN d.quiet_until END,
            d.reason IS NULL AND d.channel = ANY(%(generic_channels)s::text[]),   -- sensitive: a generic title, always
            %(template_key)s, NULL, coalesce(d.user_locale, %(tenant_locale)s),
-           CASE WHEN d.reason IS NULL AND d.channel <> 'inbox'
-                THEN (%(delivery_ids)s::uuid[])[(d.ord - 1) * cardinality(%(channels)s::text[]) + d.idx] END,
+           CASE WHEN d.reason IS NULL AND d.channel <> 'inbox' AND (dg.id IS NULL OR dg.id = d.delivery_id)
+                THEN d.delivery_id END,
+           dg.id,
            coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now())
-    FROM decided d
+    FROM (SELECT x.*, (%(delivery_ids)s::uuid[])[(x.ord - 1) * cardinality(%(channels)s::text[]) + x.idx]
+                      AS delivery_id FROM decided x) d
     LEFT JOIN new_inbox ni ON ni.user_id = d.user_id
+    LEFT JOIN digests dg ON dg.recipient_id = d.user_id AND dg.channel = d.channel
     WHERE d.channel <> 'inbox' OR d.reason IS NOT NULL
     RETURNING id, status, deferred_until
 ),
@@ -161,6 +196,7 @@ new_jobs AS (
 )
 SELECT (SELECT count(*) FROM new_deliveries) AS deliveries,
        (SELECT count(*) FROM new_deliveries WHERE status = 'suppressed') AS suppressed,
+       (SELECT count(*) FROM new_deliveries WHERE status = 'digested') AS digested,
        (SELECT count(*) FROM new_jobs) AS jobs,
        (SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_users,
        (SELECT coalesce(array_agg(inbox_id ORDER BY user_id), '{}')::text FROM new_inbox) AS inbox_ids,
