@@ -258,13 +258,24 @@ def oncall_staff(conn: psycopg.Connection, event: dict) -> list:
     return [r["id"] for r in db.all_rows(conn, "alert_oncall_staff", {"roles": roles})]
 
 
+#: The parts an alert's text is built from, per rule, in every language (issue 43): the stored summary is
+#: English; a Persian text is written from these, never around the English sentence.
+_PART_DEFAULTS = {"count": 0, "threshold": 0, "window": 0, "code": "", "queue": "", "age": 0, "target": 0}
+
+
 def alert_variables(conn: psycopg.Connection, event: dict, user_id) -> dict:
-    """What an alert notification says: the alert's summary, rule, key and severity, and its page."""
+    """What an alert notification says: the alert's English summary, rule, key, its page (``link``), and
+    the parts each language writes its own sentence from (``count``, ``threshold``, ``window``,
+    ``code``, ``queue``, ``age``, ``target``; seconds for the durations)."""
     aid = _alert_uuid(event["payload"].get("alert_id"))
     alert = db.one(conn, "alert_get", {"id": aid, "scope_all": True, "scope_ids": []}) if aid else None
     if alert is None:
-        return {"summary": "", "key": "", "link": "/alerts/"}
-    return {"summary": alert["summary"], "key": alert["key"], "link": f"/alerts/{alert['id']}"}
+        return {"summary": "", "key": "", "link": "/alerts/", **_PART_DEFAULTS}
+    d = alert.get("details") or {}
+    parts = {"count": d.get("dead", d.get("jobs", 0)), "threshold": d.get("threshold", 0),
+             "window": d.get("window_seconds", 0), "code": d.get("error_code", ""), "queue": d.get("queue", ""),
+             "age": d.get("oldest_age_seconds", 0), "target": d.get("target_seconds", 0)}
+    return {"summary": alert["summary"], "key": alert["key"], "link": f"/alerts/{alert['id']}", **parts}
 
 
 _FA_SEVERITY = "{{ {'info': 'اطلاع', 'warning': 'هشدار', 'critical': 'بحرانی'}[severity] }}"
@@ -272,25 +283,42 @@ _FA_RULE = ("{{ {'dead_rising': 'افزایش کارهای مرده', 'error_cod
             "'queue_age': 'انتظار طولانی در صف', 'no_worker': 'صف بدون کارگر', "
             "'webhook_endpoint_disabled': 'وب‌هوک غیرفعال شد', "
             "'event_export_lag': 'عقب‌ماندن ارسال رویدادها'}.get(rule, rule) }}")
-_VARS = "severity, rule, key, summary, link"
-#: (key, channel, locale, subject, body, variables) shipped for both alert events.
+#: The key in Persian: "all" translated, any other (a queue, an error code, an endpoint id) a left-to-right island.
+_FA_KEY = "{% if key == 'all' %}همه{% else %}{{ key|ltr }}{% endif %}"
+#: The summary written in Persian from the alert's parts (the dashboard's words, opsboard.web.alerts), each id,
+#: code, queue and number a left-to-right island (``ltr``: Unicode isolates in text, <bdi dir="ltr"> in HTML).
+_FA_SUMMARY = (
+    "{% if rule == 'dead_rising' %}{{ count|fa_digits|ltr }} کار در {{ window|duration('fa') }} گذشته مرده شد"
+    " (آستانه {{ threshold|fa_digits|ltr }})"
+    "{% elif rule == 'error_code' %}{{ count|fa_digits|ltr }} کار در {{ window|duration('fa') }} گذشته با "
+    "{{ code|ltr }} ناموفق شد"
+    "{% elif rule == 'queue_age' %}قدیمی‌ترین کار آماده در {{ queue|ltr }}، {{ age|duration('fa') }} منتظر مانده "
+    "است (هدف {{ target|duration('fa') }})"
+    "{% elif rule == 'no_worker' %}هیچ کارگر زنده‌ای به {{ queue|ltr }} که کار آماده دارد، سرویس نمی‌دهد"
+    "{% elif rule == 'webhook_endpoint_disabled' %}نقطهٔ پایانی وب‌هوک {{ key|ltr }} غیرفعال شد"
+    "{% else %}" + _FA_RULE + "{% endif %}")
+_FA_TITLE = _FA_SEVERITY + ": " + _FA_RULE + " (" + _FA_KEY + ")"
+_VARS = "severity, rule, key, summary, link, count, threshold, window, code, queue, age, target"
+#: (key, channel, locale, subject, body, variables) shipped for both alert events.  Each language writes its
+#: own sentence from the parts (issue 43): Persian never wraps the English summary.
 TEMPLATES = [
-    ("inbox", "fa", _FA_SEVERITY + ": " + _FA_RULE + " ({{ key }})", "{{ summary }} مشاهده: {{ link }}"),
+    ("inbox", "fa", _FA_TITLE, _FA_SUMMARY + ". مشاهده: {{ link|ltr }}"),
     ("inbox", "en", "{{ severity|capitalize }} alert: {{ rule }} ({{ key }})", "{{ summary }}. View: {{ link }}"),
-    ("email", "fa", _FA_SEVERITY + ": " + _FA_RULE + " ({{ key }})",
-     "<p><b>" + _FA_SEVERITY + "</b> — " + _FA_RULE + " ({{ key }})</p><p>{{ summary }}</p>"
+    ("email", "fa", _FA_TITLE,
+     "<p><b>" + _FA_SEVERITY + "</b> — " + _FA_RULE + " (" + _FA_KEY + ")</p><p>" + _FA_SUMMARY + "</p>"
      "<p><a href=\"{{ link }}\">مشاهدهٔ هشدار</a></p>"),
     ("email", "en", "{{ severity|capitalize }} alert: {{ rule }} ({{ key }})",
      "<p><b>{{ severity|capitalize }}</b> — {{ rule }} ({{ key }})</p><p>{{ summary }}</p>"
      "<p><a href=\"{{ link }}\">View the alert</a></p>"),
-    ("push", "fa", _FA_SEVERITY + ": " + _FA_RULE, "{{ summary }}"),
+    ("push", "fa", _FA_SEVERITY + ": " + _FA_RULE, _FA_SUMMARY),
     ("push", "en", "{{ severity|capitalize }} alert: {{ rule }}", "{{ summary }}"),
-    ("sms", "fa", "", _FA_SEVERITY + " opsboard: {{ summary }}"),
+    ("sms", "fa", "", _FA_SEVERITY + " \u2066opsboard\u2069: " + _FA_SUMMARY),
     ("sms", "en", "", "opsboard {{ severity }}: {{ summary }}"),
 ]
 _SAMPLE = {"severity": "critical", "rule": "no_worker", "key": "critical",
            "summary": "no live worker serves critical, which has ready jobs",
-           "link": "/alerts/01900000-0000-7000-8000-000000000000"}
+           "link": "/alerts/01900000-0000-7000-8000-000000000000",
+           "count": 0, "threshold": 0, "window": 0, "code": "", "queue": "critical", "age": 95, "target": 30}
 
 
 
@@ -341,7 +369,8 @@ def register(cat) -> None:
             if channel in channels:
                 sample = dict(_SAMPLE) if key == "alert.critical" else {
                     **_SAMPLE, "severity": "warning", "rule": "dead_rising", "key": "all",
-                    "summary": "14 jobs went dead in the last 10 min (threshold 10)"}
+                    "summary": "14 jobs went dead in the last 10 min (threshold 10)",
+                    "count": 14, "threshold": 10, "window": 600, "queue": ""}
                 cat.ship_template(key, channel, locale, subject, body, _VARS, sample)
     cat.services["alerts"] = lambda config: AlertService(AlertConfig.from_config(config))
 

@@ -96,6 +96,9 @@ class Rendered:
     title: str | None = None
     #: Sensitive content: the channel must not show the text (push: the generic title only).
     generic: bool = False
+    #: The notification's object, absolute on ``OPSBOARD_PUBLIC_URL`` when set (a push's deep link);
+    #: None when it is about nothing with a page.
+    link: str | None = None
 
 
 @dataclass(frozen=True)

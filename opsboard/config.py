@@ -106,6 +106,9 @@ class ProviderSettings:
     breaker_cooldown_max: float = 600.0
     #: An endpoint failing without a single success for this long is disabled.
     endpoint_disable_after: float = 3 * 24 * 3600.0
+    #: ``OPSBOARD_PUBLIC_URL``: the address people open the dashboard at (``https://ops.example.com``);
+    #: emails carry absolute links and pushes a deep link built on it.  Empty: links stay paths.
+    public_url: str = ""
 
     @classmethod
     def from_env(cls, env=None) -> "ProviderSettings":
@@ -145,6 +148,13 @@ class ProviderSettings:
         subject = env.get("OPSBOARD_VAPID_SUBJECT", "") or "mailto:ops@localhost"
         if not subject.startswith(("mailto:", "https://")):
             raise ConfigError(f"OPSBOARD_VAPID_SUBJECT={subject!r} must start with mailto: or https://")
+        public_url = (env.get("OPSBOARD_PUBLIC_URL", "") or "").strip().rstrip("/")
+        if public_url:
+            p_scheme, p_sep, p_rest = public_url.partition("://")
+            if p_scheme not in ("http", "https") or not p_sep or not p_rest or any(
+                    c in p_rest for c in "?#\\ \r\n") or p_rest.startswith("/"):
+                raise ConfigError(f"OPSBOARD_PUBLIC_URL={public_url!r} is not an http(s) address without a "
+                                  "query or fragment (e.g. https://ops.example.com)")
         rate = _float(env, "OPSBOARD_BREAKER_FAILURE_RATE", 0.5, 0.01, 1.0)
         cooldown = _float(env, "OPSBOARD_BREAKER_COOLDOWN", 30.0, 0.01, 86400)
         cooldown_max = _float(env, "OPSBOARD_BREAKER_COOLDOWN_MAX", 600.0, 0.01, 86400)
@@ -177,6 +187,7 @@ class ProviderSettings:
             breaker_cooldown=cooldown,
             breaker_cooldown_max=cooldown_max,
             endpoint_disable_after=_float(env, "OPSBOARD_WEBHOOK_DISABLE_AFTER", 3 * 24 * 3600.0, 1, 365 * 86400),
+            public_url=public_url,
         )
 
 

@@ -101,9 +101,11 @@ def register(cat: _catalogue.Catalogue) -> None:
            backoff_cap=10.0, description="A one-time password SMS: critical queue, expires.")
     define(cat, "push.send", handler="opsboard.deliveries.handlers:push_send",
            fields={"subscription_id": Field(uuid.UUID), "notification_id": Field(uuid.UUID),
-                   "title": Field(str, required=False, max_length=80)},
+                   "title": Field(str, required=False, max_length=80),
+                   "url": Field(str, required=False, max_length=600)},
            on_replay="delivery_push_reopen", on_cancel="delivery_push_cancel", provider="webpush", max_attempts=6, timeout=30, backoff_base=5.0, backoff_cap=3600.0,
-           description="One Web Push message: the notification id and a generic title, nothing sensitive.")
+           description="One Web Push message: the notification id, a generic title and the deep link to its "
+                       "object (the page, never its content), nothing sensitive.")
 
     # The notification channels it sends (email, SMS, push) with their hand-overs.
     notification_channels.register(cat)

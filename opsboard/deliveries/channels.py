@@ -45,6 +45,11 @@ def _key(delivery) -> str:
     return f"delivery:{delivery['id']}"
 
 
+def _trace(delivery) -> dict:
+    """The provider job's tracing: the deliver job's correlation id and the delivery's event."""
+    return {"correlation_id": delivery.get("correlation_id"), "event_id": delivery.get("event_id")}
+
+
 def reach_email(conn, delivery) -> str | None:
     """The recipient's email address (the user's), or None."""
     return delivery.get("email") or None
@@ -56,7 +61,7 @@ def hand_over_email(conn, delivery, rendered: _channels.Rendered, target: str, *
         out = messages.send_email(conn, delivery["tenant_id"], target, "notice",
                                   {"subject": rendered.subject, "text": rendered.text, "html": rendered.html},
                                   idempotency_key=_key(delivery), critical=critical,
-                                  expires_in=ttl.total_seconds() if critical else None)
+                                  expires_in=ttl.total_seconds() if critical else None, **_trace(delivery))
     except messages.InvalidPayload as exc:
         raise _channels.Refused(getattr(exc, "code", "invalid_recipient")) from None
     return str(out["message"]["id"])
@@ -72,13 +77,13 @@ def hand_over_sms(conn, delivery, rendered: _channels.Rendered, target: str, *, 
     try:
         out = messages.send_sms(conn, delivery["tenant_id"], target, "notice", {"subject": "", "text": rendered.text},
                                 idempotency_key=_key(delivery), otp=critical,
-                                expires_in=ttl.total_seconds())
+                                expires_in=ttl.total_seconds(), **_trace(delivery))
     except messages.InvalidPayload as exc:
         raise _channels.Refused(getattr(exc, "code", "invalid_recipient")) from None
     # The gateway's receipt comes later: ask for it once the SMS has had time to arrive.
     jobqueue.enqueue(conn, "notifications.sms_status", {"delivery_id": str(delivery["id"])},
                      tenant=delivery["tenant_id"], idempotency_key=f"sms_status:{delivery['id']}",
-                     run_at=db.now(conn) + SMS_STATUS_AFTER, event_id=delivery["event_id"])
+                     run_at=db.now(conn) + SMS_STATUS_AFTER, **_trace(delivery))
     return str(out["message"]["id"])
 
 
@@ -90,11 +95,13 @@ def reach_push(conn, delivery) -> list[dict] | None:
 
 
 def hand_over_push(conn, delivery, rendered: _channels.Rendered, target: list[dict], *, critical: bool, ttl: timedelta) -> str:
-    """One ``push.send`` per device: the notification id and a title, nothing else."""
+    """One ``push.send`` per device: the notification id, a title and the deep link to its object (the
+    notification's click URL), nothing else."""
     try:
         for s in target:
             messages.send_push(conn, delivery["tenant_id"], s["id"], str(delivery["notification_id"]),
-                               title=(rendered.title or "")[:80], critical=critical)
+                               title=(rendered.title or "")[:80], critical=critical, url=rendered.link,
+                               **_trace(delivery))
     except messages.InvalidPayload as exc:
         raise _channels.Refused(getattr(exc, "code", "invalid_recipient")) from None
     return f"{len(target)} device(s)"

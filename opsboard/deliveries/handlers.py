@@ -367,6 +367,8 @@ def push_send(job):
         return retry.Success(ref=eff.get("provider_ref"))
     data = {"notification_id": job.payload["notification_id"],
             "title": job.payload.get("title") or "New notification"}
+    if job.payload.get("url"):
+        data["url"] = job.payload["url"]      # the deep link: the service worker opens it on a click
     outcome = push_provider.send(cfg, sub, data)
     unwell = isinstance(outcome, (retry.Retryable, retry.Unknown))
     _count(job, name, unwell, isinstance(outcome, retry.Success), getattr(outcome, "code", None))

@@ -95,13 +95,16 @@ def _message(conn, tenant, channel, recipient, template, params, version):
 
 def send_sms(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
              version: int | None = None, idempotency_key: str | None = None, otp: bool = False,
-             expires_in: float = 300.0, now: datetime | None = None) -> dict:
-    """Record an SMS and enqueue its job in the caller's transaction; OTPs go to ``critical`` and expire."""
+             expires_in: float = 300.0, now: datetime | None = None, correlation_id: str | None = None,
+             event_id=None) -> dict:
+    """Record an SMS and enqueue its job in the caller's transaction; OTPs go to ``critical`` and expire.
+    ``correlation_id`` and ``event_id`` trace the job to the request and event that sent it."""
     check_e164(to)
     msg = _message(conn, tenant, "sms", to, template, params, version)
     expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if otp else None
     job = jobqueue.enqueue(conn, "sms.otp" if otp else "sms.send", {"message_id": str(msg["id"])}, tenant=tenant,
-                        idempotency_key=idempotency_key or f"sms:{msg['id']}", expires_at=expires)
+                        idempotency_key=idempotency_key or f"sms:{msg['id']}", expires_at=expires,
+                        correlation_id=correlation_id, event_id=event_id)
     return {"message": msg, "job": job}
 
 
@@ -113,8 +116,10 @@ def _urgent(critical: bool) -> dict:
 
 def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params: dict, *,
                version: int | None = None, idempotency_key: str | None = None, critical: bool = False,
-               expires_in: float | None = None, now: datetime | None = None) -> dict:
-    """Record an email and enqueue its job in the caller's transaction (``critical``: on the critical queue).
+               expires_in: float | None = None, now: datetime | None = None, correlation_id: str | None = None,
+               event_id=None) -> dict:
+    """Record an email and enqueue its job in the caller's transaction (``critical``: on the critical queue;
+    ``correlation_id`` and ``event_id`` trace the job).
 
     With ``expires_in`` (seconds) the job expires unsent past it (a critical notice is
     pointless late): the expiry service makes it dead and its delivery ``expired``.
@@ -125,7 +130,7 @@ def send_email(conn: psycopg.Connection, tenant, to: str, template: str, params:
     expires = (now or db.now(conn)) + timedelta(seconds=expires_in) if expires_in is not None else None
     job = jobqueue.enqueue(conn, "email.send", {"message_id": str(msg["id"])}, tenant=tenant,
                         idempotency_key=idempotency_key or f"email:{msg['id']}", expires_at=expires,
-                        **_urgent(critical))
+                        correlation_id=correlation_id, event_id=event_id, **_urgent(critical))
     return {"message": msg, "job": job}
 
 
@@ -159,13 +164,17 @@ def revoke_push_subscription(conn: psycopg.Connection, tenant, subscription_id) 
 
 
 def send_push(conn: psycopg.Connection, tenant, subscription_id, notification_id: str,
-              title: str = "New notification", *, critical: bool = False) -> dict:
+              title: str = "New notification", *, critical: bool = False, url: str | None = None,
+              correlation_id: str | None = None, event_id=None) -> dict:
     """Enqueue one push to one subscription (refused when it is no longer active; ``critical``: on the
-    critical queue)."""
+    critical queue); ``url`` is the deep link the notification opens when clicked (a path or an absolute
+    address of this site), ``correlation_id`` and ``event_id`` trace the job."""
     sub = db.one(conn, "push_subscription_get", {"id": subscription_id, "tenant_id": jobqueue.tenant_id_of(tenant)})
     if sub is None or sub["state"] != "active":
         raise InvalidRecipient("the push subscription is not active")
-    return jobqueue.enqueue(conn, "push.send", {"subscription_id": str(subscription_id),
-                                             "notification_id": str(notification_id), "title": title},
+    payload = {"subscription_id": str(subscription_id), "notification_id": str(notification_id), "title": title}
+    if url:
+        payload["url"] = url
+    return jobqueue.enqueue(conn, "push.send", payload,
                          tenant=tenant, idempotency_key=f"push:{subscription_id}:{notification_id}",
-                         **_urgent(critical))
+                         correlation_id=correlation_id, event_id=event_id, **_urgent(critical))

@@ -118,10 +118,14 @@ def _inbox_texts(conn, pol, event: dict, live: render.Layers, tenant_locale: str
     ``''`` (no own locale, or one without a template) and each live inbox
     locale.  With them, one text per recipient, keyed by user id.
     """
+    aggregate = f"{event['aggregate_type']}:{event['aggregate_id']}"
+
     def text(chain, uid):
-        title, body, version, locale, own = render_for(live, "inbox", chain, variables_for(conn, pol, event, uid),
-                                                       event["type"])
-        return {"title": title, "body": body, "version": version, "locale": locale, "own": own}
+        variables = variables_for(conn, pol, event, uid)
+        title, body, version, locale, own = render_for(live, "inbox", chain, variables, event["type"])
+        # link: the page of what it is about (the inbox's "Open" link; the row's data.link, issue 43)
+        return {"title": title, "body": body, "version": version, "locale": locale, "own": own,
+                "link": render.object_link(variables, aggregate)}
 
     if pol.variables is None:
         texts = {"": text(render.locale_chain(None, tenant_locale), None)}

@@ -56,19 +56,22 @@ def _mark(conn, delivery, status, *, reason=None, error_code=None, version=None,
                                           "template_own": own, "locale": locale, "now": None})
 
 
-def _prepared(ch: channels.Channel, subject: str, body: str, locale: str, version, generic: bool) -> channels.Rendered:
-    """The rendered text in the channel's format (``channels.FORMATS``)."""
+def _prepared(ch: channels.Channel, subject: str, body: str, locale: str, version, generic: bool,
+              link: str | None = None, base: str = "") -> channels.Rendered:
+    """The rendered text in the channel's format (``channels.FORMATS``); ``link`` is the object's
+    absolute address, and an email's links to this site are made absolute on ``base`` (issue 43)."""
     if ch.format == "html":
         # Sent as multipart/alternative: the tag-free text, then the HTML in a <html lang dir>.
         title = render.email_text(subject)
+        body = render.absolute_links(body, base)
         return channels.Rendered(title, _cut(render.email_text(body), ch.max_length), locale, version,
-                                 html=render.email_document(title, body, locale), generic=generic)
+                                 html=render.email_document(title, body, locale), generic=generic, link=link)
     if ch.format == "title":
         title = GENERIC_TITLE if generic else render.push_preview(subject, body)["title"]
         return channels.Rendered(subject, "" if generic else _cut(body, ch.max_length),
-                                 locale, version, title=title, generic=generic)
+                                 locale, version, title=title, generic=generic, link=link)
     return channels.Rendered(subject if ch.subject else "", _cut(body, ch.max_length), locale, version,
-                             generic=generic)
+                             generic=generic, link=link)
 
 
 def _cut(text: str, limit: int | None) -> str:
@@ -128,7 +131,13 @@ def deliver(job):
         if ch.reach is not None and not target:
             _mark(conn, d, "suppressed", reason="unreachable")
             return None
-        rendered = _prepared(ch, subject, body, locale, version, bool(d["generic"]))
+        base = getattr(getattr(job, "settings", None), "public_url", "") or ""
+        link = render.absolute_url(base, render.object_link(
+            variables, f"{event['aggregate_type']}:{event['aggregate_id']}"))
+        rendered = _prepared(ch, subject, body, locale, version, bool(d["generic"]), link, base)
+        # The provider job carries the request's correlation id and the event (issue 43): one request
+        # is followed to the message it sent (jobs page, delivery page).
+        d = {**d, "correlation_id": getattr(job, "correlation_id", None)}
         try:
             ref = ch.hand_over(conn, d, rendered, target, critical=critical, ttl=policy.CRITICAL_TTL)
         except channels.Unreachable:

@@ -115,6 +115,30 @@ def quiet_hours(conn: psycopg.Connection, user_id) -> dict | None:
     return db.one(conn, "quiet_hours_get", {"user_id": user_id})
 
 
+#: The languages a person's notifications can be written in (the shipped texts' and the catalogue's).
+NOTIFICATION_LOCALES = ("fa", "en")
+
+
+def set_locale(conn: psycopg.Connection, user_id, locale: str | None) -> dict:
+    """Set the language of a person's notifications (issue 43): ``fa`` or ``en``; None follows their
+    dashboard's language, then their tenant's default, then ``fa``.  Raises ``bad_locale`` (400)."""
+    if locale is not None and locale not in NOTIFICATION_LOCALES:
+        raise OpsError("Unknown language.", "bad_locale")
+    return db.one(conn, "notification_profile_set_locale", {"user_id": user_id, "locale": locale})
+
+
+def notification_locale(conn: psycopg.Connection, user_id, tenant_id) -> dict:
+    """``{locale, effective_locale}``: the person's own choice (or None) and the language their
+    notifications in ``tenant_id`` are written in -- their choice, else their dashboard's language,
+    else the tenant's default, else ``fa`` (the first link of :func:`render.locale_chain`)."""
+    from .render import locale_chain
+    row = db.one(conn, "notification_profile_get", {"user_id": user_id, "tenant_id": tenant_id})
+    if row is None:
+        return {"locale": None, "effective_locale": locale_chain(None, None)[0]}
+    own = row["locale"] or row["dashboard_locale"]
+    return {"locale": row["locale"], "effective_locale": locale_chain(own, row["tenant_locale"])[0]}
+
+
 def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None, phone: str | None = None,
                 time_zone: str | None = None) -> dict:
     """Set a user's locale, SMS number and time zone."""

@@ -17,6 +17,14 @@ No database here: :mod:`.templates` loads versions and calls these.
   the HTML alternative.
 * SMS: :func:`sms_parts` (GSM-7 160/153, UCS-2 70/67); push:
   :func:`push_preview` truncates like a phone's lock screen.
+* Left-to-right islands (issue 43, docs/i18n.md): the ``ltr`` filter wraps an id, a path, a number
+  or an address -- Unicode isolates (U+2066 ... U+2069) in plain text, ``<bdi dir="ltr">`` in an
+  email's HTML -- so that a right-to-left sentence never reorders it; ``duration`` writes seconds as
+  words of the locale (``10 min`` / ``۱۰ دقیقه``).
+* Links: :func:`object_link` is the path of what a notification is about (the policy's ``link``
+  variable, else the event's aggregate); :func:`absolute_links` and :func:`absolute_url` make them
+  absolute for an email or a push from ``OPSBOARD_PUBLIC_URL``; :func:`email_text` keeps each link's
+  address in the text part.
 """
 from __future__ import annotations
 
@@ -92,6 +100,85 @@ class Layers:
     def locales(self, channel: str) -> set[str]:
         """Every locale some layer has a version of ``channel`` in."""
         return {loc for live in (self.own, self.platform, self.shipped) for (ch, loc) in live if ch == channel}
+
+
+#: Left-to-right isolate and pop directional isolate: an LTR island inside a right-to-left text.
+LRI, PDI = "\u2066", "\u2069"
+
+
+def ltr_text(value) -> str:
+    """``value`` as a left-to-right island of plain text (inbox, SMS, push)."""
+    return f"{LRI}{value}{PDI}"
+
+
+def ltr_html(value) -> Markup:
+    """``value`` as a left-to-right island of HTML (email): ``<bdi dir="ltr">``, escaped."""
+    return Markup('<bdi dir="ltr">%s</bdi>') % (value,)
+
+
+_DURATION_UNITS = {"en": ("s", "min", "h"), "fa": ("ثانیه", "دقیقه", "ساعت")}
+
+
+def duration(seconds, locale: str = "en") -> str:
+    """Seconds in words of ``locale`` (``90 s``, ``10 min``, ``2.5 h``; Persian units and digits for ``fa``)."""
+    try:
+        seconds = int(round(float(seconds)))
+    except (TypeError, ValueError):
+        return str(seconds)
+    sec, minute, hour = _DURATION_UNITS.get(locale, _DURATION_UNITS["en"])
+    if seconds < 120:
+        text = f"{seconds} {sec}"
+    elif seconds < 7200:
+        text = f"{seconds // 60} {minute}"
+    else:
+        text = f"{seconds / 3600:.1f} {hour}"
+    return fa_digits(text) if locale == "fa" else text
+
+
+_OBJECT_PATHS = {"alert": "/alerts/{}", "job": "/jobs/{}", "ticket": "/tickets/{}"}
+
+
+def safe_path(value) -> str | None:
+    """``value`` when it is a path on this site (``/...``, not ``//host``, no backslash or control
+    character), else None: what a notification may link to."""
+    if not isinstance(value, str) or not value.startswith("/") or value.startswith("//") or len(value) > 500:
+        return None
+    if any(c == "\\" or ord(c) < 0x21 or ord(c) == 0x7F for c in value):
+        return None
+    return value
+
+
+def object_link(variables: dict | None, aggregate: str | None = None) -> str | None:
+    """The path of what a notification is about: the policy's ``link`` variable (a ticket's requester
+    gets the portal's page, an agent the dashboard's), else the page of the event's aggregate
+    (``alert:<id>``, ``job:<id>``, ``ticket:<id>``); None when it is about nothing with a page."""
+    link = safe_path((variables or {}).get("link"))
+    if link:
+        return link
+    kind, _, ident = (aggregate or "").partition(":")
+    if kind in _OBJECT_PATHS and ident and safe_path("/" + ident):
+        return _OBJECT_PATHS[kind].format(ident)
+    return None
+
+
+def absolute_url(base: str | None, link: str | None) -> str | None:
+    """``base`` + ``link`` (a path on this site); the path alone without a base; None without a path."""
+    path = safe_path(link)
+    if path is None:
+        return None
+    return f"{base.rstrip('/')}{path}" if base else path
+
+
+_HREF = re.compile(r'(\s(?:href|src)=")(/(?!/)[^"]*)"')
+
+
+def absolute_links(html: str, base: str | None) -> str:
+    """Every ``href``/``src`` of ``html`` that is a path on this site made absolute on ``base``
+    (an email is read outside the site: a bare path opens nothing)."""
+    if not base:
+        return html
+    base = base.rstrip("/")
+    return _HREF.sub(lambda m: f'{m.group(1)}{base}{m.group(2)}"', html)
 
 
 def money(cents, currency: str = "") -> str:
@@ -266,7 +353,8 @@ def _bounded_filter(fn):
 def _env(autoescape: bool) -> SandboxedEnvironment:
     env = BoundedEnvironment(autoescape=autoescape, undefined=StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
-    env.filters.update(fa_digits=fa_digits, jalali=jalali, money=money)
+    env.filters.update(fa_digits=fa_digits, jalali=jalali, money=money, duration=duration,
+                       ltr=ltr_html if autoescape else ltr_text)
     env.filters = {name: _bounded_filter(fn) for name, fn in env.filters.items()}
     env.globals.pop("lipsum", None)
     env.globals["range"] = _bounded_range
@@ -393,9 +481,21 @@ def email_document(subject: str, body_html: str, locale: str) -> str:
             f'<body style="direction:{direction}">\n{body_html}\n</body>\n</html>\n')
 
 
+_LTR_BDI = re.compile(r'<bdi dir="ltr">(.*?)</bdi>', re.S)
+_ANCHOR = re.compile(r'<a\s[^>]*?href="([^"]+)"[^>]*>(.*?)</a>', re.S | re.I)
+
+
 def email_text(body_html: str) -> str:
-    """The text/plain alternative of a rendered HTML email body: its text, tags removed, entities decoded."""
-    return Markup(body_html).striptags()
+    """The text/plain alternative of a rendered HTML email body: its text, tags removed, entities decoded;
+    a link keeps its address after its words (``View the alert: https://...``), as a left-to-right
+    island, so the text part opens what the HTML part does."""
+    def anchor(m):
+        href, words = m.group(1), m.group(2)
+        if Markup(words).striptags() == Markup(href).unescape():
+            return words
+        return f"{words}: {LRI}{href}{PDI}"
+    text = _LTR_BDI.sub(lambda m: f"{LRI}{m.group(1)}{PDI}", _ANCHOR.sub(anchor, body_html))
+    return Markup(text).striptags()
 
 
 def preview(channel: str, locale: str, subject: str, body: str, declared, sample: dict) -> Rendered:

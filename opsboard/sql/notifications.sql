@@ -1,6 +1,8 @@
 -- name: notification_recipient_locales
--- The own locale of each listed user (NULL: none), to render per-user texts before the chunk statement.
-SELECT u.id AS user_id, p.locale FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
+-- The own locale of each listed user (NULL: none), to render per-user texts before the chunk statement:
+-- their notification locale, else their dashboard's (issue 43; the tenant's default comes after).
+SELECT u.id AS user_id, coalesce(p.locale, u.locale) AS locale
+FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
 WHERE u.id = ANY(%(user_ids)s::uuid[]);
 
 -- name: notification_audience_members
@@ -86,7 +88,7 @@ facts AS (
              AND (%(granting_roles)s::text[] IS NULL OR mm.roles && %(granting_roles)s::text[]) AS has_permission,
            coalesce(mm.active, false) AS membership_active,
            coalesce(own.prefs, '{}'::jsonb) AS own_prefs,
-           p.locale AS user_locale, p.phone, coalesce(dv.n, 0) AS devices,
+           coalesce(p.locale, u.locale) AS user_locale, p.phone, coalesce(dv.n, 0) AS devices,
            coalesce(p.time_zone, q.time_zone) AS time_zone,
            CASE WHEN q.user_id IS NOT NULL
                 THEN opsboard_quiet_until(coalesce(%(now)s::timestamptz, now()), q.time_zone, q.start_time,
@@ -224,7 +226,11 @@ WITH new_inbox AS (
                                template_version, template_own, locale, title, body, data, created_at)
     SELECT x.inbox_id, %(tenant_id)s, x.user_id, %(event_id)s, %(event_type)s, %(category)s, %(template_key)s,
            (t.t ->> 'version')::integer, (t.t ->> 'own')::boolean, t.t ->> 'locale', t.t ->> 'title',
-           t.t ->> 'body', %(data)s::jsonb, coalesce(%(now)s::timestamptz, now())
+           t.t ->> 'body',
+           -- the link of the row's object (render.object_link), when it has one
+           CASE WHEN t.t ->> 'link' IS NULL THEN %(data)s::jsonb
+                ELSE %(data)s::jsonb || jsonb_build_object('link', t.t ->> 'link') END,
+           coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(inbox_users)s::uuid[], %(inbox_ids)s::uuid[], %(inbox_keys)s::text[]) AS x(user_id, inbox_id, k)
     CROSS JOIN LATERAL (SELECT %(texts)s::jsonb -> x.k AS t) t
     ORDER BY x.user_id
@@ -268,6 +274,20 @@ ON CONFLICT (user_id) DO UPDATE SET locale = excluded.locale, phone = excluded.p
     time_zone = excluded.time_zone, updated_at = now()
 RETURNING *;
 
+-- name: notification_profile_set_locale
+-- Set only a user's notification locale (NULL: follow their dashboard's language, then the tenant's).
+INSERT INTO notification_profiles (user_id, locale) VALUES (%(user_id)s, %(locale)s)
+ON CONFLICT (user_id) DO UPDATE SET locale = excluded.locale, updated_at = now()
+RETURNING *;
+
+-- name: notification_profile_get
+-- A user's notification language as set, their dashboard's, and the tenant's default (the chain's links).
+SELECT u.id AS user_id, p.locale, u.locale AS dashboard_locale,
+       coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')
+           AS tenant_locale
+FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
+WHERE u.id = %(user_id)s;
+
 -- name: notification_tenant_locale
 -- The tenant's default locale ('fa' when unset).
 SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')
@@ -281,7 +301,8 @@ SELECT pg_advisory_xact_lock(7957911069121085795);
 
 -- name: delivery_load
 -- A delivery with its inbox row and the recipient's contact details, for the deliver job.
-SELECT d.*, n.title AS inbox_title, n.body AS inbox_body, n.category, u.email, p.phone, p.locale AS user_locale
+SELECT d.*, n.title AS inbox_title, n.body AS inbox_body, n.data AS inbox_data, n.category, u.email, p.phone,
+       coalesce(p.locale, u.locale) AS user_locale
 FROM deliveries d
 JOIN users u ON u.id = d.recipient_id
 LEFT JOIN notifications n ON n.id = d.notification_id
@@ -412,11 +433,25 @@ RETURNING d.id;
 
 -- name: delivery_list_for
 -- The deliveries of an event or of one inbox row, per channel (ops view), tenant-scoped; the inbox
--- channel's is the inbox row itself (notification_deliveries, migration 0056).
-SELECT d.*, u.email AS recipient_email, j.status AS job_status
+-- channel's is the inbox row itself (notification_deliveries, migration 0056).  With the request's
+-- correlation id (the deliver job's, else the event's) and the provider jobs each delivery handed
+-- over to (issue 43): email/SMS keyed by the delivery, push by its inbox row; jobs_event_idx finds them.
+SELECT d.*, u.email AS recipient_email, j.status AS job_status,
+       coalesce(j.correlation_id, e.correlation_id) AS correlation_id, pj.provider_jobs
 FROM notification_deliveries d
 JOIN users u ON u.id = d.recipient_id
 LEFT JOIN jobs j ON j.id = d.job_id
+LEFT JOIN outbox_events e ON e.id = d.event_id
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object('id', p.id, 'type', p.type, 'status', p.status,
+                                        'correlation_id', p.correlation_id) ORDER BY p.created_at, p.id)
+               AS provider_jobs
+    FROM jobs p
+    WHERE d.channel <> 'inbox' AND p.event_id = d.event_id AND p.tenant_id = d.tenant_id
+      AND (p.idempotency_key = 'delivery:' || d.id::text
+           OR (d.channel = 'push' AND p.type = 'push.send'
+               AND p.payload ->> 'notification_id' = d.notification_id::text))
+) pj ON true
 WHERE (d.event_id = %(event_id)s::uuid
        OR (d.recipient_id, d.event_id) = (SELECT recipient_id, event_id FROM notifications
                                           WHERE id = %(notification_id)s::uuid))
@@ -465,10 +500,10 @@ SELECT p.i, n.seq,
                          'title', n.title, 'body', n.body, 'locale', n.locale,
                          'created_at', to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
                                        || '+00:00',
-                         'read', n.read_at IS NOT NULL)::text AS data
+                         'read', n.read_at IS NOT NULL, 'link', n.data ->> 'link')::text AS data
 FROM unnest(%(user_ids)s::uuid[], %(cursors)s::bigint[]) WITH ORDINALITY AS p(user_id, since, i)
 CROSS JOIN LATERAL (
-    SELECT id, seq, event_type, category, title, body, locale, created_at, read_at
+    SELECT id, seq, event_type, category, title, body, locale, created_at, read_at, data
     FROM notifications
     WHERE recipient_id = p.user_id AND seq > p.since
     ORDER BY seq

@@ -50,7 +50,8 @@ USERS = [
     ("user@acme.demo", "member", "acme"),   # an end user: /inbox/ with live notifications
     ("support-fa@opsboard.demo", "support_agent", "parsian"),
 ]
-#: Users whose dashboard opens in Persian (Jalali calendar, Tehran time): issue 14.
+#: Users whose dashboard opens in Persian (Jalali calendar, Tehran time): issue 14.  Their notifications
+#: are Persian too; every other demo user reads English pages and gets English notifications (issue 43).
 PERSIAN_USERS = {"support-fa@opsboard.demo"}
 #: The demo end user's SMS number (the provider sandbox receives it).
 DEMO_USER_PHONE = "+989121110000"
@@ -86,6 +87,7 @@ def seed(url: str, creds: dict) -> dict[str, object]:
             user = auth.create_user(conn, email, creds["users"][email], role, tenant)
             if email in PERSIAN_USERS:
                 auth.set_display_prefs(conn, user["id"], locale="fa", calendar="jalali", time_zone="Asia/Tehran")
+            _notification_locale(conn, user["id"], "fa" if email in PERSIAN_USERS else "en")
         _seed_notifications(conn, ids, creds)
         # A demo report (once): this week's job activity of the Persian tenant, days in Tehran time.
         # The nightly per-tenant report is scheduled by opsboard.reports (registration.py) (01:30 Asia/Tehran).
@@ -99,14 +101,21 @@ def seed(url: str, creds: dict) -> dict[str, object]:
     return ids
 
 
+def _notification_locale(conn, user_id, locale: str) -> None:
+    """The language of a demo user's notifications, the language of their pages (issue 43)."""
+    from ..notifications import preferences
+    preferences.set_locale(conn, user_id, locale)
+
+
 def _seed_notifications(conn, ids: dict, creds: dict) -> None:
-    """Persian (and English) templates of the demo events; user@acme.demo's profile (fa, phone)."""
+    """Persian and English templates of the demo events; user@acme.demo's profile (en, like their pages;
+    phone)."""
     from .. import db
     from ..notifications import preferences, templates
     from .demo_catalogue import DEMO_TEMPLATES
 
     user = db.one(conn, "user_get_by_email", {"email": "user@acme.demo"})
-    preferences.set_profile(conn, user["id"], locale="fa", phone=DEMO_USER_PHONE)
+    preferences.set_profile(conn, user["id"], locale="en", phone=DEMO_USER_PHONE)
     live = {}
     for key, channel, locale, subject, body, variables in DEMO_TEMPLATES:
         live.setdefault(key, templates.live(conn, key))

@@ -86,13 +86,47 @@ def logout():
     return redirect(url_for("auth.login"))
 
 
+def _home_tenant_id():
+    memberships = getattr(current_user, "memberships", None) or []
+    return memberships[0].tenant_id if memberships else None
+
+
+def _account_page(conn, status: int = 200, **extra):
+    from ..notifications import preferences
+    sessions = session_count(conn, current_user.id)
+    notification = preferences.notification_locale(conn, current_user.id, _home_tenant_id())
+    return render_template("auth/account.html", sessions=sessions, notification=notification, **extra), status
+
+
 @bp.route("/account")
 @login_required
 def account():
-    """The user's own page: who they are, their roles, their sessions."""
+    """The user's own page: who they are, their roles, their sessions, their notifications' language."""
     with get_db().connection() as conn:
-        sessions = session_count(conn, current_user.id)
-    return render_template("auth/account.html", sessions=sessions)
+        return _account_page(conn)
+
+
+@bp.route("/account/notification-language", methods=["POST"])
+@login_required
+def save_notification_locale():
+    """The language of the person's notifications (issue 43): fa, en, or "" to follow the dashboard's
+    language (then the tenant's default, then fa).  Audited ``user.notification_locale``; an unknown
+    language is a 400 ``bad_locale``, nothing saved."""
+    from ..errors import OpsError
+    from ..notifications import preferences
+    locale = request.form.get("notification_locale", "") or None
+    with get_db().connection() as conn:
+        try:
+            with conn.transaction():
+                before = preferences.notification_locale(conn, current_user.id, _home_tenant_id())["locale"]
+                preferences.set_locale(conn, current_user.id, locale)
+                audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()),
+                             "user.notification_locale", target_type="user", target_id=current_user.id,
+                             before={"locale": before}, after={"locale": locale})
+        except OpsError:
+            return _account_page(conn, 400, notification_error=_("Unknown language."))
+    flash(_("Notification language saved."))
+    return redirect(url_for("auth.account") + "#notification-language"), 303
 
 
 @bp.route("/account/password", methods=["POST"])
@@ -141,8 +175,7 @@ def change_password():
                 bind_session_to_client()
                 flash(_("Password changed. Every other session has been signed out."))
                 return redirect(url_for("auth.account"))
-        sessions = session_count(conn, current_user.id)
-    return render_template("auth/account.html", sessions=sessions, password_error=error), status
+        return _account_page(conn, status, password_error=error)
 
 
 @bp.route("/account/sign-out-everywhere", methods=["POST"])

@@ -286,11 +286,15 @@ def switch_locale():
         raise OpsError("Unknown language.", "bad_locale")
     session["locale"] = locale
     if current_user.is_authenticated:
+        from ..notifications import preferences
         with get_db().connection() as conn, conn.transaction():
             set_display_prefs(conn, current_user.id, locale=locale, calendar=current_user.calendar,
                               time_zone=current_user.time_zone)
+            # Signed in, the switch is the person's language: their notifications follow it (issue 43).
+            preferences.set_locale(conn, current_user.id, locale)
             audit.record(conn, audit.Actor(current_user.email, current_user.id, request_id()), "user.display_prefs",
-                         target_type="user", target_id=current_user.id, after={"locale": locale})
+                         target_type="user", target_id=current_user.id,
+                         after={"locale": locale, "notification_locale": locale})
     return redirect(_back())
 
 

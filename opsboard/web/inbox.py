@@ -27,6 +27,8 @@ from .errors import ApiError
 from .i18n import channel_label
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
+# The page an inbox row is about (issue 43): its "Open" link on the rendered rows.
+bp.add_app_template_global(sse.inbox_link, "inbox_link")
 
 
 def _context(before=None):

@@ -87,7 +87,13 @@ def event_data(row: dict) -> dict:
     return {"id": str(row["id"]), "cursor": row["seq"], "event_type": row["event_type"],
             "category": row["category"], "title": row["title"], "body": row["body"],
             "locale": row.get("locale"), "created_at": row["created_at"].isoformat(),
-            "read": row["read_at"] is not None}
+            "read": row["read_at"] is not None, "link": inbox_link(row.get("data"))}
+
+
+def inbox_link(data) -> str | None:
+    """The page an inbox row is about (its ``data.link``: a path on this site, issue 43), or None."""
+    from ..notifications.render import safe_path
+    return safe_path((data or {}).get("link")) if isinstance(data, dict) else None
 
 
 def event_text(row: dict) -> str:

@@ -140,6 +140,15 @@
       actions.appendChild(button);
       actions.appendChild(document.createTextNode(" "));
     });
+    // The page the notification is about (a path on this site only), as on the rendered rows.
+    if (n.link && n.link.charAt(0) === "/" && n.link.charAt(1) !== "/" && n.link.indexOf("\\") < 0) {
+      var open = document.createElement("a");
+      open.className = "inbox-open";
+      open.setAttribute("href", n.link);
+      open.textContent = list.getAttribute("data-open-label");
+      actions.insertBefore(document.createTextNode(" "), actions.firstChild);
+      actions.insertBefore(open, actions.firstChild);
+    }
     li.appendChild(head);
     li.appendChild(body);
     li.appendChild(actions);

@@ -3,7 +3,8 @@
 ``GET /inbox`` (newest first, ``cursor`` = before; or ``since`` = after, oldest first),
 ``GET /inbox/unread``, ``GET /inbox/{id}`` (full text), ``POST /inbox/{id}/{seen|read|archived}``,
 ``GET /inbox/stream`` (SSE, see :mod:`opsboard.web.sse`), ``POST /devices`` and
-``DELETE /devices/{id}`` (Web Push subscriptions).
+``DELETE /devices/{id}`` (Web Push subscriptions), ``GET`` / ``PATCH /profile`` (the language of the
+user's notifications: ``fa``, ``en`` or null, issue 43).
 """
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import uuid
 
 from flask import g, jsonify, request
 
+from ... import audit
 from ...errors import OpsError
-from ...notifications import devices, inbox
+from ...notifications import devices, inbox, preferences
 from .. import sse
-from ..context import get_config, get_db
+from ..context import get_config, get_db, request_id
 from .blueprint import bp
-from .common import Problem, field, idempotent, json_object
+from .common import Problem, field, idempotent, json_object, only_fields
 
 
 def authenticate_user() -> dict:
@@ -136,6 +138,43 @@ def inbox_mark(notification_id, state):
         unread = inbox.unread_count(conn, user["user_id"])
     return jsonify({"id": str(row["id"]), "seen": row["seen_at"] is not None, "read": row["read_at"] is not None,
                     "archived": row["archived_at"] is not None, "unread": unread})
+
+
+def _profile(conn, user_id) -> dict:
+    tenant_id = _core(lambda: devices.home_tenant(conn, user_id))
+    return preferences.notification_locale(conn, user_id, tenant_id)
+
+
+@bp.route("/profile")
+def profile_get():
+    """The language the user's notifications are written in: their own choice (``locale``, null when
+    none) and the one in force (``effective_locale``: theirs, else their tenant's default, else fa)."""
+    user = authenticate_user()
+    with get_db().connection() as conn:
+        return jsonify(_profile(conn, user["user_id"]))
+
+
+@bp.route("/profile", methods=["PATCH"])
+def profile_update():
+    """Set ``locale`` (``fa``, ``en``, or null to follow the tenant's default); audited
+    ``user.notification_locale``.  Anything else is a 400 naming the field, nothing saved."""
+    user = authenticate_user()
+    body = json_object()
+    only_fields(body, {"locale"})
+    if "locale" not in body:
+        raise Problem(400, "missing_field", "locale is required (fa, en, or null).", "locale")
+    locale = field(body, "locale", str, required=False, max_length=10)
+    if locale is not None and locale not in preferences.NOTIFICATION_LOCALES:
+        raise Problem(400, "invalid_locale", "locale must be one of fa, en (or null).", "locale")
+    with get_db().connection() as conn:
+        tenant_id = _core(lambda: devices.home_tenant(conn, user["user_id"]))
+        with conn.transaction():
+            before = preferences.notification_locale(conn, user["user_id"], tenant_id)["locale"]
+            preferences.set_locale(conn, user["user_id"], locale)
+            audit.record(conn, audit.Actor(user["email"], user["user_id"], request_id()), "user.notification_locale",
+                         target_type="user", target_id=user["user_id"], tenant_id=tenant_id,
+                         before={"locale": before}, after={"locale": locale})
+        return jsonify(preferences.notification_locale(conn, user["user_id"], tenant_id))
 
 
 @bp.route("/devices", methods=["POST"])

@@ -421,6 +421,13 @@ _INBOX_SCHEMAS = {
                           "keys": {"type": "object", "required": ["p256dh", "auth"], "properties": {
                               "p256dh": {"type": "string", "minLength": 1, "maxLength": 200},
                               "auth": {"type": "string", "minLength": 1, "maxLength": 200}}}}},
+    "Profile": {"type": "object", "additionalProperties": False, "required": ["locale", "effective_locale"],
+                "properties": {"locale": {"enum": ["fa", "en", None], "description": "the user's own choice; "
+                                          "null: the tenant's default"},
+                               "effective_locale": {"enum": ["fa", "en"], "description": "the language the "
+                                                    "user's notifications are written in now"}}},
+    "ProfileUpdate": {"type": "object", "additionalProperties": False, "required": ["locale"],
+                      "properties": {"locale": {"enum": ["fa", "en", None]}}},
     "Device": {"type": "object", "additionalProperties": False, "required": ["id", "state"],
                "properties": {"id": {"type": "string", "format": "uuid"},
                               "state": {"enum": ["active", "invalid", "revoked"]}}},
@@ -478,6 +485,18 @@ def _inbox_paths() -> dict:
                                         "device it registered was "
                                         "unregistered since (`idempotency_key_resource_gone`: use a new key)"),
                           "413": _error("Body larger than 1 MiB")}}},
+        "/profile": {
+            "get": {"operationId": "getProfile", "summary": "The language of the user's notifications (issue 43)",
+                    "responses": {"200": _json("The user's choice and the language in force", "Profile")}},
+            "patch": {"operationId": "updateProfile",
+                      "summary": "Choose the language of the user's notifications: fa, en, or null (the tenant's "
+                                 "default, then fa); audited",
+                      "requestBody": {"required": True, "content": {"application/json": {
+                          "schema": {"$ref": "#/components/schemas/ProfileUpdate"}}}},
+                      "responses": {"200": _json("The user's choice and the language in force", "Profile"),
+                                    "400": _error("Not a JSON object, no `locale`, an unknown field "
+                                                  "(`unknown_field`), or a language other than fa and en "
+                                                  "(`invalid_locale`)")}}},
         "/devices/{subscription_id}": {"delete": {
             "operationId": "unregisterDevice", "summary": "Unregister one of the user's subscriptions",
             "parameters": [{"name": "subscription_id", "in": "path", "required": True, "schema": _STR}],

@@ -1,0 +1,265 @@
+"""Issue 43, each person's language: the ways a person's notification locale is set (the account page, the
+header's switch while signed in, ``PATCH /api/v1/profile``), the fallback chain (their choice -> their
+dashboard's language -> the tenant's default -> fa), alert texts written part by part with left-to-right
+islands, the inbox row's link to its object, and the delivery page's correlation id and provider jobs."""
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from opsboard import alerts, auth, jobqueue
+from opsboard.notifications import fanout, inbox, preferences, render
+from opsboard.tools import demo
+from tests.conftest import connect
+
+ISLAND = re.compile("\u2066[^\u2066\u2069]*\u2069")
+
+
+def persian_without_latin(text: str) -> bool:
+    """No Latin letter outside a left-to-right island: no English run inside the Persian text."""
+    return not re.search(r"[A-Za-z]", ISLAND.sub("", text))
+
+
+def _op(conn):
+    return auth.ensure_tenant(conn, f"op-{uuid.uuid4().hex[:8]}", is_operator=True)
+
+
+def _user(conn, tenant, role="ops", *, profile=None, dashboard=None):
+    u = auth.create_user(conn, f"{role}-{uuid.uuid4().hex[:6]}@example.test", "correct horse battery", role,
+                         tenant["slug"])
+    if dashboard:
+        auth.set_display_prefs(conn, u["id"], locale=dashboard, calendar=None, time_zone=None)
+    if profile:
+        preferences.set_locale(conn, u["id"], profile)
+    return u["id"]
+
+
+def _open(conn, tenant, rule="queue_age", key=None, **details):
+    key = key or f"q-{uuid.uuid4().hex[:6]}"
+    row = alerts.open_alert(conn, rule=rule, key=key, tenant_id=tenant["id"], severity="warning",
+                            summary=f"the oldest ready job in {key} has waited 5 min (target 1 min)",
+                            details={"queue": key, "oldest_age_seconds": 300, "target_seconds": 60, **details})
+    [event] = conn.execute("SELECT * FROM outbox_events WHERE aggregate_id = %s", (str(row["id"]),)).fetchall()
+    fanout.fan_out(conn, event["id"])
+    return row, event
+
+
+def _inbox(conn, alert_id):
+    return {r["recipient_id"]: r for r in conn.execute(
+        "SELECT n.* FROM notifications n JOIN outbox_events e ON e.id = n.event_id WHERE e.aggregate_id = %s",
+        (str(alert_id),)).fetchall()}
+
+
+# ---------------------------------------------------------------- the fallback chain
+
+def test_the_person_then_their_dashboard_then_the_tenant_then_fa(conn):
+    op = _op(conn)
+    chose_en = _user(conn, op, profile="en")
+    dashboard_en = _user(conn, op, dashboard="en")          # never chose: their pages' language
+    nothing = _user(conn, op)                               # the tenant's default, then fa
+    chose_fa = _user(conn, op, profile="fa", dashboard="en")   # their choice wins over their pages'
+    alert, _ = _open(conn, op)
+    rows = _inbox(conn, alert["id"])
+    assert {u: rows[u]["locale"] for u in (chose_en, dashboard_en, nothing, chose_fa)} == {
+        chose_en: "en", dashboard_en: "en", nothing: "fa", chose_fa: "fa"}
+    assert rows[chose_en]["title"].startswith("Warning alert: queue_age")
+    assert rows[nothing]["title"].startswith("هشدار: انتظار طولانی در صف")
+
+    conn.execute("INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%s, 'en')", (op["id"],))
+    alert, _ = _open(conn, op)
+    rows = _inbox(conn, alert["id"])
+    assert {u: rows[u]["locale"] for u in (chose_en, dashboard_en, nothing, chose_fa)} == {
+        chose_en: "en", dashboard_en: "en", nothing: "en", chose_fa: "fa"}
+    # The deliveries carry the same locale (the deliver job renders each channel in it).
+    locales = {(r["recipient_id"], r["channel"]): r["locale"] for r in conn.execute(
+        "SELECT recipient_id, channel, locale FROM deliveries d JOIN outbox_events e ON e.id = d.event_id "
+        "WHERE e.aggregate_id = %s", (str(alert["id"]),)).fetchall()}
+    assert locales[(chose_fa, "email")] == "fa" and locales[(nothing, "email")] == "en"
+    # What the profile reports is the first link of the same chain.
+    assert preferences.notification_locale(conn, nothing, op["id"]) == {"locale": None, "effective_locale": "en"}
+    assert preferences.notification_locale(conn, dashboard_en, op["id"]) == {"locale": None,
+                                                                             "effective_locale": "en"}
+    assert preferences.notification_locale(conn, chose_fa, op["id"]) == {"locale": "fa", "effective_locale": "fa"}
+
+
+def test_an_unknown_notification_language_is_refused(conn):
+    uid = _user(conn, _op(conn))
+    with pytest.raises(Exception) as caught:
+        preferences.set_locale(conn, uid, "de")
+    assert getattr(caught.value, "code", None) == "bad_locale"
+
+
+# ---------------------------------------------------------------- alert texts, part by part
+
+@pytest.mark.parametrize("rule, key, details", [
+    ("dead_rising", "all", {"dead": 14, "window_seconds": 600, "threshold": 10}),
+    ("error_code", "http_503", {"error_code": "http_503", "jobs": 25, "window_seconds": 600, "threshold": 20}),
+    ("queue_age", "default", {"queue": "default", "oldest_age_seconds": 300, "target_seconds": 60}),
+    ("no_worker", "default", {"queue": "default", "silence_seconds": 60, "oldest_age_seconds": 30}),
+])
+def test_a_persian_alert_has_no_english_run_and_keeps_its_ids_as_islands(conn, rule, key, details):
+    op = _op(conn)
+    fa, en = _user(conn, op, profile="fa"), _user(conn, op, profile="en")
+    row = alerts.open_alert(conn, rule=rule, key=key, tenant_id=op["id"], severity="warning",
+                            summary="an English summary", details=details)
+    [event] = conn.execute("SELECT * FROM outbox_events WHERE aggregate_id = %s", (str(row["id"]),)).fetchall()
+    fanout.fan_out(conn, event["id"])
+    rows = _inbox(conn, row["id"])
+    note = rows[fa]
+    assert note["locale"] == "fa"
+    for text in (note["title"], note["body"]):
+        assert persian_without_latin(text), text
+    assert "an English summary" not in note["body"]
+    assert f"\u2066/alerts/{row['id']}\u2069" in note["body"]          # the path, an island
+    if rule in ("error_code", "queue_age", "no_worker"):
+        assert f"\u2066{key}\u2069" in note["body"]                    # the code or the queue, an island
+    if rule == "dead_rising":
+        assert "\u2066۱۴\u2069" in note["body"] and "۱۰ دقیقه" in note["body"]
+    assert rows[en]["body"].startswith("an English summary")         # English readers: the stored text
+    # The Persian email writes the islands as <bdi dir="ltr"> and its text part as isolates.
+    found = fanout.render_layers(fanout.templates.layers(conn, "alert.opened", op["id"]), "email", ["fa"],
+                                 fanout.variables_for(conn, fanout.policymod.policy_for("alert.opened"),
+                                                      event, fa))
+    subject, body = found[0], found[1]
+    assert f'<bdi dir="ltr">/alerts/{row["id"]}</bdi>' not in body   # the link itself is an href, not text
+    assert f'href="/alerts/{row["id"]}"' in body
+    if rule != "dead_rising":
+        assert f'<bdi dir="ltr">{key}</bdi>' in body
+    assert persian_without_latin(render.email_text(subject))
+    text = render.email_text(body)
+    assert persian_without_latin(text.replace(f"/alerts/{row['id']}", "")), text
+
+
+# ---------------------------------------------------------------- links
+
+def test_every_inbox_row_about_an_object_links_to_it(conn):
+    op = _op(conn)
+    uid = _user(conn, op, profile="en")
+    alert, _ = _open(conn, op)
+    note = _inbox(conn, alert["id"])[uid]
+    assert note["data"]["link"] == f"/alerts/{alert['id']}"
+    # From the aggregate when the policy gives no link; never an address off the site.
+    assert render.object_link({}, "job:0190") == "/jobs/0190"
+    assert render.object_link({"link": "//evil.example/x"}, "ticket:7") == "/tickets/7"
+    assert render.object_link({"link": "javascript:alert(1)"}, "order:1") is None
+    assert render.absolute_url("https://ops.example.com/", "/alerts/1") == "https://ops.example.com/alerts/1"
+    assert render.absolute_links('<a href="/a">x</a><a href="//b">y</a><img src="/c">', "https://o.test") == (
+        '<a href="https://o.test/a">x</a><a href="//b">y</a><img src="https://o.test/c">')
+
+
+def test_the_web_inbox_shows_the_link(app, client, login_as):
+    email = login_as("ops")
+    with connect(app.extensions["test_db_url"]) as c:
+        user = c.execute("SELECT id FROM users WHERE email = %s", (email,)).fetchone()
+        op = c.execute("SELECT t.* FROM tenants t JOIN memberships m ON m.tenant_id = t.id "
+                       "WHERE m.user_id = %s", (user["id"],)).fetchone()
+        alert, _ = _open(c, op)
+    html = client.get("/inbox/").get_data(as_text=True)
+    assert f'class="inbox-open" href="/alerts/{alert["id"]}"' in html
+    assert 'data-open-label="' in html
+
+
+# ---------------------------------------------------------------- setting it: account page, switch, API
+
+def _profile_locale(app, email):
+    with connect(app.extensions["test_db_url"]) as c:
+        row = c.execute("SELECT p.locale FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id "
+                        "WHERE u.email = %s", (email,)).fetchone()
+        audit = c.execute("SELECT a.* FROM audit_log a JOIN users u ON u.id::text = a.target_id "
+                          "WHERE u.email = %s AND a.action = 'user.notification_locale' ORDER BY a.id",
+                          (email,)).fetchall()
+    return row["locale"], audit
+
+
+def test_the_account_page_sets_the_notification_language(app, client, login_as):
+    email = login_as("ops")
+    html = client.get("/account").get_data(as_text=True)
+    assert 'name="notification_locale"' in html and 'id="notification-language"' in html
+    r = client.post("/account/notification-language", data={"csrf_token": client.csrf, "notification_locale": "en"})
+    assert r.status_code == 303
+    locale, audit = _profile_locale(app, email)
+    assert locale == "en" and audit[-1]["after"] == {"locale": "en"} and audit[-1]["before"] == {"locale": None}
+    assert "Notification language saved." in client.get("/account").get_data(as_text=True)
+    r = client.post("/account/notification-language", data={"csrf_token": client.csrf, "notification_locale": "de"})
+    assert r.status_code == 400 and _profile_locale(app, email)[0] == "en"
+    r = client.post("/account/notification-language", data={"notification_locale": "fa"})   # no CSRF token
+    assert 400 <= r.status_code < 500 and _profile_locale(app, email)[0] == "en"
+    r = client.post("/account/notification-language", data={"csrf_token": client.csrf, "notification_locale": ""})
+    assert r.status_code == 303 and _profile_locale(app, email)[0] is None
+
+
+def test_the_language_switch_while_signed_in_sets_it(app, client, login_as):
+    email = login_as("ops")
+    assert client.post("/locale", data={"locale": "en", "csrf_token": client.csrf, "next": "/"}).status_code == 302
+    assert _profile_locale(app, email)[0] == "en"
+    assert client.post("/locale", data={"locale": "fa", "csrf_token": client.csrf, "next": "/"}).status_code == 302
+    assert _profile_locale(app, email)[0] == "fa"
+
+
+def test_the_api_profile_sets_and_validates_the_locale(app, client):
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, f"t-{uuid.uuid4().hex[:6]}")
+        u = auth.create_user(c, f"m-{uuid.uuid4().hex[:6]}@example.test", "correct horse battery", "member",
+                             t["slug"])
+        token, _ = inbox.create_token(c, u["id"])
+    h = {"Authorization": f"Bearer {token}"}
+    assert client.get("/api/v1/profile", headers=h).get_json() == {"locale": None, "effective_locale": "fa"}
+    r = client.patch("/api/v1/profile", json={"locale": "en"}, headers=h)
+    assert r.status_code == 200 and r.get_json() == {"locale": "en", "effective_locale": "en"}
+    for body, code in (({"locale": "de"}, "invalid_locale"), ({"locale": 5}, "invalid_field"),
+                       ({"lang": "en"}, "unknown_field"), ({}, "missing_field"), ({"locale": ""}, "invalid_field")):
+        r = client.patch("/api/v1/profile", json=body, headers=h)
+        assert r.status_code == 400 and r.get_json()["error"] == code, (body, r.get_json())
+    assert client.patch("/api/v1/profile", data="x", headers=h).status_code == 400
+    assert client.patch("/api/v1/profile", json={"locale": "en"}).status_code == 401
+    assert client.get("/api/v1/profile", headers=h).get_json()["locale"] == "en"
+    r = client.patch("/api/v1/profile", json={"locale": None}, headers=h)
+    assert r.get_json() == {"locale": None, "effective_locale": "fa"}
+    with connect(app.extensions["test_db_url"]) as c:
+        audit = c.execute("SELECT before, after, tenant_id FROM audit_log WHERE action = 'user.notification_locale' "
+                          "AND target_id = %s ORDER BY id", (str(u["id"]),)).fetchall()
+    assert [(a["before"], a["after"]) for a in audit] == [({"locale": None}, {"locale": "en"}),
+                                                         ({"locale": "en"}, {"locale": None})]
+    assert all(a["tenant_id"] == t["id"] for a in audit)
+    doc = client.get("/api/v1/openapi.json").get_json()
+    assert doc["paths"]["/profile"]["patch"]["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ProfileUpdate"}
+    assert doc["components"]["schemas"]["ProfileUpdate"]["properties"]["locale"]["enum"] == ["fa", "en", None]
+
+
+# ---------------------------------------------------------------- the demo
+
+def test_the_demo_english_users_get_english_notifications(app, conn):
+    url = app.extensions["test_db_url"]
+    demo.seed(url, {"users": {email: "demo password 1" for email, _, _ in demo.USERS}})
+    with connect(url) as c:
+        locales = {r["email"]: r["locale"] for r in c.execute(
+            "SELECT u.email, p.locale FROM users u JOIN notification_profiles p ON p.user_id = u.id "
+            "WHERE u.email LIKE '%%.demo'").fetchall()}
+        assert locales["ops@opsboard.demo"] == locales["support@opsboard.demo"] == "en"
+        assert locales["ops@acme.demo"] == locales["user@acme.demo"] == "en"
+        assert locales["support-fa@opsboard.demo"] == "fa"
+        operator = c.execute("SELECT * FROM tenants WHERE slug = 'operator'").fetchone()
+        alert, _ = _open(c, operator)
+        ops = c.execute("SELECT id FROM users WHERE email = 'ops@opsboard.demo'").fetchone()["id"]
+        assert _inbox(c, alert["id"])[ops]["locale"] == "en"
+
+
+# ---------------------------------------------------------------- the delivery page
+
+def test_the_delivery_page_shows_the_correlation_id_and_the_provider_jobs(app, client, login_as):
+    email = login_as("admin")
+    with connect(app.extensions["test_db_url"]) as c:
+        op = c.execute("SELECT t.* FROM tenants t JOIN memberships m ON m.tenant_id = t.id JOIN users u "
+                       "ON u.id = m.user_id WHERE u.email = %s", (email,)).fetchone()
+        alert, event = _open(c, op)
+        d = c.execute("SELECT * FROM deliveries WHERE event_id = %s AND channel = 'email'", (event["id"],)).fetchone()
+        c.execute("UPDATE jobs SET correlation_id = 'req-4711' WHERE id = %s", (d["job_id"],))
+        provider = jobqueue.enqueue(c, "email.send", {"message_id": str(uuid.uuid4())}, tenant=op["id"],
+                                    idempotency_key=f"delivery:{d['id']}", correlation_id="req-4711",
+                                    event_id=event["id"])
+    html = client.get(f"/notifications/?event_id={event['id']}").get_data(as_text=True)
+    assert '<a href="/jobs/?correlation_id=req-4711"' in html
+    assert f'href="/jobs/{provider["id"]}" data-job-type="email.send"' in html
