@@ -55,8 +55,9 @@ import psycopg
 from . import catalogue as _catalogue
 from . import db
 
-#: Every state a delivery can be in (``deliveries.status``; see docs/deliveries.md).
-DELIVERY_STATES = ("queued", "sent", "delivered", "failed", "bounced", "expired", "suppressed")
+#: Every state a delivery can be in (``deliveries.status``; see docs/deliveries.md).  ``digested``: the item
+#: went out inside a digest (opsboard.notifications.digest), reached by every channel with a hand-over.
+DELIVERY_STATES = ("queued", "sent", "delivered", "failed", "bounced", "expired", "suppressed", "digested")
 #: The formats the deliver job prepares a rendered text in (:class:`Rendered`).
 FORMATS = ("text", "html", "title")
 #: What a channel does with sensitive content (see the module docstring).
@@ -151,7 +152,7 @@ def define_channel(cat: _catalogue.Catalogue, name: str, *, label: str,
     if unknown:
         raise ValueError(f"channel {name!r}: unknown delivery state(s) {unknown} (known: {DELIVERY_STATES})")
     wanted = tuple(s for s in DELIVERY_STATES if s in set(wanted) | {"suppressed"}
-                   | ({"queued"} if hand_over is not None else set()))
+                   | ({"queued", "digested"} if hand_over is not None else set()))
     if max_length is not None and max_length < 1:
         raise ValueError(f"channel {name!r}: max_length must be positive")
     ch = Channel(name, label, hand_over, reach, template_channel or name, format, bool(subject), max_length,

@@ -23,7 +23,7 @@ LEFT JOIN notification_profiles p ON p.user_id = c.recipient_id;
 -- Open digests of the listed tenants (NULL: every tenant), the soonest flush first, for the
 -- dashboard's notifications page.
 SELECT g.id, g.tenant_id, t.slug AS tenant_slug, g.recipient_id, u.email AS recipient_email, g.channel,
-       g.category, g.digest_key, g.kind, g.item_count, g.opened_at, g.flush_at
+       g.category, g.digest_key, g.kind, g.item_count, g.opened_at, g.flush_at, g.first_event_id
 FROM notification_digests g
 JOIN tenants t ON t.id = g.tenant_id
 JOIN users u ON u.id = g.recipient_id

@@ -114,6 +114,7 @@ STATUS_LABELS = {
     "waiting_on_customer": _l("waiting on customer"),
     # notification deliveries, templates
     "sent": _l("sent"), "delivered": _l("delivered"), "suppressed": _l("suppressed"), "bounced": _l("bounced"),
+    "digested": _l("in a digest"),
     "draft": _l("draft"), "published": _l("published"),
 }
 
