@@ -62,6 +62,13 @@ def deliver_render(b: Bench) -> None:
     run(b)
 
 
+def digest(b: Bench) -> None:
+    """100,000 events for 10,000 recipients in one digest window (--jobs N events), then 10,000 digests with
+    2 workers: the time to hand them all over and the OTP's p99 meanwhile (issue 43)."""
+    from .digest import run
+    run(b)
+
+
 def sse(b: Bench) -> None:
     """1,000 SSE streams on one gunicorn gthread process: a new row reaching all (p99), memory per stream."""
     from .notifications import sse as run
@@ -123,6 +130,7 @@ _SCENARIOS = {
     "api_worker": api_worker,
     "fanout": fanout,
     "deliver_render": deliver_render,
+    "digest": digest,
     "sse": sse,
     "broadcast": broadcast,
     "streams": streams,
@@ -134,8 +142,9 @@ _SCENARIOS = {
 }
 #: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
 #: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
-#: 20 minutes and 6 GB on its own).
-_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune"})
+#: 20 minutes and 6 GB on its own); ``digest`` fans 100,000 events out one by one before its digests
+#: (about 30 minutes on a 2-core VM).
+_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "digest"})
 
 #: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
 _TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),)}
