@@ -33,6 +33,8 @@ from opsboard.notifications import digest as digestmod
 from opsboard.notifications import policy, render, render_sandbox, templates
 
 GENERIC_TITLE = "New notification"
+#: The generic title of a sensitive notification's push, in the recipient's language (issue 43).
+GENERIC_TITLES = {"en": GENERIC_TITLE, "fa": "اعلان تازه"}
 
 
 def _uuid(value, field: str) -> uuid.UUID:
@@ -67,7 +69,7 @@ def _prepared(ch: channels.Channel, subject: str, body: str, locale: str, versio
         return channels.Rendered(title, _cut(render.email_text(body), ch.max_length), locale, version,
                                  html=render.email_document(title, body, locale), generic=generic, link=link)
     if ch.format == "title":
-        title = GENERIC_TITLE if generic else render.push_preview(subject, body)["title"]
+        title = GENERIC_TITLES.get(locale, GENERIC_TITLE) if generic else render.push_preview(subject, body)["title"]
         return channels.Rendered(subject, "" if generic else _cut(body, ch.max_length),
                                  locale, version, title=title, generic=generic, link=link)
     return channels.Rendered(subject if ch.subject else "", _cut(body, ch.max_length), locale, version,

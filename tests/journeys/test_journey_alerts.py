@@ -97,7 +97,8 @@ def test_dead_spike_and_no_worker_alerts_reach_oncall_staff(stack, sandbox, brow
     sms = {r["to"]: r["text"] for r in sandbox.records("sms")}
     assert set(sms) == {LEILA_PHONE, SAM_PHONE}
     assert sms[SAM_PHONE] == "opsboard critical: no live worker serves default, which has ready jobs"
-    assert sms[LEILA_PHONE].startswith("بحرانی opsboard: ")
+    # Persian written from the alert's parts, the product's name and the queue as left-to-right islands (issue 43)
+    assert sms[LEILA_PHONE] == "بحرانی \u2066opsboard\u2069: هیچ کارگر زنده‌ای به \u2066default\u2069 که کار آماده دارد، سرویس نمی‌دهد"
     mails = [r for r in sandbox.records("email") if "no_worker" in r["subject"] or "صف بدون کارگر" in r["subject"]]
     assert sorted(r["rcpt_to"][0] for r in mails) == ["leila@ops.test", "sam@ops.test"]
 
