@@ -43,6 +43,9 @@ def run(config: Config, args: argparse.Namespace) -> int:
         queues = parse_queue_slots(args.queues) if args.queues else None
     except ConfigError as exc:
         raise ConfigError(f"--queues {args.queues!r}: {exc}") from None
+    from opsboard import tracing
+    # Spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (a malformed one: ConfigError); else nothing.
+    tracing.setup("worker")
     if args.processes:
         if not 1 <= args.processes <= 64:
             raise UsageError("--processes must be between 1 and 64")
@@ -55,7 +58,10 @@ def run(config: Config, args: argparse.Namespace) -> int:
                running_file=args.running_file, catalogue=catalogue, direct_url=resolve_direct_url(config))
     w.wait_for_database = not args.exit_without_database
     w.install_signals()
-    return w.run()
+    try:
+        return w.run()
+    finally:
+        tracing.shutdown()  # the spans still batched are sent before the process ends
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from opsboard import jobqueue, jobtypes, retry
+from opsboard import jobqueue, jobtypes, retry, tracing
 from opsboard.backpressure import take_token
 
 from .context import JobContext, LeaseLost
@@ -223,25 +223,28 @@ class Executor:
             if self.running_file is not None:
                 # From here on a crash may be this job's doing (the supervisor reads it).
                 self.running_file.mark(slot.record, row["id"])
-            try:
-                waiting = self.rate_limited(jt, row["queue"])
-                if waiting is not None:
-                    outcome = waiting
-                else:
-                    outcome = retry.classify(jobtypes.handler_of(jt)(r.ctx))
-            except retry.Outcome as exc:
-                outcome = exc
-            except psycopg.errors.QueryCanceled as exc:
-                # Past the job's timeout, this is our statement_timeout (or the
-                # keeper's cancel): the handler timed out.
-                if time.monotonic() >= r.deadline - 0.05:
-                    outcome = retry.Unknown("timeout", f"handler ran past its {jt.policy.timeout}s timeout")
-                else:
+            # A span per attempt (a shared no-op while tracing is off: opsboard.tracing).
+            with tracing.attempt(row) as span:
+                try:
+                    waiting = self.rate_limited(jt, row["queue"])
+                    if waiting is not None:
+                        outcome = waiting
+                    else:
+                        outcome = retry.classify(jobtypes.handler_of(jt)(r.ctx))
+                except retry.Outcome as exc:
+                    outcome = exc
+                except psycopg.errors.QueryCanceled as exc:
+                    # Past the job's timeout, this is our statement_timeout (or the
+                    # keeper's cancel): the handler timed out.
+                    if time.monotonic() >= r.deadline - 0.05:
+                        outcome = retry.Unknown("timeout", f"handler ran past its {jt.policy.timeout}s timeout")
+                    else:
+                        outcome = retry.classify(exc)
+                except LeaseLost:
+                    outcome = retry.Unknown("lease_lost", "this attempt no longer held its job")
+                except Exception as exc:
                     outcome = retry.classify(exc)
-            except LeaseLost:
-                outcome = retry.Unknown("lease_lost", "this attempt no longer held its job")
-            except Exception as exc:
-                outcome = retry.classify(exc)
+                span.record(outcome)
             if not r.abandoned:
                 self.finish(r, outcome)
         finally:
@@ -257,7 +260,10 @@ class Executor:
         in the rows it did.  It runs in the first slot that starts one of them
         (not in the claim loop), for all of them at once; a hook that fails
         leaves the rows as they were (their handlers do it all themselves).
+        With tracing on, the rows also get their stored trace context (one statement).
         """
+        if tracing.enabled():
+            tracing.load_contexts(self.handler_pool, rows)
         by_hook: dict[Callable, list[dict]] = {}
         hooks: dict[tuple, Callable | None] = {}  # one lookup per type in the batch, not per job
         for row in rows:

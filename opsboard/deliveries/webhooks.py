@@ -195,17 +195,20 @@ def fanout(conn: psycopg.Connection, event_id) -> list[dict]:
     return jobs
 
 
-def fanout_many(conn: psycopg.Connection, event_ids: list, correlation: dict | None = None) -> dict:
+def fanout_many(conn: psycopg.Connection, event_ids: list, correlation: dict | None = None,
+                traces: dict | None = None) -> dict:
     """:func:`fanout` of many events at once: one statement finds every event's subscribed endpoints
     and the keys already held (``webhook_fanout_targets``), one inserts the missing deliveries
     (``enqueue_many``).  Returns ``{event_id: number of endpoints}`` for the events found (a gone
     event is left out).  Idempotent as :func:`fanout`; run it inside the caller's transaction.
-    ``correlation`` (``{event_id: correlation id}``) gives the deliveries their event's correlation id.
+    ``correlation`` (``{event_id: correlation id}``) gives the deliveries their event's correlation id,
+    ``traces`` (``{event_id: trace context}``) its trace context (:mod:`opsboard.tracing`).
     """
     targets = db.all_rows(conn, "webhook_fanout_targets", {"event_ids": list(event_ids)})
     counts: dict = {}
     new, keys = [], set()
     correlation = correlation or {}
+    traces = traces or {}
     for t in targets:
         counts[t["event_id"]] = counts.get(t["event_id"], 0) + 1
         if not t["held"] and t["key"] not in keys:
@@ -213,7 +216,8 @@ def fanout_many(conn: psycopg.Connection, event_ids: list, correlation: dict | N
             new.append(jobqueue.NewJob("webhook.deliver", {"endpoint_id": str(t["endpoint_id"]),
                                                            "event_id": str(t["event_id"])},
                                        t["tenant_id"], idempotency_key=t["key"], event_id=t["event_id"],
-                                       correlation_id=correlation.get(t["event_id"])))
+                                       correlation_id=correlation.get(t["event_id"]),
+                                       trace_context=traces.get(t["event_id"])))
     if new:
         jobqueue.enqueue_many(conn, new)
     return counts
@@ -222,7 +226,7 @@ def fanout_many(conn: psycopg.Connection, event_ids: list, correlation: dict | N
 def fanout_at_relay(conn: psycopg.Connection, jobs: list[dict]) -> int:
     """``webhook.fanout`` done by the outbox relay (:func:`opsboard.outbox.run_at_relay`): the fan-out of
     the events it is relaying, in its transaction, from the job rows it would have inserted (their
-    payload's ``event_id``, their correlation id).  Returns the number of deliveries the events have.
+    payload's ``event_id``, their correlation id and trace context).  Returns the number of deliveries the events have.
 
     Why at the relay: a fan-out job per event was a whole job's life (its row and index entries, a
     claim, a completion, an attempt row) for two statements of work that the relay's own transaction
@@ -230,13 +234,14 @@ def fanout_at_relay(conn: psycopg.Connection, jobs: list[dict]) -> int:
     The deliveries commit exactly when their events are marked relayed; their keys
     (``<event_id>:<endpoint_id>``) make a later fan-out job of the same event a no-op.
     """
-    ids, correlation = [], {}
+    ids, correlation, traces = [], {}, {}
     for job in jobs:
         event_id = uuid.UUID(str(job["payload"]["event_id"]))
         if event_id not in correlation:
             ids.append(event_id)
             correlation[event_id] = job.get("correlation_id")
-    return sum(fanout_many(conn, ids, correlation).values())
+            traces[event_id] = job.get("trace_context")
+    return sum(fanout_many(conn, ids, correlation, traces).values())
 
 
 def disable_endpoint(conn: psycopg.Connection, tenant_id, endpoint_id, reason: str, *,

@@ -47,6 +47,8 @@ class NewJob:
     priority: int | None = None
     queue: str | None = None
     max_attempts: int | None = None
+    #: The W3C trace context the job continues (:mod:`opsboard.tracing`'s stored form), or None.
+    trace_context: str | None = None
 
 
 def tenant_id_of(tenant) -> uuid.UUID:
@@ -98,7 +100,7 @@ def prepare_row(job: NewJob, types: dict | None = None) -> dict:
         "idempotency_key": job.idempotency_key, "group_key": job.group_key, "payload": job.payload,
         "max_attempts": job.max_attempts or policy.max_attempts, "run_at": job.run_at,
         "expires_at": job.expires_at, "correlation_id": job.correlation_id, "event_id": job.event_id,
-        "payload_json": payload_json,
+        "payload_json": payload_json, "trace_context": job.trace_context,
     }
 
 
@@ -121,7 +123,7 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 _ROW = ('{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priority":%d,"idempotency_key":%s,'
         '"group_key":%s,"max_attempts":%d,"run_at":%s,"expires_at":%s,"correlation_id":%s,"event_id":%s,'
-        '"payload":%s}')
+        '"trace_context":%s,"payload":%s}')
 
 
 _ROW_PLAIN = '{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priority":%d,"max_attempts":%d,"payload":%s}'
@@ -146,14 +148,15 @@ def row_json(r: dict) -> str:
     if type_json is None:
         type_json = _TYPE_JSON[r["type"]] = _ENCODE(r["type"])
     if (r["idempotency_key"] is None and r["group_key"] is None and r["run_at"] is None and r["expires_at"] is None
-            and r["correlation_id"] is None and r["event_id"] is None):
+            and r["correlation_id"] is None and r["event_id"] is None and r.get("trace_context") is None):
         # The common job: keys left out read as NULL (jsonb_to_recordset), a shorter document.
         return _ROW_PLAIN % (r["id"].hex, type_json, r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
                              r["max_attempts"], r["payload_json"])
     return _ROW % (r["id"].hex, type_json, r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
                    _json_or_null(r["idempotency_key"]), _json_or_null(r["group_key"]), r["max_attempts"],
                    _json_or_null(_iso(r["run_at"])), _json_or_null(_iso(r["expires_at"])),
-                   _json_or_null(r["correlation_id"]), _json_or_null(r["event_id"]), r["payload_json"])
+                   _json_or_null(r["correlation_id"]), _json_or_null(r["event_id"]),
+                   _json_or_null(r.get("trace_context")), r["payload_json"])
 
 
 #: Where :func:`_insert_one` keeps its cursor on a connection (see :func:`_insert_one`).
@@ -199,6 +202,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
         "locked_by": None, "locked_until": None, "last_error_code": None,
         "correlation_id": _as_text(row["correlation_id"]), "event_id": _as_uuid(row["event_id"]),
         "replay_of": _as_uuid(row["replay_of"]), "created_at": created_at, "started_at": None, "finished_at": None,
+        "trace_context": _as_text(row["trace_context"]),
     }
 
 
@@ -216,7 +220,7 @@ def enqueue(conn: psycopg.Connection, type: str, payload: dict, *, tenant, versi
             idempotency_key: str | None = None, group_key: str | None = None, run_at: datetime | None = None,
             expires_at: datetime | None = None, correlation_id: str | None = None, event_id=None,
             priority: int | None = None, queue: str | None = None, max_attempts: int | None = None,
-            replay_of=None) -> dict:
+            replay_of=None, trace_context: str | None = None) -> dict:
     """Enqueue one job in the caller's transaction and return its row.
 
     With an ``idempotency_key`` that a live (not dead) job of the same tenant
@@ -225,7 +229,7 @@ def enqueue(conn: psycopg.Connection, type: str, payload: dict, *, tenant, versi
     :class:`~opsboard.jobtypes.InvalidPayload` before writing anything.
     """
     row = prepare_row(NewJob(type, payload, tenant, version, idempotency_key, group_key, run_at, expires_at,
-                          correlation_id, event_id, priority, queue, max_attempts))
+                          correlation_id, event_id, priority, queue, max_attempts, trace_context))
     row["payload"] = Jsonb(row["payload"])
     row["replay_of"] = replay_of
     inserted = _insert_one(conn, row)
@@ -251,12 +255,13 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
     if not rows:
         return []
     if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF and not any(
-            r["idempotency_key"] is not None or r["run_at"] is not None for r in rows):
+            r["idempotency_key"] is not None or r["run_at"] is not None or r["trace_context"] is not None
+            for r in rows):
         # No key can conflict: COPY, faster than the INSERT below for a batch
         # (no JSON document to build and parse, multi-row heap inserts;
         # `opsboard bench --scenario enqueue_many`).  The statement trigger checks tenants and notifies as for
         # an INSERT.  (COPY cannot take now() for a job's run_at, nor run in
-        # pipeline mode.)
+        # pipeline mode; it leaves trace_context out, rare enough to take the INSERT.)
         _copy_jobs(conn, rows)
         return [r["id"] for r in rows]
     doc = "[" + ",".join(row_json(r) for r in rows) + "]"

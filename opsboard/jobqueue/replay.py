@@ -54,6 +54,8 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
             # The same time to live: a replay never outlives what the job was for.
             "run_at": None, "expires_at": dead["expires_at"], "correlation_id": dead["correlation_id"],
             "event_id": dead["event_id"], "replay_of": dead["id"],
+            # A replay continues the dead job's trace (opsboard.tracing): its attempts show beside the first ones.
+            "trace_context": dead.get("trace_context"),
         }
         # The job first, then the audit row naming it: a concurrent identical
         # request waits on the audit row's unique request key, then finds it

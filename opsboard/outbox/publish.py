@@ -70,7 +70,7 @@ def _aggregate(aggregate) -> tuple[str, str]:
 
 def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
             payload: dict, correlation_id: str | None = None, now: datetime | None = None,
-            fetch: bool = True) -> dict:
+            fetch: bool = True, trace_context: str | None = None) -> dict:
     """Append an event in the caller's transaction and return the stored envelope.
 
     Call it on the connection (and inside the transaction) that writes the
@@ -78,10 +78,12 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
     before writing anything.  With ``fetch=False`` (and ``now`` given) the
     envelope is built from the values sent instead of read back, so that in
     pipeline mode the insert travels with the COMMIT (the HTTP API).
+    ``trace_context`` (:func:`opsboard.tracing.request_context`) goes to the event's jobs.
     """
     if not fetch and now is None:
         raise ValueError("publish(fetch=False) needs now")
-    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now)
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now,
+                           trace_context=trace_context)
     if fetch:
         return db.one(conn, "outbox_event_insert", params)
     db.execute(conn, "outbox_event_insert", params)
@@ -89,7 +91,7 @@ def publish(conn: psycopg.Connection, type: str, version: int, *, aggregate: tup
 
 
 def _event_params(type: str, version: int, aggregate, tenant, payload: dict, correlation_id: str | None,
-                  now: datetime | None, validated: bool | str = False) -> dict:
+                  now: datetime | None, validated: bool | str = False, trace_context: str | None = None) -> dict:
     """The checked parameters of ``outbox_event_insert``; raises :class:`EventRefused`."""
     et = event_type(type, version)
     kind, ident = _aggregate(aggregate)
@@ -104,13 +106,14 @@ def _event_params(type: str, version: int, aggregate, tenant, payload: dict, cor
         raise EventRefused("invalid_field", "correlation_id must be 1 to 200 characters", "correlation_id")
     return {"id": new_id(), "type": et.name, "version": et.version, "aggregate_type": kind, "aggregate_id": ident,
             "tenant_id": jobqueue.tenant_id_of(tenant), "now": now, "correlation_id": correlation_id,
+            "trace_context": trace_context,
             "payload": Jsonb(payload, dumps=lambda _: text) if text is not None else Jsonb(payload)}
 
 
 def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                      payload: dict, correlation_id: str | None = None, queue_name: str,
                      high_water: dict[str, int] | None = None, now: datetime | None = None,
-                     validated: bool | str = False, leases=None):
+                     validated: bool | str = False, leases=None, trace_context: str | None = None):
     """Ask admission (:func:`opsboard.backpressure.admission`) and, if admitted, append the event.
 
     For a producer with no transaction of its own (the HTTP API), on an autocommit connection: the
@@ -124,7 +127,7 @@ def publish_admitted(conn: psycopg.Connection, type: str, version: int, *, aggre
     the admission's statement, and leases a few when it holds none.
     """
     from .. import backpressure
-    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated, trace_context)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     row = _admit(conn, adm, None, leases)
     verdict = backpressure.Admission(200) if row is None else backpressure.admission_verdict(row, queue_name,
@@ -228,7 +231,8 @@ class Published:
 def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate: tuple[str, Any], tenant,
                  payload: dict, correlation_id: str | None = None, queue_name: str, key: str, request_hash: bytes,
                  answer: Callable[[dict], dict], status: int = 202, high_water: dict[str, int] | None = None,
-                 now: datetime | None = None, validated: bool | str = False, leases=None) -> Published:
+                 now: datetime | None = None, validated: bool | str = False, leases=None,
+                 trace_context: str | None = None) -> Published:
     """:func:`publish_admitted` under an Idempotency-Key (``key``, stored in ``api_idempotency`` with the
     ``request_hash`` of the request), in two round trips on an autocommit connection:
 
@@ -248,7 +252,7 @@ def publish_once(conn: psycopg.Connection, type: str, version: int, *, aggregate
     its token goes back into the lease.
     """
     from .. import backpressure
-    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated)
+    params = _event_params(type, version, aggregate, tenant, payload, correlation_id, now, validated, trace_context)
     adm = backpressure.admission_params(params["tenant_id"], queue_name, high_water=high_water, now=now)
     ids = {"key": key, "request_hash": request_hash, "status": status}
     row = _admit(conn, adm, key, leases)

@@ -48,7 +48,8 @@ def jobs_for(event: dict) -> list[dict]:
             idempotency_key=f"{event['id']}:{sub.subscriber}",
             group_key=f"{event['aggregate_type']}:{event['aggregate_id']}:{sub.subscriber}" if sub.ordered else None,
             expires_at=event["occurred_at"] + sub.expires_in if sub.expires_in else None,
-            correlation_id=event["correlation_id"], event_id=event["id"], queue=sub.queue))
+            correlation_id=event["correlation_id"], event_id=event["id"], queue=sub.queue,
+            trace_context=event.get("trace_context")))
         row["id"] = job_id_for(event["id"], sub.subscriber)
         rows.append(row)
     return rows

@@ -6,10 +6,11 @@
 -- formatted, sent and parsed every column, a large share of a single
 -- enqueue's producer CPU: `opsboard bench --scenario enqueue_cost`).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(idempotency_key)s,
         %(group_key)s, %(payload)s, %(max_attempts)s,
-        coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s, %(event_id)s, %(replay_of)s)
+        coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s, %(event_id)s, %(replay_of)s,
+        %(trace_context)s)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
 RETURNING payload, created_at;
@@ -21,10 +22,10 @@ RETURNING payload, created_at;
 -- (HEAP_CONFIRM) and a share of the statement's time (EXPLAIN (ANALYZE, WAL)
 -- of single enqueues; docs/performance.md, enqueue).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(group_key)s, %(payload)s,
         %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s,
-        %(event_id)s, %(replay_of)s)
+        %(event_id)s, %(replay_of)s, %(trace_context)s)
 RETURNING payload, created_at;
 
 -- name: job_insert_many
@@ -32,16 +33,21 @@ RETURNING payload, created_at;
 -- objects: a single JSON document is far cheaper to send than fourteen
 -- parallel arrays (measured with `opsboard bench --scenario enqueue_many`).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, trace_context)
 SELECT id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-       max_attempts, coalesce(run_at, now()), expires_at, correlation_id, event_id
+       max_attempts, coalesce(run_at, now()), expires_at, correlation_id, event_id, trace_context
 FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS t(id uuid, type text, version smallint, tenant_id uuid, queue text, priority smallint,
           idempotency_key text, group_key text, payload jsonb, max_attempts int, run_at timestamptz,
-          expires_at timestamptz, correlation_id text, event_id uuid)
+          expires_at timestamptz, correlation_id text, event_id uuid, trace_context text)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
 RETURNING id;
+
+-- name: job_trace_contexts
+-- The stored trace contexts of claimed jobs (migration 0072), read by a worker with tracing on
+-- only: the claim leaves the column out, so that tracing off costs nothing per job.
+SELECT id, trace_context FROM jobs WHERE id = ANY(%(ids)s::uuid[]) AND trace_context IS NOT NULL;
 
 -- name: job_get_live_by_key
 -- The live job holding an idempotency key.

@@ -1,9 +1,9 @@
 -- name: outbox_event_insert
 -- Append one event in the caller's transaction (its commit may wake the relays: migration 0017).
 INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
-                           correlation_id, payload)
+                           correlation_id, payload, trace_context)
 VALUES (%(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s,
-        coalesce(%(now)s::timestamptz, now()), %(correlation_id)s, %(payload)s)
+        coalesce(%(now)s::timestamptz, now()), %(correlation_id)s, %(payload)s, %(trace_context)s)
 RETURNING *;
 
 -- name: outbox_relay_plain
@@ -30,7 +30,8 @@ RETURNING *;
 -- is left.  In autocommit it is a whole relay pass in one round trip (the
 -- events left are unlocked again, for a transaction that routes them).
 WITH batch AS (
-    SELECT id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at, correlation_id, payload
+    SELECT id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at, correlation_id, payload,
+           trace_context
     FROM outbox_events
     WHERE relayed_at IS NULL
     ORDER BY id
@@ -68,13 +69,13 @@ WITH batch AS (
       ON r.route = e.key
 ), ins AS (
     INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-                      max_attempts, available_at, expires_at, correlation_id, event_id)
+                      max_attempts, available_at, expires_at, correlation_id, event_id, trace_context)
     SELECT (left(x.id::text, 28) || lpad(to_hex(x.suffix), 8, '0'))::uuid, x.job_type, x.job_version, x.tenant_id,
            x.queue, x.priority, x.id::text || ':' || x.subscriber,
            CASE WHEN x.ordered THEN x.aggregate_type || ':' || x.aggregate_id || ':' || x.subscriber END,
            jsonb_build_object('event_id', x.id::text, 'event_type', x.type, 'event_version', x.version,
                               'aggregate', x.aggregate_type || ':' || x.aggregate_id, 'data', x.payload),
-           x.max_attempts, now(), x.occurred_at + x.expires_in, x.correlation_id, x.id
+           x.max_attempts, now(), x.occurred_at + x.expires_in, x.correlation_id, x.id, x.trace_context
     FROM routed x
     ORDER BY x.id, x.subscriber
     ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
@@ -85,7 +86,7 @@ WITH batch AS (
     RETURNING 1
 )
 SELECT n.events, n.jobs, r.id, r.type, r.version, r.aggregate_type, r.aggregate_id, r.tenant_id, r.occurred_at,
-       r.correlation_id, r.payload
+       r.correlation_id, r.payload, r.trace_context
 FROM (SELECT (SELECT count(*) FROM marked)::int AS events, (SELECT count(*) FROM routed)::int AS jobs) n
 LEFT JOIN (SELECT * FROM ready WHERE id NOT IN (SELECT id FROM plain)) r ON true
 ORDER BY r.id;
@@ -201,9 +202,9 @@ claim AS (
     RETURNING 1
 ), ins AS (
     INSERT INTO outbox_events (id, type, version, aggregate_type, aggregate_id, tenant_id, occurred_at,
-                               correlation_id, payload)
+                               correlation_id, payload, trace_context)
     SELECT %(id)s, %(type)s, %(version)s, %(aggregate_type)s, %(aggregate_id)s, %(tenant_id)s, now_.t,
-           %(correlation_id)s, %(payload)s
+           %(correlation_id)s, %(payload)s, %(trace_context)s
     FROM now_, claim
     RETURNING occurred_at
 )

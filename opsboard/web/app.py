@@ -58,6 +58,14 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.config.update(test_config)
     app.extensions["opsboard_config"] = config
     app.session_interface = security.CookieSessions()
+    from .. import tracing
+    if tracing.setup("web"):  # OTEL_EXPORTER_OTLP_ENDPOINT set; each gunicorn worker builds its app after the fork
+        # A span per request, the child of a valid incoming traceparent (a malformed one starts a new trace).
+        # Not the streams (a span hours long), the probes and the static files.  Off: not even imported.
+        from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+        FlaskInstrumentor().instrument_app(app, tracer_provider=tracing.provider(),
+                                           excluded_urls="/static/,/healthz,/readyz,/metrics,/stream$")
 
     if database is None:
         # Every web transaction bounded by the configured lock and statement timeouts (issue 51): a held

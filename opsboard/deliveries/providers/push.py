@@ -18,7 +18,7 @@ from __future__ import annotations
 import http.client as _httpclient
 import json
 
-from opsboard import retry
+from opsboard import retry, tracing
 from opsboard.config import ProviderSettings
 from opsboard.deliveries import targets
 
@@ -61,6 +61,7 @@ class _PinnedSession:
                                             max_body=16 * 1024, guard=True, allow=self.allow))
 
 
+@tracing.traced("push")
 def send(settings: ProviderSettings, subscription: dict, data: dict, ttl: int = 3600) -> retry.Outcome:
     from pywebpush import WebPushException, webpush
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from opsboard import retry
+from opsboard import retry, tracing
 from opsboard.config import ProviderSettings
 
 from . import http
@@ -27,6 +27,7 @@ class StatusUnavailable(Exception):
     """The status query failed: whether the message exists is not known."""
 
 
+@tracing.traced("sms")
 def send(settings: ProviderSettings, client_id: str, to: str, text: str) -> retry.Outcome:
     body = json.dumps({"client_id": client_id, "to": to, "text": text}).encode()
     try:

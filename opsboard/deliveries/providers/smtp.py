@@ -14,7 +14,7 @@ import ssl
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 
-from opsboard import retry
+from opsboard import retry, tracing
 from opsboard.config import ProviderSettings
 
 _QUEUED = re.compile(rb"queued as ([A-Za-z0-9._-]+)", re.I)
@@ -39,6 +39,7 @@ def build(settings: ProviderSettings, key: str, to: str, subject: str, body: str
     return msg
 
 
+@tracing.traced("smtp")
 def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
     data_sent = False
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from opsboard import retry
+from opsboard import retry, tracing
 from opsboard.config import ProviderSettings
 from opsboard.deliveries import webhooks
 
@@ -30,10 +30,12 @@ class Delivery:
         return isinstance(o, retry.Unknown) or (isinstance(o, retry.Retryable) and o.code != "http_dns")
 
 
+@tracing.traced("webhook")
 def deliver(settings: ProviderSettings, url: str, secrets, msg_id: str, body: bytes,
             timestamp: int | None = None) -> Delivery:
     headers = {"Content-Type": "application/json",
                **webhooks.sign(secrets, msg_id, int(timestamp or time.time()), body)}
+    tracing.inject(headers)  # traceparent (this call's span) while tracing is on
     try:
         resp = http.request("POST", url, body, headers, timeout=settings.webhook_timeout,
                             max_body=settings.webhook_max_response, guard=True, allow=settings.webhook_allow,

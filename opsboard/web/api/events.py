@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from flask import current_app
+from flask import current_app, request
 
-from ... import backpressure, outbox
+from ... import backpressure, outbox, tracing
 from ..context import get_config, get_db
 from .blueprint import bp
 from .common import (Problem, authenticate, conflict, correlation_id, field, idempotency_digest, idempotency_key,
@@ -56,6 +56,8 @@ def publish_event():
     agg_id = field(aggregate, "id", str, max_length=200, where="aggregate.id")
     payload = field(body, "payload", dict)
     corr = correlation_id(body)
+    # W3C traceparent/tracestate: the request's span (tracing on) or the caller's context, for the jobs.
+    trace = tracing.request_context(request.headers)
     try:
         if version is None:
             version = outbox.latest_version(type_)
@@ -80,7 +82,7 @@ def publish_event():
                 verdict, event = outbox.publish_admitted(
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
-                    validated=text, leases=_leases())
+                    validated=text, leases=_leases(), trace_context=trace)
                 done = None
             else:
                 # The same with the key's claim, its stored answer and a replay (one round trip with a
@@ -90,7 +92,7 @@ def publish_event():
                     conn, type_, version, aggregate=(agg_type, agg_id), tenant=key["tenant_id"], payload=payload,
                     correlation_id=corr, queue_name=queue, high_water=get_config().high_water,
                     key=stored_key, request_hash=digest, answer=lambda ev: _envelope(ev, redacted), validated=text,
-                    leases=_leases())
+                    leases=_leases(), trace_context=trace)
                 verdict = done.verdict
         except outbox.EventRefused as exc:
             raise Problem(422, exc.code, str(exc), exc.field) from None

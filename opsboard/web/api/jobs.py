@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from ... import jobqueue, jobtypes
+from flask import request
+
+from ... import jobqueue, jobtypes, tracing
 from ...auth import TenantScope
 from ..context import get_db
 from .blueprint import bp
@@ -53,7 +55,8 @@ def enqueue_job():
         group_key=field(body, "group_key", str, required=False, max_length=200),
         run_at=_moment(body, "run_at"), expires_at=_moment(body, "expires_at"),
         priority=field(body, "priority", int, required=False), queue=field(body, "queue", str, required=False),
-        max_attempts=field(body, "max_attempts", int, required=False), correlation_id=correlation_id(body))
+        max_attempts=field(body, "max_attempts", int, required=False), correlation_id=correlation_id(body),
+        trace_context=tracing.request_context(request.headers))
     try:
         jt = jobtypes.get(new.type, new.version)
         if not jt.public:
@@ -78,7 +81,7 @@ def enqueue_job():
         row = jobqueue.enqueue(conn, new.type, new.payload, tenant=new.tenant, version=new.version,
                             idempotency_key=new.idempotency_key, group_key=new.group_key, run_at=new.run_at,
                             expires_at=new.expires_at, correlation_id=new.correlation_id, priority=new.priority,
-                            queue=new.queue, max_attempts=new.max_attempts)
+                            queue=new.queue, max_attempts=new.max_attempts, trace_context=new.trace_context)
         out = job_json(row)
         if redacted:
             out["redacted_fields"] = redacted

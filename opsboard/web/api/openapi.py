@@ -179,6 +179,17 @@ _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
 
 
+#: W3C trace context (docs/operations.md, "Traces"): accepted, never refused; a malformed one starts a new trace.
+_TRACE_HEADERS = [
+    {"name": "traceparent", "in": "header", "required": False,
+     "description": "W3C trace context: the trace this request, its event's jobs and their provider calls continue "
+                    "(`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`). A malformed value is ignored.",
+     "schema": {"type": "string", "maxLength": 200, "pattern": "^[ -~]*$"}},
+    {"name": "tracestate", "in": "header", "required": False,
+     "description": "W3C vendor trace state, passed on with `traceparent` (dropped beyond 512 characters).",
+     "schema": {"type": "string", "maxLength": 1024, "pattern": "^[ -~]*$"}}]
+
+
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 _UUID = {"type": "string", "format": "uuid",
          "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
@@ -538,14 +549,14 @@ def document() -> dict:
             "/events": {"post": {
                 "operationId": "publishEvent",
                 "summary": "Publish an event for the key's tenant (relayed to its subscribers' jobs)",
-                "parameters": [_IDEMPOTENCY],
+                "parameters": [_IDEMPOTENCY, *_TRACE_HEADERS],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/EventRequest"}}}},
                 "responses": {"202": _ok("Stored; the relay turns it into jobs", "Event"), **_POST_ERRORS}}},
             "/jobs": {"post": {
                 "operationId": "enqueueJob",
                 "summary": "Enqueue a job of a registered type for the key's tenant",
-                "parameters": [_IDEMPOTENCY],
+                "parameters": [_IDEMPOTENCY, *_TRACE_HEADERS],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/JobRequest"}}}},
                 "responses": {"202": {**_ok("Enqueued (or the live job already holding idempotency_key)", "Job"),
