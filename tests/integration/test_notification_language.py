@@ -66,6 +66,12 @@ def test_the_person_then_their_dashboard_then_the_tenant_then_fa(conn):
         chose_en: "en", dashboard_en: "en", nothing: "fa", chose_fa: "fa"}
     assert rows[chose_en]["title"].startswith("Warning alert: queue_age")
     assert rows[nothing]["title"].startswith("هشدار: انتظار طولانی در صف")
+    # Each channel's delivery is written in the same language (the fan-out's statement reads the chain too).
+    delivered = {(r["recipient_id"], r["channel"]): r["locale"] for r in conn.execute(
+        "SELECT recipient_id, channel, locale FROM deliveries d JOIN outbox_events e ON e.id = d.event_id "
+        "WHERE e.aggregate_id = %s", (str(alert["id"]),)).fetchall()}
+    assert {u: delivered[(u, "email")] for u in (chose_en, dashboard_en, nothing, chose_fa)} == {
+        chose_en: "en", dashboard_en: "en", nothing: "fa", chose_fa: "fa"}
 
     conn.execute("INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%s, 'en')", (op["id"],))
     alert, _ = _open(conn, op)
