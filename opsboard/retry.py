@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -98,9 +99,25 @@ def classify(result) -> Outcome:
     if isinstance(result, Outcome):
         return result
     if isinstance(result, BaseException):
-        detail = f"{type(result).__name__}: {result}"
-        return Unknown(error_code(type(result).__name__), detail=redact(detail))
+        return Unknown(error_code(type(result).__name__), detail=exception_detail(result))
     raise TypeError(f"a handler returned {type(result).__name__}; return an outcome or None")
+
+
+#: An attempt's stored detail at most: room for an exception's class, message and last frames.
+MAX_STORED_DETAIL = 2000
+#: The innermost frames of a handler's traceback kept in its attempt's detail.
+TRACEBACK_FRAMES = 6
+
+
+def exception_detail(exc: BaseException) -> str:
+    """An exception as an attempt's readable detail: ``Class: message`` then its innermost
+    :data:`TRACEBACK_FRAMES` frames (file, line, function, source line), redacted and at most
+    :data:`MAX_STORED_DETAIL` characters.  Local variables are never included: they hold payloads."""
+    head = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)[-TRACEBACK_FRAMES:] if exc.__traceback__ else []
+    lines = [head] + [f'  File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "")
+                      for f in frames]
+    return redact("\n".join(lines), limit=MAX_STORED_DETAIL)
 
 
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -162,7 +179,7 @@ def decide(outcome: Outcome, attempt: int, max_attempts: int, base: float, cap: 
             seconds = max(seconds, (outcome.until - now).total_seconds())
         return Decision("snoozed", delay=_bounded(seconds), code=error_code(outcome.code), counts_attempt=False)
     code = error_code(getattr(outcome, "code", "unknown"))
-    detail = redact(getattr(outcome, "detail", None))
+    detail = redact(getattr(outcome, "detail", None), limit=MAX_STORED_DETAIL)
     if isinstance(outcome, Permanent) or attempt >= max_attempts:
         return Decision("dead", code=code, detail=detail)
     retry_after = getattr(outcome, "retry_after", None)

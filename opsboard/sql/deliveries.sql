@@ -411,3 +411,55 @@ WITH j AS (
     RETURNING d.id
 )
 SELECT id FROM m UNION ALL SELECT id FROM d;
+
+-- One webhook endpoint's page (issue 44): how its deliveries fare.  An endpoint is named
+-- in its deliveries' payload; 0083 indexes that name.
+
+-- name: webhook_endpoint_health
+-- The newest %(window)s deliveries to one endpoint (jobs_webhook_endpoint_idx)
+-- and their attempts (job_attempts_job_idx): calls and failures finished
+-- since %(since)s, and how many deliveries were read.  A failure is an attempt
+-- that did not succeed (retryable, dead or lease_expired); snoozed and released
+-- attempts never reached the endpoint and are not counted either way.
+WITH recent AS (
+    SELECT id FROM jobs
+    WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND payload->>'endpoint_id' = %(endpoint_id)s
+    ORDER BY id DESC
+    LIMIT %(window)s
+)
+SELECT (SELECT count(*) FROM recent) AS deliveries_read,
+       count(a.*) FILTER (WHERE a.outcome IN ('succeeded', 'retryable', 'dead', 'lease_expired')) AS calls,
+       count(a.*) FILTER (WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')) AS failures
+FROM recent r
+JOIN job_attempts a ON a.job_id = r.id
+WHERE a.finished_at >= %(since)s;
+
+-- name: webhook_endpoint_last_error
+-- The newest failed attempt among the endpoint's newest %(window)s deliveries:
+-- its code, its redacted detail (the status and the start of the answer), when.
+WITH recent AS (
+    SELECT id FROM jobs
+    WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND payload->>'endpoint_id' = %(endpoint_id)s
+    ORDER BY id DESC
+    LIMIT %(window)s
+)
+SELECT a.job_id, a.attempt, a.error_code, a.detail, a.finished_at
+FROM recent r
+JOIN job_attempts a ON a.job_id = r.id
+WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')
+ORDER BY a.finished_at DESC
+LIMIT 1;
+
+-- name: webhook_endpoint_dead_count
+-- How many of the endpoint's deliveries are dead (jobs_webhook_endpoint_dead_idx).
+SELECT count(*) AS n FROM jobs
+WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND status = 'dead'
+  AND payload->>'endpoint_id' = %(endpoint_id)s;
+
+-- name: webhook_endpoint_dead_list
+-- The endpoint's newest dead deliveries (jobs_webhook_endpoint_dead_idx).
+SELECT id, attempts, last_error_code, finished_at FROM jobs
+WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND status = 'dead'
+  AND payload->>'endpoint_id' = %(endpoint_id)s
+ORDER BY id DESC
+LIMIT %(limit)s;

@@ -10,7 +10,7 @@ from flask import Blueprint, render_template, request
 from flask_babel import gettext as _
 
 from .. import db
-from ..deliveries import webhooks
+from ..deliveries import endpoint_health, webhooks
 from . import forms
 from .context import get_config, get_db
 from .errors import ApiError
@@ -97,3 +97,18 @@ def rotate(endpoint_id: str):
 def delete(endpoint_id: str):
     _action(endpoint_id, webhooks.manage_delete)
     return _partial()
+
+
+@bp.route("/<endpoint_id>")
+@requires("jobs.view")
+def endpoint(endpoint_id: str):
+    """One endpoint's page: what it is, its last error, its failure rate and its dead deliveries
+    (each a link to its job; a dead delivery's page links back here).  Read-only: the actions stay on
+    the list, for ``webhooks.manage``; reading needs what the dead jobs themselves need (jobs.view)."""
+    scope = current_scope("jobs.view")
+    with get_db().connection() as conn:
+        ep = webhooks.show_endpoint(conn, scope, endpoint_id)
+        if ep is None:
+            raise ApiError(404, "not_found", _("No such webhook endpoint, or it belongs to a tenant you cannot see."))
+        health = endpoint_health.endpoint_health(conn, ep["tenant_id"], ep["id"])
+    return render_template("webhooks/endpoint.html", e=ep, health=health)

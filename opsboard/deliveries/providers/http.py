@@ -388,13 +388,34 @@ def retry_after(headers: dict, now: float | None = None) -> float | None:
             return None
 
 
-def classify(status: int, headers: dict, prefix: str = "http") -> retry.Outcome:
-    """2xx success; 408/429/5xx retryable (Retry-After honoured); other statuses permanent."""
+#: How much of a failed answer's body is kept as its attempt's detail (before redaction).
+BODY_EXCERPT = 400
+
+
+def failure_detail(status: int, body: bytes | str | None) -> str:
+    """A failed answer as an attempt's readable detail: ``HTTP 400: <the body's start>``.
+
+    The provider's own words say why (``{"error": "invalid_payload", ...}``); they are cut to
+    :data:`BODY_EXCERPT` characters, whitespace folded to one line, and redacted (secrets, tokens,
+    emails, phone numbers) by :func:`opsboard.redact.redact` before anything stores them.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else (body or "")
+    text = " ".join(text[:BODY_EXCERPT * 2].split())
+    if len(text) > BODY_EXCERPT:
+        text = text[:BODY_EXCERPT - 1] + "…"
+    return retry.redact(f"HTTP {status}: {text}" if text else f"HTTP {status} (empty body)")
+
+
+def classify(status: int, headers: dict, prefix: str = "http", body: bytes | str | None = None) -> retry.Outcome:
+    """2xx success; 408/429/5xx retryable (Retry-After honoured); other statuses permanent.
+
+    A failure carries :func:`failure_detail` (the status and the redacted start of ``body``)."""
     if 200 <= status < 300:
         return retry.Success(ref=f"{prefix}_{status}")
     if status in (408, 429) or status >= 500:
-        return retry.Retryable(f"{prefix}_{status}", retry_after=retry_after(headers))
-    return retry.Permanent(f"{prefix}_{status}")
+        return retry.Retryable(f"{prefix}_{status}", retry_after=retry_after(headers),
+                               detail=failure_detail(status, body))
+    return retry.Permanent(f"{prefix}_{status}", detail=failure_detail(status, body))
 
 
 def classify_error(exc: BaseException, prefix: str = "http", sent: bool = True) -> retry.Outcome:
@@ -419,4 +440,4 @@ def classify_error(exc: BaseException, prefix: str = "http", sent: bool = True) 
         return retry.Unknown(f"{prefix}_connection_reset")
     if isinstance(exc, OSError) and str(exc).startswith("dns:"):
         return retry.Retryable(f"{prefix}_dns")
-    return retry.Unknown(f"{prefix}_{type(exc).__name__.lower()}")
+    return retry.Unknown(f"{prefix}_{type(exc).__name__.lower()}", detail=retry.redact(f"{type(exc).__name__}: {exc}"))

@@ -80,7 +80,7 @@ def send(settings: ProviderSettings, subscription: dict, data: dict, ttl: int = 
         if exc.response is None:
             return retry.Unknown("push_no_response")
         return http.classify(exc.response.status_code, {k.lower(): v for k, v in exc.response.headers.items()},
-                             "push")
+                             "push", body=exc.response.content)
     except targets.Refused as exc:   # the name now resolves somewhere it must not go
         return retry.Permanent("push_target_refused", detail=str(exc))
     except (OSError, _httpclient.HTTPException) as exc:

@@ -35,7 +35,7 @@ def send(settings: ProviderSettings, client_id: str, to: str, text: str) -> retr
                             timeout=settings.sms_timeout, max_body=64 * 1024)
     except Exception as exc:
         return http.classify_error(exc, "sms")
-    outcome = http.classify(resp.status, resp.headers, "sms")
+    outcome = http.classify(resp.status, resp.headers, "sms", body=resp.body)
     if isinstance(outcome, retry.Success):
         try:
             return retry.Success(ref=str(json.loads(resp.body)["id"]))

@@ -55,25 +55,25 @@ def send(settings: ProviderSettings, msg: EmailMessage) -> retry.Outcome:
                 client.ehlo()
             if settings.smtp_user:
                 client.login(settings.smtp_user, settings.smtp_password)
-            code, _ = client.mail(settings.smtp_from)
+            code, reply = client.mail(settings.smtp_from)
             if code != 250:
-                return _by_code(code)
-            code, _ = client.rcpt(str(msg["To"]))
+                return _by_code(code, reply)
+            code, reply = client.rcpt(str(msg["To"]))
             if code not in (250, 251):
-                return _by_code(code)
+                return _by_code(code, reply)
             data_sent = True
             # CRLF line ends (RFC 5321): smtplib sends bytes as they are, and a server reads bare-LF
             # text as one line, refusing any message over 1,000 bytes as "line too long".
             code, reply = client.data(msg.as_bytes(policy=SMTP_POLICY))
             if code != 250:
-                return _by_code(code)
+                return _by_code(code, reply)
             m = _QUEUED.search(reply or b"")
             # The server's words: bytes that are not UTF-8 must not turn a sent message into an error.
             return retry.Success(ref=m.group(1).decode("utf-8", "replace") if m else "smtp_250")
     except smtplib.SMTPAuthenticationError as exc:
-        return retry.Permanent(f"smtp_auth_{exc.smtp_code}")
+        return retry.Permanent(f"smtp_auth_{exc.smtp_code}", detail=_reply(exc.smtp_code, exc.smtp_error))
     except smtplib.SMTPResponseException as exc:
-        return _by_code(exc.smtp_code)
+        return _by_code(exc.smtp_code, exc.smtp_error)
     except smtplib.SMTPServerDisconnected as exc:
         # smtplib reports a read timeout as "Connection unexpectedly closed: timed out".
         code = "smtp_timeout" if "timed out" in str(exc) else "smtp_disconnected"
@@ -92,7 +92,14 @@ def _tls(settings: ProviderSettings) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=settings.smtp_ca_file or None)
 
 
-def _by_code(code: int) -> retry.Outcome:
+def _reply(code: int, reply: bytes | str | None) -> str:
+    """The server's reply as an attempt's detail (``SMTP 550: 5.1.1 mailbox unknown``), redacted:
+    a reply often names the recipient's address."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, (bytes, bytearray)) else (reply or "")
+    return retry.redact(f"SMTP {code}: {' '.join(text.split())}")
+
+
+def _by_code(code: int, reply: bytes | str | None = None) -> retry.Outcome:
     if 400 <= code < 500:
-        return retry.Retryable(f"smtp_{code}")
-    return retry.Permanent(f"smtp_{code}")
+        return retry.Retryable(f"smtp_{code}", detail=_reply(code, reply))
+    return retry.Permanent(f"smtp_{code}", detail=_reply(code, reply))

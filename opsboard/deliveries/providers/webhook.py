@@ -42,4 +42,4 @@ def deliver(settings: ProviderSettings, url: str, secrets, msg_id: str, body: by
                             reuse=True)
     except Exception as exc:  # every failure becomes an outcome
         return Delivery(http.classify_error(exc))
-    return Delivery(http.classify(resp.status, resp.headers), resp.status)
+    return Delivery(http.classify(resp.status, resp.headers, body=resp.body), resp.status)
