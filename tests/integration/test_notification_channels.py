@@ -55,11 +55,12 @@ def test_sync_writes_a_registered_channel_once_and_then_its_preferences_are_acce
     channels.define_channel(cat, "pigeon", label="Pigeon", labels={"fa": "کبوتر", "en": "Pigeon"},
                             hand_over=lambda *a, **k: "ref", reach=lambda conn, d: "loft",
                             states=("sent",), registered_by="tests")
-    assert cat.channels["pigeon"].states == ("queued", "sent", "suppressed")
+    # queued and digested: every channel with a hand-over (the fan-out queues it or counts it into a digest)
+    assert cat.channels["pigeon"].states == ("queued", "sent", "suppressed", "digested")
     assert channels.sync(conn, cat) == 1
     assert channels.sync(conn, cat) == 0                     # already equal: nothing written
     row = conn.execute("SELECT * FROM notification_channels WHERE name = 'pigeon'").fetchone()
-    assert (row["label"], row["states"], row["registered_by"]) == ("Pigeon", ["queued", "sent", "suppressed"], "tests")
+    assert (row["label"], row["states"], row["registered_by"]) == ("Pigeon", ["queued", "sent", "suppressed", "digested"], "tests")
     monkeypatch.setitem(CATALOGUE.channels, "pigeon", cat.channels["pigeon"])
     user = _user(conn, tenant)
     preferences.set_preference(conn, tenant["id"], user["id"], "system", "pigeon", False)

@@ -79,7 +79,7 @@ def test_an_extension_channel_reaches_people_end_to_end(stack, sandbox, chat_cat
         row = c.execute("SELECT * FROM notification_channels WHERE name = %s", (CHANNEL,)).fetchone()
         assert row is not None, "the web app writes the catalogue's channels at start"
         assert (row["label"], row["states"], row["registered_by"]) == (
-            "Chat", ["queued", "sent", "failed", "suppressed"], "tests.extensions.chat_channel")
+            "Chat", ["queued", "sent", "failed", "suppressed", "digested"], "tests.extensions.chat_channel")
         # Templates and preferences of the channel: the product's own paths, now that its key exists.
         publish(c, "deploy.finished", "inbox", "fa", "استقرار", "{{ service }} {{ version }} مستقر شد.", VARS, SAMPLE)
         publish(c, "deploy.finished", "inbox", "en", "Deployed", "{{ service }} {{ version }} is live.", VARS, SAMPLE)
