@@ -94,7 +94,7 @@ def pages(world) -> dict[str, list[str]]:
         "ops": ["/queues/", "/jobs/", "/dead/", "/alerts/", "/reports/", "/audit/"],
         "support_agent": ["/tickets/", f"/tickets/{ticket}"],
         "template_author": ["/templates/", "/templates/order.paid/edit?channel=inbox&locale=fa"],
-        "member": ["/inbox/", "/inbox/preferences", "/account"],
+        "member": ["/inbox/", "/inbox/preferences", "/account", "/my/tickets/", "/my/tickets/new"],
     }
 
 

@@ -144,6 +144,15 @@ def test_customer_opens_follows_the_link_reads_the_reply_not_the_note_and_answer
     axe_found["en new"] = _axe(cpage)
     shots(cpage, "customer-new-en")
     assert {k: v for k, v in axe_found.items() if v} == {}
+    # On a phone the ticket page fits the screen (no sideways scrolling), in both directions.
+    cpage.set_viewport_size({"width": 390, "height": 844})
+    for lang in ("en", "fa"):
+        if lang == "fa":
+            cpage.locator("button[data-locale-switch][value=fa]").click()
+            cpage.wait_for_function("document.documentElement.lang === 'fa'")
+        cpage.goto(f"{stack.url}{link}")
+        assert cpage.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), lang
+        shots(cpage, f"customer-ticket-phone-{lang}")
 
     # ---- what the customer received, anywhere: the reply with their page's link, never the note
     wait_for(lambda: any(r["rcpt_to"] == ["mina@customer.test"] for r in sandbox.records("email")), timeout=30,
