@@ -307,6 +307,8 @@ class Config:
     storage_dir: Path | None = None
     #: Most source rows one report chunk reads (and holds) at once.
     report_chunk_rows: int = 50_000
+    #: Largest recorded job result (a handler's returned JSON), in bytes; larger fails as result_too_large.
+    job_result_max_bytes: int = 64 * 1024
     #: Largest ticket attachment accepted, in bytes.
     ticket_attachment_max_bytes: int = 2 * 1024 * 1024
     #: Content types a ticket attachment may have (sniffed from the bytes).
@@ -410,6 +412,7 @@ class Config:
             high_water=parse_high_water(env.get("OPSBOARD_HIGH_WATER", "")),
             storage_dir=Path(env["OPSBOARD_STORAGE_DIR"]) if env.get("OPSBOARD_STORAGE_DIR") else None,
             report_chunk_rows=_int(env, "OPSBOARD_REPORT_CHUNK_ROWS", 50_000, 100, 10_000_000),
+            job_result_max_bytes=_int(env, "OPSBOARD_JOB_RESULT_MAX_BYTES", 64 * 1024, 2, 16 * 1024 * 1024),
             ticket_attachment_max_bytes=_int(env, "OPSBOARD_TICKET_ATTACHMENT_MAX_BYTES", 2 * 1024 * 1024, 1,
                                              100 * 1024 * 1024),
             **({"ticket_attachment_types": tuple(t.strip() for t in env["OPSBOARD_TICKET_ATTACHMENT_TYPES"].split(",")

@@ -308,6 +308,8 @@ class JobDetail:
     #: that died (the group moved on past them: a dead job does not block it).
     group_active: list[dict] = dataclasses.field(default_factory=list)
     group_dead_before: list[dict] = dataclasses.field(default_factory=list)
+    #: The job's recorded result (opsboard.jobqueue.results), redacted and cut like the payload; None: none.
+    result_preview: str | None = None
 
 
 def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetail | None:
@@ -333,7 +335,9 @@ def job_detail(conn: psycopg.Connection, scope: TenantScope, job_id) -> JobDetai
         job=job, attempts=jobqueue.attempts(conn, jid),
         replays=db.all_rows(conn, "dashboard_job_replays", {"id": jid, **scope.params}),
         replay_of=original, payload_preview=preview, payload_cut=cut,
-        payload_bytes=len(text.encode("utf-8")), group_active=group_active, group_dead_before=group_dead)
+        payload_bytes=len(text.encode("utf-8")), group_active=group_active, group_dead_before=group_dead,
+        result_preview=None if job.get("result") is None
+        else cut_utf8(payload_text(job["result"]), PAYLOAD_PREVIEW_BYTES)[0])
 
 
 def job_payload(conn: psycopg.Connection, scope: TenantScope, job_id) -> tuple[dict, str] | None:

@@ -15,6 +15,7 @@ from typing import Iterable
 
 from . import alerts, deliveries, diagnostics, jobtypes, reports, tickets
 from .catalogue import Catalogue
+from .jobqueue import workflows
 from .config import Config, ConfigError
 from .notifications import registration as notifications
 from .outbox import export as event_export
@@ -27,6 +28,7 @@ FEATURES = (
     ("tickets", tickets.register),
     ("reports", reports.register),
     ("alerts", alerts.register),
+    ("workflows", workflows.register),
     ("event_export", event_export.register),
 )
 

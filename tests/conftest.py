@@ -34,7 +34,7 @@ from opsboard.tools import demo_domain
 
 #: The extension modules of the test processes: the tests' own job types and the demo plug-in
 #: (its events and policies are the outbox's and notifications' test domain).
-TEST_MODULES = ("tests.support.jobs", "tests.support.limits", "tests.support.broadcast",
+TEST_MODULES = ("tests.support.jobs", "tests.support.limits", "tests.support.broadcast", "tests.support.workflow_jobs",
                 "opsboard.tools.demo_catalogue")
 #: The catalogue of this test process (worker subprocesses build theirs from OPSBOARD_JOB_MODULES).
 CATALOGUE = build_catalogue(modules=TEST_MODULES)

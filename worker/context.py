@@ -25,6 +25,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from opsboard import db, jobqueue
+from opsboard.jobqueue import batches, workflows
 from opsboard.config import ProviderSettings
 
 #: Connections one running job may hold at the same time.
@@ -161,6 +162,31 @@ class JobContext:
         if not held:
             self.cancelled.set()
         return held
+
+    @property
+    def workflow_task_id(self) -> uuid.UUID | None:
+        """The workflow task this job is (:mod:`opsboard.jobqueue.workflows`), or ``None``."""
+        key = self.idempotency_key
+        return workflows.task_id_of(key) if workflows.is_task_key(key) else None
+
+    def dependency_results(self) -> dict[str, Any]:
+        """This task's dependencies by name, each one's recorded result (``{}`` for a job that is not
+        a workflow task)."""
+        task = self.workflow_task_id
+        if task is None:
+            return {}
+        with self.connection() as conn:
+            return workflows.dependency_results(conn, task)
+
+    def add_to_batch(self, jobs: list[dict]) -> list[str]:
+        """Add jobs to this job's own batch while it is open (:func:`opsboard.jobqueue.batches.add`):
+        each ``{"name", "type", "payload"}``; returns their task ids."""
+        task = self.workflow_task_id
+        if task is None:
+            raise ValueError("this job is not a member of a batch")
+        with self.connection() as conn:
+            with conn.transaction():
+                return batches.add_from_member(conn, task, jobs)
 
     def effect_key(self) -> str:
         """The default effect key: tenant, type and idempotency key (else the job id)."""

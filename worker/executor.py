@@ -19,6 +19,8 @@ import psycopg
 from opsboard import jobqueue, jobtypes, retry, tracing
 from opsboard.backpressure import take_token
 
+from opsboard.jobqueue import results, workflows
+
 from .context import JobContext, LeaseLost
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ class Running:
     slot: "Slot | None" = None
     #: The slot this job held was given back (once: by the handler's end or a timeout).
     freed: bool = False
+    #: The JSON text of the result the handler returned (opsboard.jobqueue.results), if any.
+    result: str | None = None
 
 
 class RunningJobs:
@@ -140,7 +144,8 @@ class Executor:
     def __init__(self, completer: "OutcomeSink", holds: "HoldsCache", handler_pool: "ConnectionPool", *,
                  worker_id: str, lease: float, settings: "ProviderSettings | None" = None,
                  transaction_pooler: bool = False, running: RunningJobs | None = None,
-                 running_file: "RunningFile | None" = None, stopping: threading.Event | None = None):
+                 running_file: "RunningFile | None" = None, stopping: threading.Event | None = None,
+                 result_max_bytes: int = results.DEFAULT_MAX_BYTES):
         self.completer = completer
         self.holds = holds
         self.handler_pool = handler_pool
@@ -151,6 +156,8 @@ class Executor:
         self.running = running if running is not None else RunningJobs()
         self.running_file = running_file
         self.stopping = stopping if stopping is not None else threading.Event()
+        #: The largest result a handler may return (Config.job_result_max_bytes).
+        self.result_max_bytes = result_max_bytes
         #: Types whose finish may let another job start (a concurrency limit):
         #: their outcomes wake the claimers of every worker (NOTIFY).
         self.limited_types: frozenset[str] = frozenset()
@@ -230,7 +237,7 @@ class Executor:
                     if waiting is not None:
                         outcome = waiting
                     else:
-                        outcome = retry.classify(jobtypes.handler_of(jt)(r.ctx))
+                        outcome = self.outcome_of(r, jobtypes.handler_of(jt)(r.ctx))
                 except retry.Outcome as exc:
                     outcome = exc
                 except psycopg.errors.QueryCanceled as exc:
@@ -251,6 +258,15 @@ class Executor:
             if self.running_file is not None:
                 self.running_file.clear(slot.record)
             self.free_slot(r)
+
+    def outcome_of(self, r: Running, value) -> retry.Outcome:
+        """A handler's return value as an outcome: ``None`` or an outcome as it is; any other value
+        is a result to record (kept in ``r.result``), or a failure when it is too large or not JSON
+        (:func:`opsboard.jobqueue.results.accept`)."""
+        if value is None or isinstance(value, retry.Outcome):
+            return retry.classify(value)
+        outcome, r.result = results.accept(value, self.result_max_bytes)
+        return outcome
 
     def prepare(self, rows: list[dict]) -> None:
         """Mark the jobs of a claimed batch whose type has a ``prepare_batch`` hook.
@@ -317,7 +333,11 @@ class Executor:
             job_id=row["id"], token=row["attempts"], kind=decision.kind,
             started_at=r.started_at or datetime.now(timezone.utc), duration_ms=duration, delay=decision.delay,
             code=decision.code, detail=decision.detail,
-            has_effects=bool(r.ctx and r.ctx.has_effects)), row["queue"], row["type"], self.frees_others(row)),
+            has_effects=bool(r.ctx and r.ctx.has_effects), result=r.result,
+            # A workflow task's job says so by its key (wf:<task id>): its end releases its dependents.
+            task=workflows.task_id_of(key) if (key := row["idempotency_key"]) is not None
+            and key.startswith(workflows.TASK_KEY_PREFIX) else None),
+            row["queue"], row["type"], self.frees_others(row)),
             block=block, timeout=timeout)
         if decision.kind != "succeeded":
             # A snooze is routine (an open breaker's jobs wait in batches): debug, not a line per job.

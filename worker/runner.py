@@ -114,7 +114,8 @@ class Worker:
         self.executor = Executor(self.completer, self.holds, self.handler_pool, worker_id=self.id,
                                  lease=self.lease, settings=config.providers,
                                  transaction_pooler=self.pooler == db.TRANSACTION_POOLER, running=self.running,
-                                 running_file=self.running_file, stopping=self.stopping)
+                                 running_file=self.running_file, stopping=self.stopping,
+                                 result_max_bytes=config.job_result_max_bytes)
         self.keeper = Keeper(self.executor, self.running, self.queues, pool=self.pool, lifecycle=self.lifecycle,
                              outages=self.outages, is_leader=lambda: self.is_leader, worker_id=self.id,
                              lease=self.lease)

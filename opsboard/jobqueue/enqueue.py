@@ -203,6 +203,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
         "correlation_id": _as_text(row["correlation_id"]), "event_id": _as_uuid(row["event_id"]),
         "replay_of": _as_uuid(row["replay_of"]), "created_at": created_at, "started_at": None, "finished_at": None,
         "trace_context": _as_text(row["trace_context"]),
+        "result": None,
     }
 
 

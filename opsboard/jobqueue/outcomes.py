@@ -12,6 +12,7 @@ import psycopg
 
 from .. import db
 from ..storable import storable
+from . import workflows
 
 
 @dataclass
@@ -27,6 +28,10 @@ class OutcomeRecord:
     code: str | None = None
     detail: str | None = None
     has_effects: bool = False
+    #: The JSON text of the handler's result (opsboard.jobqueue.results), for a success.
+    result: str | None = None
+    #: The workflow task this job is (opsboard.jobqueue.workflows), if any.
+    task: uuid.UUID | None = None
 
 
 def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable[OutcomeRecord],
@@ -40,9 +45,11 @@ def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable
     # arrive in one batch and must write one attempt.  Kept here rather than in the statement
     # (DISTINCT ON there sorted the whole batch).
     first: dict = {}
+    follow = False
     for o in outcomes:
         # By the id's integer (a slot of UUID): UUID.__hash__ is a Python call per job.
         first.setdefault((getattr(o.job_id, "int", o.job_id), o.token), o)
+        follow = follow or o.task is not None or o.result is not None or o.kind == "dead"
     outcomes = list(first.values())
     if not outcomes:
         return set()
@@ -64,7 +71,31 @@ def record_outcomes(conn: psycopg.Connection, worker_id: str, outcomes: Iterable
                       # refuses the whole batch (opsboard.storable).
                       codes=[storable(o.code, "an outcome's code") for o in outcomes],
                       details=[storable(o.detail, "an outcome's detail") for o in outcomes])
-    return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
+    if not follow:
+        return {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
+    # A batch holding a result, a workflow task or a death: what follows from it is written in the
+    # same transaction as the outcomes (a task's dependents are released when it succeeds, never
+    # later); a batch of plain jobs (the usual one) runs the one statement above and nothing more.
+    with conn.transaction():
+        applied = {r["id"] for r in db.all_rows(conn, "job_record_outcomes", params, hot=True)}
+        _follow_up(conn, [o for o in outcomes if o.job_id in applied])
+    return applied
+
+
+def _follow_up(conn: psycopg.Connection, applied: list[OutcomeRecord]) -> None:
+    """The applied outcomes' results, their tasks' dependents, and the producers waiting for them."""
+    # Each result is JSON text already (results.accept): spliced into the document as it is.
+    results = [f'{{"id":"{o.job_id}","result":{o.result}}}' for o in applied
+               if o.result is not None and o.kind == "succeeded"]
+    if results:
+        db.execute(conn, "workflow_job_results_set", {"rows": "[" + ",".join(results) + "]"})
+    finished = [(o.task, o.job_id, o.kind) for o in applied if o.task is not None and o.kind in ("succeeded", "dead")]
+    if finished:
+        workflows.finish_tasks(conn, finished)
+    done = [o.job_id for o in applied if o.kind in ("succeeded", "dead")
+            and (o.result is not None or o.task is not None or o.kind == "dead")]
+    if done:
+        db.execute(conn, "workflow_job_notify_done", {"ids": done})
 
 
 def heartbeat(conn: psycopg.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]],

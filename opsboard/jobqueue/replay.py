@@ -15,6 +15,7 @@ from ..schema import JobStatus, new_id
 from ..errors import OpsError
 from .enqueue import _insert_one, ALL_TENANTS
 from .reads import _job_uuid, get_job
+from . import workflows
 
 
 def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, request_key: str | None,
@@ -68,6 +69,11 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
             inserted = db.one(conn, "job_get_live_by_key", row)
             db.execute(conn, "job_replay_link_insert", {"dead_job_id": dead["id"], "job_id": inserted["id"]})
         after = {"job_id": str(inserted["id"])}
+        if workflows.is_task_key(dead["idempotency_key"]):
+            # A workflow's dead task: the task runs the replay, and what its death cancelled waits again.
+            resumed = workflows.resume_task(conn, dead, inserted["id"])
+            if resumed:
+                after["workflow_tasks_resumed"] = resumed
         reopened = _reopen(conn, dead)
         if reopened:
             after["reopened"] = reopened

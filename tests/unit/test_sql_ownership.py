@@ -39,6 +39,7 @@ OWNERS: dict[str, str] = {
     "effect_": "jobs.sql",                        # effects (a job's external effect records)
     "inbox_": "notifications.sql",                # notifications (the in-app inbox)
     "job_": "jobs.sql",                           # jobs, job_attempts, job_stats
+    "workflow_": "workflows.sql",                 # workflows, workflow_tasks, workflow_deps, jobs.result
     "job_resolution_": "dashboard.sql",           # job_resolutions (the dead-letter page's decisions)
     "login_": "auth.sql",                         # login attempts and locks
     "membership_": "auth.sql",                    # memberships
