@@ -293,6 +293,9 @@ class Config:
     poll_interval: float = 1.0
     #: Days succeeded jobs are kept before the pruner deletes them.
     retention_days: float = 7.0
+    #: Days dead jobs are kept before the pruner deletes them (0: kept until purged by hand).  A dead job
+    #: that a surviving replay names stays while that replay does (OPSBOARD_DEAD_RETENTION_DAYS).
+    dead_retention_days: float = 90.0
     #: Extra modules that define job types (comma separated).
     job_modules: tuple[str, ...] = ()
     log_format: str = "text"
@@ -403,6 +406,7 @@ class Config:
             shutdown_grace_seconds=_int(env, "OPSBOARD_SHUTDOWN_GRACE_SECONDS", 20, 0, 3600),
             poll_interval=_float(env, "OPSBOARD_POLL_INTERVAL", 1.0, 0.01, 60),
             retention_days=_float(env, "OPSBOARD_RETENTION_DAYS", 7.0, 0.0, 3650),
+            dead_retention_days=_float(env, "OPSBOARD_DEAD_RETENTION_DAYS", 90.0, 0.0, 3650),
             job_modules=tuple(m.strip() for m in env.get("OPSBOARD_JOB_MODULES", "").split(",") if m.strip()),
             log_format=log_format,
             login_max_failures_account=_int(env, "OPSBOARD_LOGIN_MAX_FAILURES_ACCOUNT", 5, 1, 1000),

@@ -8,7 +8,7 @@ from flask_babel import gettext as _
 from .. import dashboard
 from ..config import QUEUE_NAMES
 from . import forms
-from .context import read_connection
+from .context import get_config, read_connection
 from .errors import ApiError
 from .security import current_scope, requires
 
@@ -34,7 +34,7 @@ def _context() -> dict:
     return {"groups": groups, "window": found, "queues": QUEUE_NAMES, "tenants": tenants,
             "args": forms.link_args(PAGE_ARGS),
             "queue_name": queue_name, "tenant_id": tenant_id, "include_handled": include_handled,
-            "total_open": sum(g["open"] for g in groups)}
+            "total_open": sum(g["open"] for g in groups), "dead_retention_days": get_config().dead_retention_days}
 
 
 @bp.route("/")
