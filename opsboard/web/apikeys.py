@@ -1,4 +1,5 @@
-"""API keys page: a tenant admin creates (shown once) and revokes the tenant's HTTP API keys."""
+"""API keys page: a tenant admin creates (shown once) and revokes the tenant's HTTP API keys; an operator's
+admin does so for any tenant.  The secret is shown once in the answer, never logged or audited."""
 from __future__ import annotations
 
 import uuid
@@ -7,7 +8,7 @@ from flask import Blueprint, render_template, request
 from flask_login import current_user
 from flask_babel import gettext as _
 
-from .. import apikeys, audit
+from .. import apikeys, audit, dashboard
 from .context import get_db, request_id
 from .errors import ApiError
 from .security import current_scope, require_for_tenant, requires
@@ -18,10 +19,12 @@ PERMISSION = "users.manage"
 
 
 def _page(**extra):
+    scope = current_scope(PERMISSION)
     with get_db().connection() as conn:
-        keys = apikeys.list_keys(conn, current_scope(PERMISSION))
-    tenants = sorted({(m.tenant_id, m.tenant_slug) for m in current_user.memberships
-                      if current_user.can(PERMISSION, m.tenant_id)}, key=lambda t: t[1])
+        keys = apikeys.list_keys(conn, scope)
+        # Operator staff create keys for any tenant; a tenant's admin for their own tenants.
+        tenants = sorted({(t["id"], t["slug"]) for t in dashboard.tenant_options(conn, scope)
+                          if current_user.can(PERMISSION, t["id"])}, key=lambda t: t[1])
     return {"keys": keys, "tenants": tenants, **extra}
 
 
