@@ -282,3 +282,19 @@ FROM ticket_messages WHERE id = %(id)s::uuid AND tenant_id = %(tenant_id)s;
 -- name: ticket_message_author
 -- The author of a message (not notified of their own message).
 SELECT author_id, kind FROM ticket_messages WHERE id = %(id)s::uuid;
+
+-- name: rate_limit_portal_prune_full
+-- The customers' write buckets of the ticket pages (web.portal, one per user who wrote) that are full
+-- again: deleting one changes nothing (the next take starts a full bucket), so the table keeps only
+-- customers who wrote lately.  The fullness is checked on the deleted row itself, so a take that got
+-- in first (row lock, re-check) keeps its bucket.
+DELETE FROM rate_limits r
+WHERE r.name IN (SELECT name FROM rate_limits
+                 WHERE starts_with(name, 'portal:')
+                   AND tokens + greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - updated_at))
+                       * refill_rate >= capacity
+                 LIMIT %(limit)s)
+  AND starts_with(r.name, 'portal:')
+  AND r.tokens + greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - r.updated_at)) * r.refill_rate
+      >= r.capacity
+RETURNING r.name;

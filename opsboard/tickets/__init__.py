@@ -47,3 +47,5 @@ def register(cat) -> None:
     # A customer's own ticket pages (issue 43): linked for end users, who hold inbox.view.
     cat.add_page("my_tickets", "opsboard.web.portal:bp", endpoint="portal.index", permission="inbox.view",
                  labels={"fa": "تیکت‌های من", "en": "My tickets"})
+    from . import portal
+    cat.services["portal_buckets"] = lambda config: portal.PortalBucketSweeper()

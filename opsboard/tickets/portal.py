@@ -19,6 +19,24 @@ from ..auth import TenantScope
 from . import service, workflow
 
 
+def bucket_name(user_id) -> str:
+    """The customer's write bucket (``rate_limits``, :func:`opsboard.backpressure.take_token`)."""
+    return f"portal:{user_id}"
+
+
+class PortalBucketSweeper:
+    """The leader's sweep of the customers' write buckets that are full again (one row per customer who
+    wrote; a full bucket is the same as none).  Contributed through ``catalogue.services``."""
+
+    name = "portal_buckets"
+
+    def __init__(self, interval: float = 300.0, batch: int = 10_000):
+        self.interval, self.batch = interval, batch
+
+    def run_once(self, conn, now: datetime | None = None) -> int:
+        return len(db.all_rows(conn, "rate_limit_portal_prune_full", {"now": now, "limit": self.batch}))
+
+
 def scope(tenant_id) -> TenantScope:
     """The one tenant a customer acts in, as a scope for the service's queries."""
     return TenantScope(all=False, ids=(uuid.UUID(str(tenant_id)),))

@@ -11,7 +11,8 @@ there like the API's (``ticket.create``, ``ticket.reply``, ...), idempotent by t
 Attachments: the same sniffing, size limit, allowed types and storage as the API (``service.Upload``,
 ``storage.from_config``, the download of :func:`opsboard.web.tickets.download`).  Writes are limited
 per user by one token bucket shared by every web process (``OPSBOARD_PORTAL_WRITES_PER_MINUTE``,
-``OPSBOARD_PORTAL_WRITE_BURST``): past it 429 with ``Retry-After``.  CSRF: the app-wide check (every
+``OPSBOARD_PORTAL_WRITE_BURST``): past it 429 with ``Retry-After``; the leader drops buckets that are
+full again (``portal.PortalBucketSweeper``).  CSRF: the app-wide check (every
 form carries the session's token).  Plain forms, POST then redirect (303): no script needed.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _own(conn, tenant: dict, ticket_id) -> dict:
 def _take_write_token(conn) -> None:
     """One write of this user's bucket, or 429 with Retry-After."""
     config = get_config()
-    token = backpressure.take_token(conn, f"portal:{current_user.id}", config.portal_writes_per_minute / 60.0,
+    token = backpressure.take_token(conn, portal.bucket_name(current_user.id), config.portal_writes_per_minute / 60.0,
                                     config.portal_write_burst)
     if not token.granted:
         wait = max(1, math.ceil(token.wait_seconds))

@@ -323,3 +323,28 @@ def test_persian_pages_right_to_left_with_jalali_times(customer, desk, db_url):
     assert jalali[:2] == "۱۴" and f'<bdi dir="ltr"><time datetime="{due.isoformat()}"' in page and jalali in page
     listing = customer.get("/my/tickets/").get_data(as_text=True)
     assert "تیکت‌های من" in listing and "We aim" not in page
+
+
+def test_the_leader_drops_write_buckets_that_are_full_again(db_url):
+    from datetime import datetime, timezone
+
+    from opsboard import backpressure
+    from opsboard.tickets import portal
+
+    at = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
+    busy, idle = portal.bucket_name(uuid.uuid4()), portal.bucket_name(uuid.uuid4())
+    with connect(db_url) as c:
+        for _ in range(3):
+            backpressure.take_token(c, busy, 1 / 60, 3, now=at)         # drained: 0 of 3 left
+        backpressure.take_token(c, idle, 1 / 60, 3, now=at - timedelta(minutes=5))   # 2 of 3, then 5 minutes pass
+        backpressure.take_token(c, "enqueue:not-a-customer", 1 / 60, 3, now=at - timedelta(hours=1))
+        sweeper = portal.PortalBucketSweeper()
+        assert sweeper.run_once(c, now=at) == 1
+        names = {r["name"] for r in c.execute("SELECT name FROM rate_limits")}
+        assert busy in names and idle not in names and "enqueue:not-a-customer" in names
+        # Three minutes later the busy one is full again, and goes too; the next take starts a full bucket.
+        assert sweeper.run_once(c, now=at + timedelta(minutes=3)) == 1
+        assert backpressure.take_token(c, busy, 1 / 60, 3, now=at + timedelta(minutes=3)).granted
+    from opsboard.features import build_catalogue
+    cat = build_catalogue(make_config())
+    assert isinstance(cat.services["portal_buckets"](make_config()), portal.PortalBucketSweeper)
