@@ -110,17 +110,17 @@ def test_bulk_replay_takes_only_the_dead_jobs_its_preview_counted(client, login_
     login_as("ops")
     t = seed.tenant(db, "acme")
     jobs = seed.jobs(db, t, 5, "test.permanent", {"hook_id": 1})
-    seed.kill(db, jobs[:3])
+    seed.kill(db, jobs[2:])
     html = client.get("/jobs/replay-many/confirm?type=test.permanent", headers=HX).get_data(as_text=True)
     assert 'data-acts-on="3"' in html
-    # Two jobs created before the preview die after it: older ids, but they were not counted.
-    seed.kill(db, jobs[3:], at=seed.db_now(db) + timedelta(seconds=1))
+    # Two jobs created before the others die after the preview: lower ids, but they were not counted.
+    seed.kill(db, jobs[:2])
     r = _post(client, "/jobs/replay-many", type="test.permanent", reason="fixed", preview=_token(html))
     assert r.status_code == 200 and 'data-replayed="3"' in r.get_data(as_text=True)
     replayed = {row["replay_of"] for row in db.execute("SELECT replay_of FROM jobs WHERE replay_of IS NOT NULL")}
-    assert replayed == set(jobs[:3])
+    assert replayed == set(jobs[2:])
     [summary] = db.execute("SELECT * FROM audit_log WHERE action = 'job.replay_many'").fetchall()
-    assert sorted(summary["after"]["dead_job_ids"]) == sorted(str(i) for i in jobs[:3])
+    assert sorted(summary["after"]["dead_job_ids"]) == sorted(str(i) for i in jobs[2:])
 
 
 def test_purge_previews_then_deletes_exactly_the_old_dead_jobs(client, login_as, db):
