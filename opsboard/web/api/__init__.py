@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import jsonify
 
-from . import events, inbox, jobs, otp, tickets, webhooks  # noqa: F401  (their routes are on bp)
+from . import events, inbox, jobs, otp, tickets, webhooks, workflows  # noqa: F401  (their routes are on bp)
 from .blueprint import bp
 from .common import Problem, refuse_deep_json
 

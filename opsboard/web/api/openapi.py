@@ -249,6 +249,60 @@ def _job_request() -> dict:
                            "Internal types are refused (422 `job_type_not_public`).", "oneOf": branches}
 
 
+def _workflow_paths() -> dict:
+    """POST /workflows and GET /workflows/{id} (opsboard.web.api.workflows, issue 45)."""
+    task = {"type": "object", "required": ["name", "type", "payload"], "additionalProperties": False,
+            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200},
+                           "type": {"type": "string", "description": "a public job type (as JobRequest)"},
+                           "version": {"type": "integer"},
+                           "payload": {"type": "object", "description": "as the job type's contract (JobRequest) "
+                                                                        "allows"},
+                           "deps": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 200},
+                                    "description": "names of tasks of this workflow that must finish first"},
+                           "on_dep_failure": {"enum": ["cancel", "run"],
+                                              "description": "a dependency that died or was cancelled: cancel "
+                                                             "this task (default) or run it anyway"},
+                           **{k: v for k, v in _JOB_OPTIONS.items() if k in ("queue", "priority", "max_attempts")}}}
+    request = {"type": "object", "required": ["name", "tasks"], "additionalProperties": False,
+               "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200},
+                              "tasks": {"type": "array", "minItems": 1, "maxItems": 20000, "items": task},
+                              "correlation_id": {"type": "string", "minLength": 1, "maxLength": 200}}}
+    workflow = {"type": "object", "required": ["id", "name", "state", "progress", "tasks"], "properties": {
+        "id": {"type": "string", "format": "uuid"}, "name": _STR, "kind": {"enum": ["workflow", "batch"]},
+        "state": {"enum": ["running", "succeeded", "failed", "cancelled"]},
+        "created_at": _STR, "cancelled_at": _NSTR,
+        "progress": {"type": "object", "properties": {"done": {"type": "integer"}, "total": {"type": "integer"},
+                                                      "failed": {"type": "integer"}}},
+        "tasks": {"type": "array", "items": {"type": "object", "required": ["id", "name", "state"], "properties": {
+            "id": _STR, "name": _STR, "type": _NSTR,
+            "state": {"enum": ["waiting", "ready", "succeeded", "dead", "cancelled", "skipped"]},
+            "job_id": _NSTR, "job_status": _NSTR, "deps": {"type": "array", "items": _STR},
+            "on_dep_failure": _STR, "last_error_code": _NSTR, "sub_workflow_id": _NSTR,
+            "started_at": _NSTR, "finished_at": _NSTR, "result": {}}}}}}
+    body = {"application/json": {"schema": workflow}}
+    return {
+        "/workflows": {"post": {
+            "operationId": "createWorkflow",
+            "summary": "Insert a workflow (a DAG of jobs of public types) for the key's tenant, atomically. "
+                       "Duplicate task names (`duplicate_task`), unknown dependencies (`unknown_dependency`) "
+                       "and cycles (`cycle`) are refused (400) before anything is stored",
+            "parameters": [_IDEMPOTENCY],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+            "responses": {"202": {"description": "Inserted: its roots are jobs, the other tasks wait",
+                                  "content": body,
+                                  "links": {"getWorkflow": {"operationId": "getWorkflow",
+                                                            "parameters": {"id": "$response.body#/id"}}}},
+                          **_POST_ERRORS}}},
+        "/workflows/{id}": {"get": {
+            "operationId": "getWorkflow",
+            "summary": "One workflow of the key's tenant, with its tasks' states",
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": _STR}],
+            "responses": {"200": {"description": "The workflow", "content": body},
+                          "401": _POST_ERRORS["401"],
+                          "404": _error("No such workflow for this tenant")}}},
+    }
+
+
 def _event_request() -> dict:
     """One branch per registered (type, version): the payload fields each allows, from the registry."""
     branches = []
@@ -572,6 +626,7 @@ def document() -> dict:
                         "schema": {"$ref": "#/components/schemas/Job"}}}},
                     "401": _POST_ERRORS["401"],
                     "404": _error("No such job for this tenant (another tenant's job is not found either)")}}},
+            **_workflow_paths(),
             **_webhook_paths(),
             "/otp": {"post": {
                 "operationId": "requestOtp",
