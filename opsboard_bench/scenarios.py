@@ -62,6 +62,13 @@ def deliver_render(b: Bench) -> None:
     run(b)
 
 
+def workflows(b: Bench) -> None:
+    """Workflows (issue 45), 2 workers: the no-dependency rate, then fan_out_in (1 -> 10,000 -> 1), layers_20
+    (20 x 500, 2 deps each) and chain_1000: jobs/s, dependent start p99, stuck tasks (--json: the issue's shape)."""
+    from .workflows import run
+    run(b)
+
+
 def digest(b: Bench) -> None:
     """100,000 events for 10,000 recipients in one digest window (--jobs N events), then 10,000 digests with
     2 workers: the time to hand them all over and the OTP's p99 meanwhile (issue 43)."""
@@ -131,6 +138,7 @@ _SCENARIOS = {
     "fanout": fanout,
     "deliver_render": deliver_render,
     "digest": digest,
+    "workflows": workflows,
     "sse": sse,
     "broadcast": broadcast,
     "streams": streams,
