@@ -150,15 +150,22 @@ def test_jobs_and_dead_letters(app, client, login_as, db, acme, profile):
     _check(client, db, acme,
            gets=[f"/jobs/{dead}", f"/jobs/{dead}/payload"],
            posts=[(f"/jobs/{dead}/replay", {}), (f"/jobs/{dead}/resolve", {"resolution": "resolved"}),
-                  (f"/jobs/{dead}/resolve", {"resolution": "ignored"}), (f"/jobs/{pending}/cancel", {})])
+                  (f"/jobs/{dead}/resolve", {"resolution": "ignored"}), (f"/jobs/{pending}/cancel", {}),
+                  (f"/jobs/{pending}/run-now", {}),
+                  # issue 44: ticked jobs (confirmation and action), each action, and a mix with a job of
+                  # the user's own tenant's scope: refused as a whole
+                  *[(path, {"action": action, "ids": [str(dead), str(pending)]})
+                    for path in ("/jobs/selected/confirm", "/jobs/selected")
+                    for action in ("replay", "cancel", "discard", "run_now")]])
     # The bulk actions take a filter, not an object: acme's jobs are outside the user's scope (nothing
     # matches, or the role is refused), and nothing changes.
     before = _snapshot(db, acme["tenant"])
-    for path in ("/jobs/replay-many", "/jobs/cancel-many"):
+    for path in ("/jobs/replay-many", "/jobs/cancel-many", "/jobs/purge"):
         r = _post(client, path, tenant_id=str(acme["tenant"]))
         assert r.status_code in (200, 403), (path, r.status_code)
     for path in (f"/jobs/replay-many/confirm?tenant_id={acme['tenant']}",
                  f"/jobs/cancel-many/confirm?tenant_id={acme['tenant']}",
+                 f"/jobs/purge/confirm?tenant_id={acme['tenant']}&older_than_days=0",
                  f"/dead/?tenant_id={acme['tenant']}", f"/jobs/?tenant_id={acme['tenant']}"):
         r = client.get(path)
         assert r.status_code in (200, 403), path
@@ -311,6 +318,8 @@ def test_the_same_requests_work_for_acmes_own_admin(app, client, login_as, db, a
     login_as("admin", tenant="acme", operator=False)
     tid, t = acme["tenant"], acme["ticket"]
     for path, data, status in (
+            ("/jobs/selected/confirm", {"action": "replay", "ids": str(acme["dead"])}, 200),
+            ("/jobs/selected", {"action": "run_now", "ids": str(acme["pending"])}, 200),
             (f"/jobs/{acme['dead']}/replay", {}, 200), (f"/jobs/{acme['pending']}/cancel", {}, 200),
             (f"/alerts/{acme['alert']}/ack", {}, 200), (f"/tickets/{t}/act/note", {"body": "x"}, 302),
             (f"/webhooks/{acme['endpoint']}/disable", {}, 200), (f"/api-keys/{acme['key']}/revoke", {}, 200),
