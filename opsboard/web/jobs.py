@@ -1,5 +1,8 @@
 """Jobs: the filterable list, a job's page and payload, and the operator
-actions on jobs (replay, replay all matching, resolve/ignore, cancel).
+actions on jobs (replay, resolve/ignore, cancel, run now), in bulk by filter
+(cancel waiting, replay dead, delete dead: each bound to what its confirmation
+counted, :mod:`opsboard.jobqueue.bulk` and :mod:`.previews`) and on the ticked
+rows of the list (replay, cancel, delete, run now exactly those).
 
 Actions are POST + CSRF, need a reason and a request key, check the
 permission for the job's own tenant, write an audit row (in the core), and
