@@ -298,7 +298,8 @@ def act_on_selected(conn: psycopg.Connection, action: str, ids: list[uuid.UUID],
         current = db.all_rows(conn, "bulk_jobs_for_update", {"ids": ids, **scope.params})
         if len(current) != len(ids):
             raise OpsError("no such job", "not_found")
-        with_scheduled = [{**r, "scheduled": r["available_at"] > db.now(conn, now)} for r in current]
+        moment = db.now(conn, now)
+        with_scheduled = [{**r, "scheduled": r["available_at"] > moment} for r in current]
         eligible = [r for r in with_scheduled if applies(action, r)]
         skipped = [{"id": r["id"], "status": r["status"]} for r in with_scheduled if not applies(action, r)]
         result = BulkResult(previewed=len(ids), skipped=skipped)
