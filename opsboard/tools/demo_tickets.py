@@ -31,7 +31,13 @@ _TICKETS = [
 ]
 
 
-def seed_tickets(conn, tenants: dict, agent_email: str = "support@opsboard.demo") -> int:
+#: The demo end user's own tickets (issue 43): signed in as them, /my/tickets shows one waiting on their
+#: answer and one resolved that they may reopen.
+END_USER_TICKETS = frozenset({"Please add a second admin", "Export of last month's report"})
+
+
+def seed_tickets(conn, tenants: dict, agent_email: str = "support@opsboard.demo",
+                 end_user_email: str = "user@acme.demo") -> int:
     """Create the demo tickets once (skipped when the demo tenants have tickets already)."""
     if service.list_queue(conn, auth.TenantScope(all=False, ids=(tenants["acme"], tenants["parsian"])), limit=1):
         return 0
@@ -51,7 +57,8 @@ def seed_tickets(conn, tenants: dict, agent_email: str = "support@opsboard.demo"
     made = 0
     for i, (slug, subject, body, cat, priority, ago, steps) in enumerate(_TICKETS):
         tid = tenants[slug]
-        customer = service.ensure_requester(conn, f"customer{i}@{slug}.demo", tenant_id=tid)
+        email = end_user_email if subject in END_USER_TICKETS else f"customer{i}@{slug}.demo"
+        customer = service.ensure_requester(conn, email, tenant_id=tid)
         requester = service.Caller(customer["id"], customer["email"])
         at = now - timedelta(minutes=ago)
         t = service.create_ticket(conn, requester, tenant_id=tid, subject=subject, body=body, category=cat,

@@ -310,6 +310,10 @@ def test_demo_tickets_show_every_badge_in_both_languages(conn):
     rows = service.list_queue(conn, scope)
     assert {r["sla_state"] for r in rows} >= {"on_track", "at_risk", "breached", "paused", "met"}
     assert any("پیامک" in r["subject"] for r in rows)
+    # The demo's end user has tickets of their own to open on /my/tickets (issue 43).
+    own = conn.execute("SELECT t.status FROM tickets t JOIN users u ON u.id = t.requester_id "
+                       "WHERE u.email = 'user@acme.demo'").fetchall()
+    assert sorted(r["status"] for r in own) == ["resolved", "waiting_on_customer"]
     assert {r["status"] for r in rows} >= {"new", "triaged", "in_progress", "waiting_on_customer", "resolved", "closed"}
 
 
