@@ -205,15 +205,17 @@ class Fetcher:
     ``executor`` its claimed rows go to (prepared, or released when the worker stops); the
     worker's ``pool`` and ``holds``; ``keeping_up`` (the completer's: whether to prefetch);
     ``apply_slots`` (the runtime's, called with every read of the holds: an operator's live
-    slot change); the ``outages`` log; the ``stopping`` event; and the claim's settings
-    (``worker_id``, ``lease``, ``poll_interval``).
+    slot change); the ``outages`` log; the ``stopping`` event; the ``quiet`` event (set: claim
+    nothing, see :mod:`worker.commands`); and the claim's settings (``worker_id``, ``lease``,
+    ``poll_interval``).
     """
 
     def __init__(self, qs: QueueState, executor: "ClaimedJobs", *, pool: "ConnectionPool", holds: HoldsCache,
                  keeping_up: Callable[[], bool], apply_slots: Callable[["pauses.Holds"], None],
                  outages: "OutageLog", stopping: threading.Event, worker_id: str, lease: float,
-                 poll_interval: float):
+                 poll_interval: float, quiet: threading.Event | None = None):
         self.qs, self.executor = qs, executor
+        self.quiet = quiet if quiet is not None else threading.Event()
         self.pool, self.holds = pool, holds
         self.keeping_up, self.apply_slots = keeping_up, apply_slots
         self.outages, self.stopping = outages, stopping
@@ -235,6 +237,13 @@ class Fetcher:
         failures = 0
         contended = 0.0  # the wait after the last claim that other workers' claims left empty
         while not stopping.is_set():
+            if self.quiet.is_set():
+                # Quieted on the Workers page: what is held runs on, nothing more is claimed.  The
+                # watcher's un-quiet wakes every fetcher (qs.wake) to claim again at once.
+                self.kept.release()
+                qs.wake.wait(self.poll_interval)
+                qs.wake.clear()
+                continue
             keeping_up = self.keeping_up()
             with qs.lock:
                 cap = qs.capacity(self.lease) if keeping_up else qs.slots

@@ -30,10 +30,12 @@ class Lifecycle:
     """Where the worker process is in its life: every loop ends once ``stopping`` is set;
     ``stopped`` is set when the shutdown handed the slots their last ``None`` (the completer
     and the keeper then finish); ``shutdown_deadline`` is the ``time.monotonic()`` by which
-    the shutdown must be done (``None`` until it begins)."""
+    the shutdown must be done (``None`` until it begins).  While ``quiet`` is set (an operator's
+    ask on the Workers page, :mod:`worker.commands`) the fetchers claim nothing."""
 
     stopping: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)
+    quiet: threading.Event = field(default_factory=threading.Event)
     shutdown_deadline: float | None = None
 
 

@@ -41,12 +41,13 @@ from psycopg_pool import PoolTimeout
 from psycopg.types.json import Jsonb
 
 import opsboard
-from opsboard import db, jobtypes
+from opsboard import db, jobtypes, worker_commands
 from opsboard.catalogue import Catalogue, activate
 from opsboard.config import QUEUE_SLOTS_MAX, Config
 from opsboard.features import build_catalogue
 from opsboard.db import connect
 
+from .commands import CommandWatcher
 from .completer import Completer
 from .executor import Executor, Running, RunningJobs
 from .fetcher import Fetcher, HoldsCache, QueueState
@@ -120,6 +121,12 @@ class Worker:
                              outages=self.outages, is_leader=lambda: self.is_leader, worker_id=self.id,
                              lease=self.lease)
         self.listener = Listener(self.queues, self.holds)
+        #: The operator's asks on the Workers page (issue 44): quiet, stop, this worker's slots.
+        self.slot_overrides: dict[str, int] = {}
+        self._stop_command = False
+        self.commands = CommandWatcher(pool=self.pool, lifecycle=self.lifecycle, outages=self.outages,
+                                       request_stop=self._command_stop, apply_slots=self._command_slots,
+                                       worker_id=self.id, wake_fetchers=self.listener.wake_all)
         #: The process's one LISTEN connection (started by :meth:`start`).
         self.hub = make_hub(self.direct_url, self.outages)
         self.leader: Leader | None = None
@@ -171,12 +178,14 @@ class Worker:
             fetcher = Fetcher(qs, self.executor, pool=self.pool, holds=self.holds,
                               keeping_up=self.completer.keeping_up, apply_slots=self.apply_slots,
                               outages=self.outages, stopping=self.stopping, worker_id=self.id, lease=self.lease,
-                              poll_interval=self.config.poll_interval)
+                              poll_interval=self.config.poll_interval, quiet=self.lifecycle.quiet)
             self._thread(fetcher.run, f"fetch-{qs.name}")
         self._thread(self.completer.run, "completer")
         self._thread(self.keeper.run, "keeper")
         # Every subscriber registers before the hub starts: its first LISTEN takes all channels.
         self.listener.subscribe(self.hub)
+        self.commands.subscribe(self.hub)
+        self._thread(self.commands.run, "commands")
         self._threads.append(relay.start(self.hub, self.pool, self.stopping, self.config.poll_interval))
         self.hub.start()
         if self.run_services:
@@ -301,13 +310,30 @@ class Worker:
         return True
 
     def _stop_requested(self) -> bool:
-        """Whether to stop; a signal noted by the handler is acted on here, outside the handler."""
+        """Whether to stop; a signal noted by the handler, or a stop asked on the Workers page, is
+        acted on here (the main thread), outside the handler."""
         signum = self._signal
         if signum is not None and not self.stopping.is_set():
             log.info("signal %s: stopping (grace %ss)", signal.Signals(signum).name,
                      self.config.shutdown_grace_seconds)
             self.stop()
+        elif self._stop_command and not self.stopping.is_set():
+            log.info("stop asked on the Workers page: stopping (grace %ss)", self.config.shutdown_grace_seconds)
+            self.stop()
         return self.stopping.is_set()
+
+    def _command_stop(self) -> None:
+        """A stop asked on the Workers page: noted, then acted on by the main thread as a SIGTERM."""
+        self._stop_command = True
+
+    def _command_slots(self, overrides: dict[str, int]) -> None:
+        """This worker's slots set on the Workers page: applied now (the holds as last read)."""
+        self.slot_overrides = {q: n for q, n in overrides.items() if q in self.queues}
+        holds = self.holds.fresh()
+        if holds is None:
+            with self.pool.connection(timeout=2.0) as conn:
+                holds = self.holds.get(conn)
+        self.apply_slots(holds)
 
     def _thread(self, target, name, *args) -> threading.Thread:
         t = threading.Thread(target=self._guard, args=(target, name) + args, name=name, daemon=True)
@@ -428,6 +454,7 @@ class Worker:
         try:
             with self.pool.connection(timeout=min(0.5, max(0.1, self.shutdown_deadline - time.monotonic()))) as conn:
                 db.execute(conn, "worker_delete", {"id": self.id})
+                worker_commands.forget(conn, self.id)
         except Exception:
             pass
         for pool in (self.pool, self.handler_pool):
@@ -442,7 +469,7 @@ class Worker:
         """Grow or shrink each queue's slot threads to the slots an operator set live
         (:meth:`opsboard.pauses.Holds.queue_slots`; none: this worker's configuration).
         Called by the fetchers with every read of the holds; cheap when nothing changed."""
-        if any((holds.queue_slots(n) or self.configured_slots[n]) != qs.slots for n, qs in self.queues.items()):
+        if any(self._wanted_slots(holds, n) != qs.slots for n, qs in self.queues.items()):
             changed = self._resize_to(holds, spawn=True)
             if changed:
                 try:
@@ -452,6 +479,11 @@ class Worker:
                 except psycopg.Error as exc:
                     self.outages.trouble(exc, "worker row")
 
+    def _wanted_slots(self, holds, name: str) -> int:
+        """A queue's slots: this worker's own set on the Workers page, else the queue's set live
+        for every worker, else this worker's configuration."""
+        return self.slot_overrides.get(name) or holds.queue_slots(name) or self.configured_slots[name]
+
     def _resize_to(self, holds, *, spawn: bool) -> dict[str, tuple[int, int]]:
         """Set each queue's slots to its live value; with ``spawn``, start or retire slot threads
         (a retired thread ends when it takes the ``None`` put behind the jobs already buffered).
@@ -459,7 +491,7 @@ class Worker:
         changed: dict[str, tuple[int, int]] = {}
         with self._slots_lock:
             for name, qs in self.queues.items():
-                want = holds.queue_slots(name) or self.configured_slots[name]
+                want = self._wanted_slots(holds, name)
                 with qs.lock:
                     old = qs.slots
                     if want == old:

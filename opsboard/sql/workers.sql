@@ -34,3 +34,48 @@ DELETE FROM workers WHERE id = %(id)s;
 -- Forget workers silent for longer than the cutoff.
 DELETE FROM workers WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
 RETURNING id;
+
+-- name: worker_command_get
+-- What the operator asked of one worker (issue 44): no row, nothing asked.
+SELECT worker_id, quiet, stop_requested_at, slots, updated_by, updated_at
+FROM worker_commands WHERE worker_id = %(id)s;
+
+-- name: worker_command_list
+-- Every worker's command row, for the Workers page.
+SELECT worker_id, quiet, stop_requested_at, slots, updated_by, updated_at FROM worker_commands;
+
+-- name: worker_command_set_quiet
+-- Quiet a worker (it claims nothing) or let it claim again.  The trigger of
+-- 0084 notifies the worker.  Returns the row as it was and as it is.
+INSERT INTO worker_commands AS c (worker_id, quiet, updated_by)
+VALUES (%(id)s, %(quiet)s, %(actor)s)
+ON CONFLICT (worker_id) DO UPDATE SET quiet = excluded.quiet, updated_by = excluded.updated_by, updated_at = now()
+RETURNING c.worker_id, c.quiet, c.stop_requested_at, c.slots;
+
+-- name: worker_command_request_stop
+-- Ask a worker to drain and exit (the first request's time is kept).
+INSERT INTO worker_commands AS c (worker_id, stop_requested_at, updated_by)
+VALUES (%(id)s, now(), %(actor)s)
+ON CONFLICT (worker_id) DO UPDATE SET stop_requested_at = coalesce(c.stop_requested_at, now()),
+                                      updated_by = excluded.updated_by, updated_at = now()
+RETURNING c.worker_id, c.quiet, c.stop_requested_at, c.slots;
+
+-- name: worker_command_set_slots
+-- One worker's slots for one queue (%(slots)s null: back to the queue's live
+-- setting or the worker's own).
+INSERT INTO worker_commands AS c (worker_id, slots, updated_by)
+VALUES (%(id)s, CASE WHEN %(slots)s::int IS NULL THEN '{}'::jsonb
+                     ELSE jsonb_build_object(%(queue)s::text, %(slots)s::int) END, %(actor)s)
+ON CONFLICT (worker_id) DO UPDATE
+    SET slots = CASE WHEN %(slots)s::int IS NULL THEN c.slots - %(queue)s::text
+                     ELSE c.slots || jsonb_build_object(%(queue)s::text, %(slots)s::int) END,
+        updated_by = excluded.updated_by, updated_at = now()
+RETURNING c.worker_id, c.quiet, c.stop_requested_at, c.slots;
+
+-- name: worker_command_delete
+-- A worker stopped cleanly: what was asked of it is done.
+DELETE FROM worker_commands WHERE worker_id = %(id)s;
+
+-- name: worker_get
+-- One worker's row (the Workers page's controls).
+SELECT id, hostname, pid, queues, version, state, started_at, last_seen_at FROM workers WHERE id = %(id)s;

@@ -46,6 +46,8 @@ def world(app):
         running = seed.jobs(c, acme, 1, "test.record", {"key": "r"})
         seed.worker(c, "host-1:100:w1", {"default": 4})
         seed.run(c, running, "host-1:100:w1")
+        from opsboard.deliveries import webhooks
+        webhooks.create_endpoint(c, acme, "https://hooks.example.com/acme", ("*",))
         from worker.services.depth import DepthSampler
         DepthSampler().run_once(c)
     return {"acme": acme}
@@ -76,12 +78,16 @@ PAGES = [
      lambda page: page.wait_for_url("**/tenants/*-*")),
     ("/workers/", "worker-list", 'details[data-keep-open] > summary',
      lambda page: page.wait_for_function("() => document.querySelector('details[data-keep-open]').open")),
+    ("/workers/", "worker-list", 'a[data-controls]',
+     lambda page: page.wait_for_url("**/workers/*/controls")),
     ("/alerts/", "alert-list", 'tr[data-alert-id] a',
      lambda page: page.wait_for_url("**/alerts/*-*")),
+    ("/deliveries/", "delivery-breakers", 'a[id^="breaker-endpoint-"]',
+     lambda page: page.wait_for_url("**/webhooks/*-*")),
 ]
 
 
-@pytest.mark.parametrize("path,region,control,happened", PAGES, ids=[p[1] for p in PAGES])
+@pytest.mark.parametrize("path,region,control,happened", PAGES, ids=[f"{p[1]}-{p[2]}" for p in PAGES])
 def test_focus_survives_two_refreshes(app, server, browser, world, path, region, control, happened):  # noqa: F811
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     problems: list[str] = []
