@@ -113,6 +113,14 @@ def tickets(b: Bench) -> None:
     run(b)
 
 
+def event_export(b: Bench) -> None:
+    """Outbox events to NATS JetStream (own nats-server -js): export rate beside the relay's on a backlog
+    (--jobs N, default 100,000); then N events while the worker is SIGKILLed and NATS restarted: missing,
+    duplicates stored."""
+    from .event_export import run
+    run(b)
+
+
 def scale(b: Bench) -> None:
     """10,000,000 jobs (--jobs N) built with COPY: claim, depth, every dashboard page, pruner, beside the goals."""
     from .scale import run
@@ -147,14 +155,16 @@ _SCENARIOS = {
     "scale": scale,
     "depth": depth,
     "prune": prune,
+    "event_export": event_export,
 }
 #: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
 #: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
-#: 20 minutes and 6 GB on its own); ``digest`` fans 100,000 events out one by one before its digests
-#: (about 30 minutes on a 2-core VM).
-_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "digest"})
+#: 20 minutes and 6 GB on its own); ``event_export`` starts nats-servers of its own and a chaos run;
+#: ``digest`` fans 100,000 events out one by one before its digests (about 30 minutes on a 2-core VM).
+_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "event_export", "digest"})
 
 #: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
-_TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),)}
+_TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),),
+          "event_export": (("nats-server", "apt-get install nats-server"),)}
 
 REGISTRY = Registry(_SCENARIOS, groups=_GROUPS, tools=_TOOLS)

@@ -131,6 +131,7 @@ class NatsLink:
         self.error: str | None = None
         self._thread: threading.Thread | None = None
         self._trouble = False
+        self._closing = False
         self._lock = threading.Lock()
 
     @property
@@ -149,6 +150,7 @@ class NatsLink:
         """Close the connection and stop the loop (tests; a worker's daemon thread ends with it)."""
         if self._thread is None:
             return
+        self._closing = True
         try:
             asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout)
         except Exception:
@@ -189,7 +191,8 @@ class NatsLink:
 
         async def disconnected_cb():
             self.stream_ok = False
-            self._say_trouble(f"lost NATS at {self.server}")
+            if not self._closing:
+                self._say_trouble(f"lost NATS at {self.server}")
 
         delay = 0.5
         while True:
