@@ -58,10 +58,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
                running_file=args.running_file, catalogue=catalogue, direct_url=resolve_direct_url(config))
     w.wait_for_database = not args.exit_without_database
     w.install_signals()
-    try:
-        return w.run()
-    finally:
-        tracing.shutdown()  # the spans still batched are sent before the process ends
+    return w.run()  # the SDK flushes the spans still batched at exit (test_tracing: sent only then)
 
 
 def build_parser() -> argparse.ArgumentParser:

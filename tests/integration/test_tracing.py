@@ -12,6 +12,7 @@ that decodes what the worker exports with opentelemetry-proto.
 from __future__ import annotations
 
 import http.server
+import signal
 import threading
 import uuid
 
@@ -20,11 +21,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from opsboard import apikeys, audit, auth, jobqueue, tracing
+from opsboard import apikeys, audit, auth, jobqueue, outbox, tracing
 from opsboard.db import Database
 from opsboard.deliveries import webhooks
 from tests.conftest import CATALOGUE, connect, make_config, wait_for
 from tests.support.delivery import provider_settings, runner  # noqa: F401
+from tests.integration.test_outbox import sql_routed  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 from worker.services.relay import Relay
 
@@ -106,6 +108,23 @@ def test_one_journey_from_the_api_to_the_webhook_request_is_one_trace(db_url, sp
     (rec,) = sandbox.records("webhook")
     assert rec["headers"]["traceparent"] == f"00-{TRACE}-{call.context.span_id:016x}-01"
     assert rec["headers"]["tracestate"] == "vendor=abc"
+
+
+def test_both_relay_routes_carry_the_events_trace_context_to_its_jobs(conn, tenant, sql_routed):
+    """The set-based statement (outbox_relay_plain) and Python's routing (jobs_for) alike."""
+    ctx = f"00-{TRACE}-{PARENT}-01 vendor=abc"
+    traced = outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", "t-0"), tenant=tenant["id"],
+                            payload={"n": 1}, trace_context=ctx)
+    plain = outbox.publish(conn, "test.sql_routed", 1, aggregate=("thing", "t-1"), tenant=tenant["id"],
+                           payload={"n": 2})
+    own = outbox.publish(conn, "test.py_routed", 1, aggregate=("thing", "t-2"), tenant=tenant["id"],
+                         payload={"n": 3}, trace_context=ctx)
+    assert "test.sql_routed/1" in outbox.sql_routes()[0] and "test.py_routed/1" not in outbox.sql_routes()[0]
+    assert outbox.relay_events(conn, 10).jobs == 5
+    got = {(r["event_id"], r["idempotency_key"].split(":")[1]): r["trace_context"]
+           for r in conn.execute("SELECT * FROM jobs WHERE tenant_id = %s", (tenant["id"],))}
+    assert got == {(traced["id"], "plain"): ctx, (traced["id"], "in-order"): ctx, (plain["id"], "plain"): None,
+                   (plain["id"], "in-order"): None, (own["id"], "own"): ctx}
 
 
 def test_a_failed_attempt_and_its_provider_call_carry_an_error_status(db_url, spans, web, sandbox, runner,
@@ -226,11 +245,18 @@ def test_a_worker_process_exports_its_attempt_spans_over_otlp(db_url, start_work
         with connect(db_url) as c:
             t = auth.ensure_tenant(c, "otlp")["id"]
             job = jobqueue.enqueue(c, "diag.noop", {}, tenant=t, trace_context=f"00-{TRACE}-{PARENT}-01")
-        start_worker(db_url, "--queues", "default=2", "--no-services",
-                     OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}",
-                     OTEL_BSP_SCHEDULE_DELAY="100")
-        got = wait_for(lambda: [s for s in collector.spans if s[2].name == "job diag.noop"], timeout=30,
-                       message="the worker's attempt span at the collector")
+        # Batches every minute: what reaches the collector is sent by the flush when the worker stops.
+        p = start_worker(db_url, "--queues", "default=2", "--no-services",
+                         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}",
+                         OTEL_BSP_SCHEDULE_DELAY="60000")
+        with connect(db_url) as c:
+            wait_for(lambda: c.execute("SELECT status FROM jobs WHERE id = %s", (job["id"],)).fetchone()["status"]
+                     == "succeeded", timeout=30, message="the job to succeed")
+        assert collector.spans == []
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        got = [s for s in collector.spans if s[2].name == "job diag.noop"]
+        assert len(got) == 1, collector.spans
         path, service, span = got[0]
         assert path == "/v1/traces" and service == "opsboard-worker"
         assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == PARENT
