@@ -139,6 +139,19 @@ def notification_locale(conn: psycopg.Connection, user_id, tenant_id) -> dict:
     return {"locale": row["locale"], "effective_locale": locale_chain(own, row["tenant_locale"])[0]}
 
 
+def tenant_locale(conn: psycopg.Connection, tenant_id) -> str:
+    """A tenant's default notification language (``fa`` when never set)."""
+    return db.one(conn, "notification_tenant_locale", {"tenant_id": tenant_id})["locale"]
+
+
+def set_tenant_locale(conn: psycopg.Connection, tenant_id, locale: str) -> dict:
+    """Set a tenant's default notification language: ``fa`` or ``en`` (``bad_locale`` otherwise); the
+    language of its people who chose none (and whose dashboard has none)."""
+    if locale not in NOTIFICATION_LOCALES:
+        raise OpsError("Unknown language.", "bad_locale")
+    return db.one(conn, "notification_tenant_locale_set", {"tenant_id": tenant_id, "locale": locale})
+
+
 def set_profile(conn: psycopg.Connection, user_id, *, locale: str | None = None, phone: str | None = None,
                 time_zone: str | None = None) -> dict:
     """Set a user's locale, SMS number and time zone."""

@@ -288,6 +288,12 @@ SELECT u.id AS user_id, p.locale, u.locale AS dashboard_locale,
 FROM users u LEFT JOIN notification_profiles p ON p.user_id = u.id
 WHERE u.id = %(user_id)s;
 
+-- name: notification_tenant_locale_set
+-- Set a tenant's default notification locale (the chain's second link; issue 43).
+INSERT INTO notification_tenant_settings (tenant_id, default_locale) VALUES (%(tenant_id)s, %(locale)s)
+ON CONFLICT (tenant_id) DO UPDATE SET default_locale = excluded.default_locale
+RETURNING *;
+
 -- name: notification_tenant_locale
 -- The tenant's default locale ('fa' when unset).
 SELECT coalesce((SELECT default_locale FROM notification_tenant_settings WHERE tenant_id = %(tenant_id)s), 'fa')

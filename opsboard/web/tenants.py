@@ -5,8 +5,10 @@ import uuid
 
 from flask import Blueprint, redirect, render_template, request, url_for
 from flask_babel import gettext as _
+from flask_login import current_user
 
-from .. import backpressure, metrics, pauses
+from .. import audit, backpressure, metrics, pauses
+from ..notifications import preferences
 from .context import get_db
 from .errors import ApiError
 from .forms import actor, reason, request_key
@@ -71,7 +73,10 @@ def detail(tenant_id: str):
         chart = metrics.tenant_chart(conn, tid, range_name)
         failures = metrics.tenant_recent_failures(conn, tid)
         holds = holds_context(conn)
+        notification_locale = preferences.tenant_locale(conn, tid)
     return render_template("tenants/detail.html", **found, **holds, chart=chart,
+                           notification_locale=notification_locale,
+                           can_set_locale=current_user.is_authenticated and current_user.can("users.manage", tid),
                            can_limit=current_scope("jobs.pause").allows(tid),
                            default_rate=backpressure.DEFAULT_TENANT_RATE, default_burst=backpressure.DEFAULT_TENANT_BURST, failures=failures, line_chart=line_chart,
                            range_name=range_name, ranges=list(metrics.CHART_RANGES),
@@ -91,6 +96,31 @@ def _rate() -> float | None:
         raise ApiError(400, "invalid_limit", _("A rate is a number of jobs per second above 0 and at most "
                                                "%(high)s; leave it empty for the default.", high=int(pauses.TENANT_RATE_MAX)))
     return value
+
+
+@bp.route("/<tenant_id>/notification-language", methods=["POST"])
+@requires("tenants.view")
+def set_notification_locale(tenant_id: str):
+    """The tenant's default notification language (issue 43): the language of its people who chose none.
+    Its admins (``users.manage`` in this tenant; operator admins for any); audited
+    ``tenant.notification_locale`` with the old value; an unknown language is a 400 ``bad_locale``."""
+    try:
+        tid = uuid.UUID(tenant_id)
+    except ValueError:
+        raise ApiError(404, "not_found", _("No such tenant.")) from None
+    require_for_tenant("users.manage", tid)
+    locale = request.form.get("default_locale", "")
+    if locale not in preferences.NOTIFICATION_LOCALES:
+        raise ApiError(400, "bad_locale", _("Unknown language."))
+    with get_db().connection() as conn:
+        if metrics.tenant_detail(conn, current_scope("tenants.view"), tid) is None:
+            raise ApiError(404, "not_found", _("No such tenant."))
+        with conn.transaction():
+            before = preferences.tenant_locale(conn, tid)
+            preferences.set_tenant_locale(conn, tid, locale)
+            audit.record(conn, actor(), "tenant.notification_locale", target_type="tenant", target_id=tid,
+                         tenant_id=tid, before={"default_locale": before}, after={"default_locale": locale})
+    return redirect(url_for("tenants.detail", tenant_id=tid) + "#tenant-notification-language", code=303)
 
 
 @bp.route("/<tenant_id>/limits", methods=["POST"])

@@ -269,3 +269,43 @@ def test_the_delivery_page_shows_the_correlation_id_and_the_provider_jobs(app, c
     html = client.get(f"/notifications/?event_id={event['id']}").get_data(as_text=True)
     assert '<a href="/jobs/?correlation_id=req-4711"' in html
     assert f'href="/jobs/{provider["id"]}" data-job-type="email.send"' in html
+
+
+# ---------------------------------------------------------------- the tenant's default
+
+def test_a_tenants_admin_sets_its_default_notification_language(app, client, login_as):
+    email = login_as("admin", tenant=f"t-{uuid.uuid4().hex[:6]}", operator=False)
+    with connect(app.extensions["test_db_url"]) as c:
+        own = c.execute("SELECT t.* FROM tenants t JOIN memberships m ON m.tenant_id = t.id JOIN users u "
+                        "ON u.id = m.user_id WHERE u.email = %s", (email,)).fetchone()
+        other = auth.ensure_tenant(c, f"o-{uuid.uuid4().hex[:6]}")
+        member_id = _user(c, own, role="member")
+    page = client.get(f"/tenants/{own['id']}").get_data(as_text=True)
+    assert 'name="default_locale"' in page
+    post = lambda tid, locale, **kw: client.post(f"/tenants/{tid}/notification-language",  # noqa: E731
+                                                 data={"csrf_token": client.csrf, "default_locale": locale, **kw})
+    assert post(own["id"], "en").status_code == 303
+    assert post(own["id"], "de").status_code == 400
+    assert post(other["id"], "en").status_code in (403, 404)         # another tenant's: never
+    assert client.post(f"/tenants/{own['id']}/notification-language", data={"default_locale": "fa"}).status_code \
+        in (400, 403)                                                   # no CSRF token
+    with connect(app.extensions["test_db_url"]) as c:
+        settings = {r["tenant_id"]: r["default_locale"] for r in
+                    c.execute("SELECT * FROM notification_tenant_settings").fetchall()}
+        assert settings.get(own["id"]) == "en" and other["id"] not in settings
+        [row] = c.execute("SELECT * FROM audit_log WHERE action = 'tenant.notification_locale' AND tenant_id = %s",
+                          (own["id"],)).fetchall()
+        assert (row["before"], row["after"]) == ({"default_locale": "fa"}, {"default_locale": "en"})
+        assert preferences.notification_locale(c, member_id, own["id"])["effective_locale"] == "en"
+
+
+def test_ops_staff_cannot_set_a_tenants_default_language(app, client, login_as):
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    login_as("ops", tenant=tenant, operator=False)
+    with connect(app.extensions["test_db_url"]) as c:
+        tid = c.execute("SELECT id FROM tenants WHERE slug = %s", (tenant,)).fetchone()["id"]
+    assert 'name="default_locale"' not in client.get(f"/tenants/{tid}").get_data(as_text=True)
+    r = client.post(f"/tenants/{tid}/notification-language", data={"csrf_token": client.csrf, "default_locale": "en"})
+    assert r.status_code == 403
+    with connect(app.extensions["test_db_url"]) as c:
+        assert c.execute("SELECT 1 FROM notification_tenant_settings WHERE tenant_id = %s", (tid,)).fetchone() is None
