@@ -259,7 +259,8 @@ def seed_at_start(conn: psycopg.Connection) -> None:
 
 def seed_shipped(conn: psycopg.Connection, shipped: dict | None = None) -> list[dict]:
     """Seed the product's shipped templates (default: the active catalogue's ``shipped_templates``)
-    as published version 1 wherever ``(key, channel, locale)`` has no version yet; returns the rows made.
+    as published version 1 wherever ``(key, channel, locale)`` has no version yet, and as the next
+    version where only the product ever published it and its words changed since; returns the rows made.
 
     Idempotent and cheap when nothing is missing (one statement): ``opsboard migrate`` and every web
     and worker start call it.  A triple with any version (an author's draft, an edited or rolled back
@@ -277,6 +278,13 @@ def seed_shipped(conn: psycopg.Connection, shipped: dict | None = None) -> list[
         rows = db.all_rows(conn, "template_shipped_missing", {
             "keys": [t[0] for t in triples], "channels": [t[1] for t in triples],
             "locales": [t[2] for t in triples]})
+        # A release that changed a shipped text publishes it as the next version where only the product
+        # ever published the triple (issue 43: the alert texts written part by part reach upgraded
+        # installations); an author's triple is never touched.
+        rows += db.all_rows(conn, "template_shipped_stale", {
+            "keys": [t[0] for t in triples], "channels": [t[1] for t in triples],
+            "locales": [t[2] for t in triples], "subjects": [shipped[t].subject for t in triples],
+            "bodies": [shipped[t].body for t in triples]})
         return [(r["key"], r["channel"], r["locale"]) for r in rows]
 
     if not missing():

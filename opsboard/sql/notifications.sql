@@ -658,6 +658,24 @@ FROM unnest(%(keys)s::text[], %(channels)s::text[], %(locales)s::text[]) AS s(ke
 WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
                   WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale AND t.tenant_id IS NULL);
 
+-- name: template_shipped_stale
+-- Which shipped triples the product published and nobody touched since, whose live platform version is
+-- an older shipped text (a release changed its words: issue 43's alert texts): every platform version of
+-- the triple was seeded ('seed', published; no draft, no author's version, no rollback) and the highest
+-- one's subject or body differs from the shipped text.  Those get the shipped text as their next version;
+-- a triple an author ever touched is left alone.
+SELECT s.key, s.channel, s.locale
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(locales)s::text[], %(subjects)s::text[], %(bodies)s::text[])
+     AS s(key, channel, locale, subject, body)
+WHERE NOT EXISTS (SELECT 1 FROM notification_templates t
+                  WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale AND t.tenant_id IS NULL
+                    AND (t.author_label <> 'seed' OR t.status <> 'published'))
+  AND EXISTS (SELECT 1 FROM (SELECT t.subject, t.body FROM notification_templates t
+                             WHERE t.key = s.key AND t.channel = s.channel AND t.locale = s.locale
+                               AND t.tenant_id IS NULL
+                             ORDER BY t.version DESC LIMIT 1) live
+              WHERE live.subject IS DISTINCT FROM s.subject OR live.body IS DISTINCT FROM s.body);
+
 -- name: template_seed_lock
 -- Serializes seeding the shipped templates: processes starting together seed each missing one once.
 SELECT pg_advisory_xact_lock(hashtextextended('opsboard.template_seed', 0));

@@ -102,9 +102,11 @@ def seed(url: str, creds: dict) -> dict[str, object]:
 
 
 def _notification_locale(conn, user_id, locale: str) -> None:
-    """The language of a demo user's notifications, the language of their pages (issue 43)."""
+    """The language of a demo user's notifications, the language of their pages (issue 43); a choice the
+    user made since (the account page, the switch) is kept when the demo starts again."""
     from ..notifications import preferences
-    preferences.set_locale(conn, user_id, locale)
+    if preferences.notification_locale(conn, user_id, None)["locale"] is None:
+        preferences.set_locale(conn, user_id, locale)
 
 
 def _seed_notifications(conn, ids: dict, creds: dict) -> None:

@@ -309,3 +309,30 @@ def test_ops_staff_cannot_set_a_tenants_default_language(app, client, login_as):
     assert r.status_code == 403
     with connect(app.extensions["test_db_url"]) as c:
         assert c.execute("SELECT 1 FROM notification_tenant_settings WHERE tenant_id = %s", (tid,)).fetchone() is None
+
+
+# ---------------------------------------------------------------- upgraded installations
+
+def test_a_changed_shipped_text_reaches_a_triple_only_the_product_published(conn):
+    """An installation seeded by an earlier release gets the new shipped words (the alert texts of issue 43)
+    as the next version; a triple an author touched keeps the author's."""
+    from opsboard.catalogue import ShippedTemplate
+    from opsboard.notifications import templates
+    key = f"lang_test.{uuid.uuid4().hex[:6]}"
+    old = {(key, "inbox", "fa"): ShippedTemplate(key, "inbox", "fa", "قدیم", "{{ summary }} قدیم", "summary", None),
+           (key, "inbox", "en"): ShippedTemplate(key, "inbox", "en", "Old", "{{ summary }} old", "summary", None)}
+    new = {(key, "inbox", "fa"): ShippedTemplate(key, "inbox", "fa", "نو", "{{ queue|ltr }} نو", "queue", None),
+           (key, "inbox", "en"): ShippedTemplate(key, "inbox", "en", "New", "{{ queue }} new", "queue", None)}
+    assert len(templates.seed_shipped(conn, old)) == 2
+    templates.save_draft(conn, audit_actor(), key, "inbox", "en", subject="Mine", body="mine", variables="")
+    made = templates.seed_shipped(conn, new)
+    assert [(r["locale"], r["version"], r["subject"], r["author_label"]) for r in made] == [("fa", 2, "نو", "seed")]
+    assert templates.seed_shipped(conn, new) == []                    # the words are current: nothing more
+    en = [v for v in templates.versions(conn, key) if v["locale"] == "en"]
+    assert sorted((v["version"], v["status"], v["subject"]) for v in en) == [(1, "published", "Old"),
+                                                                             (2, "draft", "Mine")]
+
+
+def audit_actor():
+    from opsboard.audit import Actor
+    return Actor(label="author@example.test")
