@@ -8,7 +8,7 @@ checkbox the core requires).  The core does the work: :mod:`opsboard.pauses`.
 """
 from __future__ import annotations
 
-from flask import Blueprint, redirect, render_template, request
+from flask import Blueprint, flash, redirect, render_template, request
 from flask_babel import gettext as _
 
 from .. import pauses
@@ -120,6 +120,9 @@ def pause():
         _check_allowed(conn, kind, target)
         pauses.pause(conn, actor(), kind, target, reason(), resume_at=resume_at, request_key=request_key(),
                      confirmed=request.form.get("confirm") == "yes")
+    # Said on the page it goes back to (issue 44: no word after a pause or a resume before).
+    flash(_("Paused %(kind)s %(target)s: nothing of it is claimed until it is resumed.",
+            kind=kind_label(kind), target=target))
     return redirect(_next(), code=303)
 
 
@@ -130,6 +133,7 @@ def resume():
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
         pauses.resume(conn, actor(), kind, target, reason(), request_key=request_key())
+    flash(_("Resumed %(kind)s %(target)s: its jobs are claimed again.", kind=kind_label(kind), target=target))
     return redirect(_next(), code=303)
 
 
