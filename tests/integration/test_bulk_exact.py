@@ -262,3 +262,23 @@ def test_an_operator_creates_a_key_for_any_tenant(client, login_as, db):
     secret = re.search(r'class="secret">(obk_[^<]+)<', r.get_data(as_text=True)).group(1)
     [row] = db.execute("SELECT * FROM audit_log WHERE action = 'apikey.create'").fetchall()
     assert row["tenant_id"] == beta and secret not in str(row)
+
+
+def test_purge_bad_input_and_csrf_change_nothing(client, login_as, db):
+    login_as("ops")
+    t = seed.tenant(db, "acme")
+    dead = seed.jobs(db, t, 1, "test.permanent", {"hook_id": 1})
+    seed.kill(db, dead, at=seed.db_now(db) - timedelta(days=30))
+    for bad in ("older_than_days=-3", "older_than_days=nan", "older_than_days=1e9", "queue=nope", "tenant_id=1"):
+        r = client.get(f"/jobs/purge/confirm?{bad}", headers=HX)
+        assert r.status_code == 400 and _code(r) == "invalid_filter", bad
+    html = client.get("/jobs/purge/confirm?older_than_days=7", headers=HX).get_data(as_text=True)
+    r = client.post("/jobs/purge", data={"older_than_days": "7", "reason": "x", "preview": _token(html),
+                                         "request_key": str(uuid.uuid4())}, headers=HX)
+    assert r.status_code == 400 and _code(r) == "csrf_invalid"
+    r = _post(client, "/jobs/purge", older_than_days="7", preview=_token(html))
+    assert r.status_code == 400 and _code(r) == "reason_required"
+    r = _post(client, "/jobs/purge", older_than_days="8", reason="x", preview=_token(html))   # another filter
+    assert r.status_code == 400 and _code(r) == "preview_invalid"
+    assert _status(db, dead) == {dead[0]: "dead"}
+    assert db.execute("SELECT count(*) AS n FROM audit_log WHERE action = 'job.purge_dead'").fetchone()["n"] == 0
