@@ -22,7 +22,7 @@ from ... import storage
 from ...auth import TenantScope
 from ...errors import OpsError
 from ...notifications import inbox
-from ...tickets import service
+from ...tickets import portal, service
 from ..context import get_config, get_db, request_id
 from ..security import takes_attachments
 from .blueprint import bp
@@ -107,8 +107,8 @@ def _public(t: dict) -> dict:
 
 
 def _detail(conn, who, ticket_id) -> dict:
-    t = service.get_ticket(conn, _scope(who), ticket_id)
-    if t is None or t["requester_id"] != who["user_id"]:
+    t = portal.own_ticket(conn, who["tenant_id"], who["user_id"], ticket_id)   # the web pages' rule too
+    if t is None:
         raise Problem(404, "not_found", "No such ticket.")
     messages, attachments = service.public_timeline(conn, who["tenant_id"], who["user_id"], t["id"])
     return {**_public(t), "resolution_code": t["resolution_code"], "resolution_summary": t["resolution_summary"],
@@ -164,8 +164,7 @@ def ticket_list():
     except ValueError:
         raise Problem(400, "invalid_filter", "after must be a ticket id and limit a number.") from None
     with get_db().connection() as conn:
-        rows = service.db.all_rows(conn, "ticket_list_for_requester", {
-            "tenant_id": who["tenant_id"], "requester_id": who["user_id"], "after_id": after_id, "limit": limit + 1})
+        rows = portal.own_tickets(conn, who["tenant_id"], who["user_id"], after_id=after_id, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return jsonify({"tickets": [_public(r) for r in rows], "next_after": str(rows[-1]["id"]) if more else None})
