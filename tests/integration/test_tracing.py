@@ -2,12 +2,12 @@
 event, copied by the relay to the webhook delivery job, continued by the worker's executor (a span
 per attempt, one per provider call) and sent on to the receiver as ``traceparent``.
 
-How the worker part runs here: the journey runs the worker's own executor in this process
+How the worker part runs here: the first journey runs the worker's own executor in this process
 (``tests.support.delivery.Runner``: ``Executor.prepare`` and ``run_job``, the project's way of running
 one job through the real worker code), so that its spans land in the SDK's InMemorySpanExporter
 beside the web app's.  A separate ``python -m worker`` process cannot share that exporter: the
-production path (OTLP/HTTP out of a real worker process) is checked apart, by a local HTTP receiver
-that decodes what the worker exports with opentelemetry-proto.
+production path (OTLP/HTTP out of gunicorn and a real worker process) is checked apart, by a local
+HTTP receiver that decodes what they export with opentelemetry-proto (the last test).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from opsboard.deliveries import webhooks
 from tests.conftest import CATALOGUE, connect, make_config, wait_for
 from tests.support.delivery import provider_settings, runner  # noqa: F401
 from tests.integration.test_outbox import sql_routed  # noqa: F401
+from tests.support.processes import stack  # noqa: F401
 from tests.support.sandbox import sandbox  # noqa: F401
 from worker.services.relay import Relay
 
@@ -273,3 +274,42 @@ def test_a_worker_with_a_malformed_otlp_endpoint_stops_with_one_line(db_url, sta
     assert p.wait(30) == 2
     lines = p.log_path.read_text().strip().splitlines()
     assert len(lines) == 1 and "OTEL_EXPORTER_OTLP_ENDPOINT must be an http" in lines[0], lines
+
+
+def test_the_journey_through_gunicorn_and_a_worker_process_is_one_trace_at_the_collector(stack, sandbox):
+    """The production path end to end: gunicorn (its worker builds the app and the tracer after the
+    fork) and ``python -m worker`` (relay and delivery) both export over OTLP/HTTP to a receiver in the
+    test; one event's request, attempt and webhook call arrive as one trace, and the sandbox got the
+    webhook call's span as ``traceparent``."""
+    from tests.journeys.helpers import api_key
+
+    collector = _Collector()
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    try:
+        otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
+                "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        with stack.db() as c:
+            tenant = auth.ensure_tenant(c, "traced")
+            key = api_key(c, tenant["id"])
+            webhooks.create_endpoint(c, tenant["id"], f"{sandbox.url}/hooks/traced", ["order.paid"])
+        stack.web(**otlp)
+        stack.worker(**otlp)
+        r = stack.api("POST", "/api/v1/events", key, ORDER, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"})
+        assert r.status == 202, r.body
+        wait_for(lambda: sandbox.records("webhook"), timeout=30, message="the webhook delivery")
+
+        def names():
+            return {(svc, s.name): s for _, svc, s in collector.spans if s.trace_id.hex() == TRACE}
+        got = wait_for(lambda: (lambda n: n if {("opsboard-worker", "webhook send"),
+                                                ("opsboard-worker", "job webhook.deliver")} <= set(n)
+                                and any(svc == "opsboard-web" for svc, _ in n) else None)(names()),
+                       timeout=30, message="the web's and the worker's spans at the collector")
+        (server,) = [s for (svc, _), s in got.items() if svc == "opsboard-web"]
+        attempt, call = got[("opsboard-worker", "job webhook.deliver")], got[("opsboard-worker", "webhook send")]
+        assert server.parent_span_id.hex() == PARENT
+        assert attempt.parent_span_id == server.span_id and call.parent_span_id == attempt.span_id
+        (rec,) = sandbox.records("webhook")
+        assert rec["headers"]["traceparent"] == f"00-{TRACE}-{call.span_id.hex()}-01"
+    finally:
+        collector.shutdown()
+        collector.server_close()
