@@ -8,14 +8,17 @@ checkbox the core requires).  The core does the work: :mod:`opsboard.pauses`.
 """
 from __future__ import annotations
 
+from datetime import datetime, time, timezone
+
 from flask import Blueprint, flash, redirect, render_template, request
 from flask_babel import gettext as _
 
-from .. import pauses
+from .. import pauses, persian
 from ..errors import OpsError
 from .context import get_db
 from .errors import ApiError
 from .forms import actor, arg_time, reason, request_key
+from .i18n import prefs
 from .security import current_scope, require_for_tenant, requires, audit_denied
 
 bp = Blueprint("pauses", __name__, url_prefix="/pauses")
@@ -100,6 +103,26 @@ def holds_context(conn) -> dict:
             "pause_scope": current_scope("jobs.pause"), "live_limits": pauses.list_limits(conn)}
 
 
+def _resume_at():
+    """When to resume by itself: ``resume_at`` (ISO, UTC unless it names its zone: the form's API), or
+    the form's ``resume_day`` (a date picker's ISO day, or a Jalali day on Jalali pages) and
+    ``resume_time`` (HH:MM, midnight if empty) in the viewer's own time zone (issue 44: fa pages
+    asked in UTC and the Gregorian calendar)."""
+    if (request.form.get("resume_at") or "").strip():
+        return arg_time("resume_at", request.form)
+    day = (request.form.get("resume_day") or "").strip()
+    clock = persian.latin_digits((request.form.get("resume_time") or "").strip())
+    if not day:
+        if clock:
+            raise ApiError(400, "invalid_date", _("Give the day to resume on, not only the time."), field="resume_day")
+        return None
+    try:
+        when = datetime.combine(persian.parse_day(day), time.fromisoformat(clock) if clock else time())
+    except ValueError:
+        raise ApiError(400, "invalid_date", _("The day or time to resume is not one."), field="resume_day") from None
+    return when.replace(tzinfo=persian.zone(prefs()[2])).astimezone(timezone.utc)
+
+
 @bp.route("/new")
 @requires("jobs.pause")
 def new():
@@ -115,7 +138,7 @@ def new():
 @requires("jobs.pause")
 def pause():
     kind, target = _kind_target()
-    resume_at = arg_time("resume_at", request.form)
+    resume_at = _resume_at()
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
         pauses.pause(conn, actor(), kind, target, reason(), resume_at=resume_at, request_key=request_key(),

@@ -55,6 +55,14 @@ def every_role(app):
         dead = seed.jobs(c, tenant_id, 4, "test.permanent", {"note": "ارسال پیامک"})
         seed.kill(c, dead, "http_410", at=now - timedelta(minutes=3), detail="پیامک نرسید")
         seed.jobs(c, tenant_id, 3)
+        # A webhook endpoint with a dead delivery (its page), and a worker (its controls), issue 44.
+        from opsboard.deliveries import webhooks
+        endpoint = webhooks.create_endpoint(c, tenant_id, "https://hooks.example.com/walk", ("*",))
+        hook_dead = seed.jobs(c, tenant_id, 1, "webhook.deliver",
+                              {"endpoint_id": str(endpoint["id"]), "event_id": str(uuid.uuid4())})
+        seed.kill(c, hook_dead, "http_400", at=now - timedelta(minutes=2),
+                  detail='HTTP 400: {"error": "invalid_payload", "api_key": [redacted]}')
+        seed.worker(c, "walk-host:100:w1", {"default": 2, "critical": 1})
         from opsboard.alerts import AlertService as Alerts
         from worker.services.depth import DepthSampler
         DepthSampler().run_once(c)
@@ -80,7 +88,7 @@ def every_role(app):
                          VALUES (%s, %s, %s, %s, 'walk.notice', 'ticket', 'walk.notice', %s, %s, %s, %s)""",
                       (uuid.uuid4(), tenant_id, member["id"], uuid.uuid4(), locale, title, body,
                        now if i == 1 else None))
-    return {"emails": emails, "dead": dead, "ticket": ticket}
+    return {"emails": emails, "dead": dead, "ticket": ticket, "endpoint": endpoint["id"], "hook_dead": hook_dead[0]}
 
 
 def pages(world) -> dict[str, list[str]]:
@@ -90,7 +98,8 @@ def pages(world) -> dict[str, list[str]]:
         "admin": ["/queues/", "/tenants/", "/jobs/", f"/jobs/{world['dead'][0]}", "/dead/", "/workers/",
                   "/deliveries/", "/webhooks/", "/notifications/", "/alerts/", "/reports/", "/reports/schedules",
                   "/tickets/", f"/tickets/{ticket}", "/templates/", "/templates/order.paid/edit?channel=inbox&locale=fa",
-                  "/audit/", "/api-keys/", "/account"],
+                  "/audit/", "/api-keys/", "/account", f"/webhooks/{world['endpoint']}", f"/jobs/{world['hook_dead']}",
+                  "/workers/walk-host:100:w1/controls"],
         "ops": ["/queues/", "/jobs/", "/dead/", "/alerts/", "/reports/", "/audit/"],
         "support_agent": ["/tickets/", f"/tickets/{ticket}"],
         "template_author": ["/templates/", "/templates/order.paid/edit?channel=inbox&locale=fa"],

@@ -45,3 +45,38 @@ def test_the_confirmation_box_sits_by_its_label_and_pause_and_resume_say_so(app,
     page.wait_for_url("**/queues/")
     said = page.locator("p.flash").inner_text()
     assert ("Resumed queue critical" in said) if locale == "en" else ("ادامه" in said and "critical" in said)
+
+
+@pytest.mark.parametrize("locale,zone", [("fa", "Asia/Tehran"), ("en", "UTC")])
+def test_the_auto_resume_time_is_asked_in_the_viewers_calendar_and_zone(app, server, browser, locale, zone):  # noqa: F811
+    from datetime import datetime, time, timedelta
+    from zoneinfo import ZoneInfo
+
+    from opsboard import persian
+    with connect(app.extensions["test_db_url"]) as c:
+        auth.ensure_tenant(c, "operator", is_operator=True)
+        auth.create_user(c, "ops@example.test", PASSWORD, "ops", "operator")
+        c.execute("UPDATE users SET locale = %s WHERE email = 'ops@example.test'", (locale,))
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(f"{server}/login")
+    page.fill("input[name=email]", "ops@example.test")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda u: "/login" not in u)
+
+    page.goto(f"{server}/pauses/new?kind=queue&target=bulk&next=/queues/")
+    assert zone in page.locator("#resume-at legend").inner_text()
+    day = datetime.now(ZoneInfo(zone)).date() + timedelta(days=2)
+    if locale == "fa":
+        # A Jalali day typed in Persian digits, in a text input (no Gregorian date picker).
+        assert page.get_attribute("#resume-at input[name=resume_day]", "data-calendar") == "jalali"
+        page.fill("#resume-at input[name=resume_day]", persian.jalali(day))
+    else:
+        page.fill("#resume-at input[name=resume_day]", day.isoformat())
+    page.fill("#resume-at input[name=resume_time]", "10:30")
+    page.fill("#pause-form textarea[name=reason]", "night batch window")
+    page.click("#pause-form button[type=submit]")
+    page.wait_for_url("**/queues/")
+    with connect(app.extensions["test_db_url"]) as c:
+        stored = c.execute("SELECT resume_at FROM pauses WHERE target = 'bulk'").fetchone()["resume_at"]
+    assert stored == datetime.combine(day, time(10, 30), ZoneInfo(zone))
