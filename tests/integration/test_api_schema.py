@@ -54,11 +54,13 @@ def test_the_document_gives_each_operation_its_own_credential(app):
     operations = [result.ok() for result in _schema(app).get_all_operations()]
     schemes = {f"{op.method.upper()} {op.path}": _scheme(op) for op in operations}
     user = {k for k, v in schemes.items() if v == "userToken"}
-    assert len(operations) == 25  # events, jobs (2), otp (2), webhooks (7) + 6 ticket and 7 inbox operations
-    assert {k for k in user if k.split()[1].startswith(("/inbox", "/devices"))} == {
+    # events, jobs (2), otp (2), webhooks (7) + 6 ticket, 7 inbox and 2 profile operations (issue 43)
+    assert len(operations) == 27
+    assert {k for k in user if k.split()[1].startswith(("/inbox", "/devices", "/profile"))} == {
         "GET /inbox", "GET /inbox/unread", "GET /inbox/stream", "GET /inbox/{notification_id}",
-        "POST /inbox/{notification_id}/{state}", "POST /devices", "DELETE /devices/{subscription_id}"}
-    assert len(user) == 13 and set(schemes.values()) == {"bearer", "userToken"}
+        "POST /inbox/{notification_id}/{state}", "POST /devices", "DELETE /devices/{subscription_id}",
+        "GET /profile", "PATCH /profile"}
+    assert len(user) == 15 and set(schemes.values()) == {"bearer", "userToken"}
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
