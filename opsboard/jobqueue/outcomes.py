@@ -92,8 +92,9 @@ def _follow_up(conn: psycopg.Connection, applied: list[OutcomeRecord]) -> None:
     finished = [(o.task, o.job_id, o.kind) for o in applied if o.task is not None and o.kind in ("succeeded", "dead")]
     if finished:
         workflows.finish_tasks(conn, finished)
-    done = [o.job_id for o in applied if o.kind in ("succeeded", "dead")
-            and (o.result is not None or o.task is not None or o.kind == "dead")]
+    # Not for a task without a result: NOTIFY serializes commits on the notification queue's lock,
+    # and a 10,000-task fan-out would pay it per task (its waiters poll: results.wait).
+    done = [o.job_id for o in applied if (o.result is not None and o.kind == "succeeded") or o.kind == "dead"]
     if done:
         db.execute(conn, "workflow_job_notify_done", {"ids": done})
 

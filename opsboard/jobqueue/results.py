@@ -9,8 +9,8 @@ batch's outcomes, in a statement of its own that only a batch holding a result r
 (:func:`opsboard.jobqueue.outcomes.record_outcomes`).
 
 A producer waits for a job's result with :func:`wait`: woken by ``NOTIFY opsboard_job_done`` (the
-job's id), which the completing transaction sends for a job that recorded a result, died, or is a
-workflow task; any other job is found by the wait's poll (a NOTIFY per job would serialize every
+job's id), which the completing transaction sends for a job that recorded a result or died; any
+other job is found by the wait's poll (a NOTIFY per job would serialize every
 completing commit on the notification queue's lock).
 """
 from __future__ import annotations
