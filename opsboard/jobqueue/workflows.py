@@ -438,5 +438,8 @@ class WorkflowSweeper:
 
 
 def register(cat) -> None:
-    """The workflows' part of the catalogue: the leader's sweeper."""
+    """The workflows' part of the catalogue: the leader's sweeper, and the dashboard's pages (the
+    blueprint is named by its path: the core does not import the web)."""
     cat.services["workflow_sweeper"] = lambda config: WorkflowSweeper()
+    cat.add_page("workflows", "opsboard.web.workflows:bp", endpoint="workflows.index", permission="jobs.view",
+                 labels={"fa": "گردش‌کارها", "en": "Workflows"})
