@@ -55,7 +55,7 @@ def test_build_registers_every_feature_in_order_and_activates_nothing_by_itself(
     cat = build_catalogue(modules=())
     assert catalogue.active() is before  # building is not activating
     assert cat.registered == ["diagnostics", "deliveries", "notifications", "tickets", "reports", "alerts",
-                              "workflows"]
+                              "workflows", "event_export"]
     assert "workflow_sweeper" in cat.services and "workflows" in cat.pages
     names = {name for name, _ in cat.job_types}
     assert {"diag.noop", "webhook.deliver", "email.send", "sms.otp", "notifications.fanout",
