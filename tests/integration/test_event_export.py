@@ -235,3 +235,27 @@ def test_message_body_is_compact_sorted_json():
                                 b'"id":"00000000-0000-0000-0000-000000000001","payload":{"a":"\\u0622","b":1},'
                                 b'"tenant":"acme","type":"x.y","version":1}')
     assert NatsLink(ExportConfig(url="nats://u:secret@h:4223")).server == "h:4223"
+
+
+def test_queue_health_shows_the_export_lag_to_operator_staff(app, client, login_as, make_tenant):
+    with connect(app.extensions["test_db_url"]) as c:
+        _publish(c, make_tenant(c), 3)
+        c.execute("INSERT INTO event_export_state (stream, subject_prefix, server, connected) "
+                  "VALUES ('S4', 'p', '127.0.0.1:4222', false)")
+    login_as("ops")
+    html = client.get("/queues/_health").get_data(as_text=True)
+    assert 'data-event-stream="S4"' in html and 'data-lag-events="3"' in html
+    assert "127.0.0.1:4222" in html  # not connected: where it is trying
+    # A tenant's admin sees the page, not the platform's stream.
+    from opsboard import auth
+    from tests.conftest import csrf_from
+    other = app.test_client()
+    slug, email = f"t-{uuid.uuid4().hex[:6]}", f"admin-{uuid.uuid4().hex[:6]}@example.test"
+    with connect(app.extensions["test_db_url"]) as c:
+        auth.ensure_tenant(c, slug)
+        auth.create_user(c, email, "correct horse battery", "admin", slug)
+    r = other.post("/login", data={"email": email, "password": "correct horse battery",
+                                   "csrf_token": csrf_from(other)})
+    assert r.status_code == 302
+    page = other.get("/queues/_health")
+    assert page.status_code == 200 and "data-event-stream" not in page.get_data(as_text=True)
