@@ -412,10 +412,9 @@ WITH j AS (
 )
 SELECT id FROM m UNION ALL SELECT id FROM d;
 
--- One webhook endpoint's page (issue 44): how its deliveries fare.  An endpoint is named
--- in its deliveries' payload; 0083 indexes that name.
-
 -- name: webhook_endpoint_health
+-- One webhook endpoint's page (issue 44): how its deliveries fare.  An endpoint is
+-- named in its deliveries' payload; 0083 indexes that name.
 -- The newest %(window)s deliveries to one endpoint (jobs_webhook_endpoint_idx)
 -- and their attempts (job_attempts_job_idx): calls and failures finished
 -- since %(since)s, and how many deliveries were read.  A failure is an attempt
