@@ -84,3 +84,16 @@ def test_a_worker_with_nats_unreachable_says_so_once_and_keeps_working(db_url, s
     lines = [line for line in log.splitlines() if "cannot reach NATS JetStream" in line]
     assert len(lines) == 1, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_bad_stream_url_stops_the_worker_with_one_line(db_url, start_worker):
+    for bad in ("http://127.0.0.1:4222", "nats://:4222", "nats://127.0.0.1:99999"):
+        worker = start_worker(db_url, OPSBOARD_EVENT_STREAM_URL=bad)
+        assert worker.wait(30) == 2
+        out = worker.log_path.read_text().strip().splitlines()
+        assert len(out) == 1 and "OPSBOARD_EVENT_STREAM_URL is not a nats:// or tls:// address" in out[0], out
+    for name, value in (("OPSBOARD_EVENT_STREAM_NAME", "has space"), ("OPSBOARD_EVENT_SUBJECT_PREFIX", "a..b")):
+        worker = start_worker(db_url, OPSBOARD_EVENT_STREAM_URL="nats://127.0.0.1:4222", **{name: value})
+        assert worker.wait(30) == 2
+        out = worker.log_path.read_text().strip().splitlines()
+        assert len(out) == 1 and name in out[0], out
