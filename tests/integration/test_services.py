@@ -78,7 +78,9 @@ def test_pruner_deletes_old_finished_jobs_with_their_attempts_and_keeps_dead_one
     cancelled = enqueue(conn, tenant, 1)
     jobqueue.cancel(conn, cancelled[0], now=t0)
     pending = enqueue(conn, tenant, 1)
-    pruner = Pruner(PrunerConfig(retention_days=7, batch=2))
+    # Dead jobs kept until purged by hand (OPSBOARD_DEAD_RETENTION_DAYS=0; their own retention is
+    # tested in test_bulk_exact.py::test_the_pruner_deletes_dead_jobs_past_the_retention).
+    pruner = Pruner(PrunerConfig(retention_days=7, batch=2, dead_retention_days=0))
 
     # Within the retention nothing goes.
     assert pruner.run_once(conn, now=t0 + timedelta(days=6)) == 0
