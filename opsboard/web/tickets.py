@@ -6,7 +6,7 @@ import functools
 
 from flask import (Blueprint, abort, current_app, make_response, redirect, render_template, request, send_file,
                    url_for)
-from flask_babel import gettext as _
+from flask_babel import gettext as _, lazy_gettext as _l
 from flask_login import current_user
 
 from .. import storage
@@ -21,18 +21,22 @@ bp = Blueprint("tickets", __name__, url_prefix="/tickets")
 bp.context_processor(forms.form_globals)
 
 PAGE = 50
-SLA_LABELS = {  # English · Persian, on every badge
-    "on_track": ("On track", "در مسیر", "status-succeeded"),
-    "at_risk": ("At risk", "در خطر", "status-retryable"),
-    "breached": ("Breached", "نقض شده", "status-dead"),
-    "paused": ("Paused", "متوقف", "status-running"),
-    "met": ("Met", "برآورده شد", "pill"),
+#: An SLA state's label (in the page's language only: a badge read "On track · در مسیر" before,
+#: issue 44) and its badge class.
+SLA_LABELS = {
+    "on_track": (_l("On track"), "status-succeeded"),
+    "at_risk": (_l("At risk"), "status-retryable"),
+    "breached": (_l("Breached"), "status-dead"),
+    "paused": (_l("Paused"), "status-running"),
+    "met": (_l("Met"), "pill"),
 }
 
 
 @bp.app_template_global()
 def sla_badge_info(state: str):
-    return SLA_LABELS.get(state, (state, "", "pill"))
+    """(label in the page's language, badge class) of an SLA state."""
+    label, css = SLA_LABELS.get(state, (state, "pill"))
+    return str(label), css
 
 
 def _filters() -> dict:

@@ -37,7 +37,7 @@ def test_agent_triages_assigns_notes_replies_and_resolves(app, server, browser, 
     page.click("button[type=submit]")
     page.wait_for_url("**/tickets/")
     row = page.locator(f'tr[data-ticket-id="{ticket["id"]}"]')
-    assert "On track" in row.inner_text() and "در مسیر" in row.inner_text()
+    assert "On track" in row.inner_text() and "در مسیر" not in row.inner_text()  # one language (issue 44)
     shots(page, "queue")
     row.locator("a").first.click()
     page.wait_for_url(f"**/tickets/{ticket['id']}")

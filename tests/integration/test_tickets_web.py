@@ -63,7 +63,15 @@ def test_agent_pages_and_htmx_actions(client, login_as, desk, db_url):
     t = _new(client, desk)
     login_as("support_agent", tenant="acme", operator=False)
     page = client.get("/tickets/").get_data(as_text=True)
-    assert "Printer on fire" in page and '<span lang="en" dir="ltr">On track</span> · ' in page and "در مسیر" in page
+    # The SLA badge in the page's language only (issue 44: it read "On track · در مسیر").
+    assert "Printer on fire" in page and '<span class="status status-succeeded" data-sla="on_track">On track</span>' in page
+    assert "در مسیر" not in page
+    with connect(db_url) as c:
+        c.execute("UPDATE users SET locale = 'fa' WHERE email LIKE 'support_agent-%%'")
+    page = client.get("/tickets/").get_data(as_text=True)
+    assert '<span class="status status-succeeded" data-sla="on_track">در مسیر</span>' in page and "On track" not in page
+    with connect(db_url) as c:
+        c.execute("UPDATE users SET locale = 'en' WHERE email LIKE 'support_agent-%%'")
     assert client.get("/tickets/_rows?status=new&sla=on_track&category=billing").status_code == 200
     assert client.get("/tickets/?status=bogus").status_code == 400
     # the landing page of a support agent is the queue
