@@ -231,6 +231,8 @@ def test_core_refusals_are_shown_translated_and_the_api_keeps_english(client, lo
     html = r.get_data(as_text=True)
     assert r.status_code == 400 and 'data-error-code="resolution_required"' in html
     assert "حل کردن به یک کد نیاز دارد (حروف، ارقام، - یا _)" in html and "۴۰۰" in html
+    # The translated message leads; the code follows it, not the other way round (issue 44).
+    assert html.index("حل کردن به یک کد نیاز دارد") < html.index('<code dir="ltr">resolution_required</code>')
     api = act(f"/tickets/{ticket['id']}/act/resolve", accept="application/json")
     assert api.get_json()["error"] == "resolution_required"          # the code stays a code
     _switch(client, "en")
