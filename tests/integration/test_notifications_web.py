@@ -40,7 +40,10 @@ def test_template_author_lands_on_templates_and_previews_fa_beside_en(client, lo
     # SMS part counts for Persian.
     r = client.post("/templates/welcome.note/_preview", data=_form(
         client, channel="sms", locale="fa", subject="", body="س" * 71, variables="", sample="{}"))
-    assert "71 characters · UCS-2 · 2 parts (67 per part)" in r.get_data(as_text=True)
+    html = r.get_data(as_text=True)
+    assert '71 characters · <bdi dir="ltr">UCS-2</bdi> · 2 parts (67 per part)' in html
+    # An island in the page's direction inside the fa (right-to-left) cell (issue 44: it was scrambled).
+    assert 'class="muted small sms-count" lang="en" dir="ltr"' in html
     # Bad sample JSON answers inline, not with a traceback.
     r = client.post("/templates/welcome.note/_preview", data=_form(
         client, channel="inbox", locale="fa", subject="x", body="y", variables="", sample="{nope"))
