@@ -31,13 +31,6 @@ WHERE g.status = 'open' AND (%(tenant_ids)s::uuid[] IS NULL OR g.tenant_id = ANY
 ORDER BY g.flush_at, g.id
 LIMIT %(limit)s;
 
--- name: notification_digest_items
--- The deliveries a digest carried (its head and every 'digested' item), oldest first.
-SELECT d.id, d.event_id, d.event_type, d.status, d.notification_id, d.created_at
-FROM deliveries d
-WHERE d.digest_id = %(id)s AND d.tenant_id = %(tenant_id)s
-ORDER BY d.created_at, d.id;
-
 -- name: notification_digest_head_state
 -- The head delivery as committed now (a statement after notification_digest_close: a flush that
 -- waited for another's lock on the digest sees that it was handed over, and sends nothing).
