@@ -32,6 +32,7 @@ OWNERS: dict[str, str] = {
     "api_idempotency_": "api.sql",                # api_idempotency (the HTTP API's Idempotency-Key)
     "api_key_": "apikeys.sql",                    # api_keys
     "audit_": "audit.sql",                        # audit_log
+    "bulk_": "bulk.sql",                          # jobs: bulk actions bound to their preview, ticked jobs (issue 44)
     "breaker_": "deliveries.sql",                 # circuit breakers of provider endpoints
     "clock_": "clock.sql",                        # the database's clock
     "dashboard_": "dashboard.sql",                # the ops dashboard's read models
