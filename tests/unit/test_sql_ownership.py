@@ -37,7 +37,8 @@ OWNERS: dict[str, str] = {
     "clock_": "clock.sql",                        # the database's clock
     "dashboard_": "dashboard.sql",                # the ops dashboard's read models
     "delivery_": "notifications.sql",             # deliveries
-    "effect_": "jobs.sql",                        # effects (a job's external effect records)
+    "effect_": "jobs.sql",
+    "event_export_": "event_export.sql",          # the event stream's export marks and lag (issue 46)                        # effects (a job's external effect records)
     "inbox_": "notifications.sql",                # notifications (the in-app inbox)
     "job_": "jobs.sql",                           # jobs, job_attempts, job_stats
     "workflow_": "workflows.sql",                 # workflows, workflow_tasks, workflow_deps, jobs.result
@@ -46,12 +47,14 @@ OWNERS: dict[str, str] = {
     "membership_": "auth.sql",                    # memberships
     "metrics_": "metrics.sql",                    # the metrics' read models
     "notification_": "notifications.sql",         # notifications and their settings
+    "notification_digest": "digests.sql",         # notification_digests (issue 43)
     "outbound_message_": "deliveries.sql",        # outbound_messages (SMS)
     "otp_request_": "otp.sql",                    # otp_requests (the product's one-time passwords)
     "outbox_": "outbox.sql",                      # outbox_events
     "pause_": "pauses.sql",                       # pauses (incident controls: held queues, types, tenants, providers)
     "push_subscription_": "deliveries.sql",       # push_subscriptions
-    "queue_depth_": "limits.sql",                 # queue_depth (the sampled depth backpressure reads)
+    "queue_depth_": "limits.sql",
+    "rate_limit_portal_": "tickets.sql",          # the customer pages' write buckets (issue 43)                 # queue_depth (the sampled depth backpressure reads)
     "quiet_hours_": "notifications.sql",          # quiet_hours
     "rate_limit_": "limits.sql",
     "replica_": "replica.sql",                    # the read replica's position (no table: WAL positions)                  # token buckets
