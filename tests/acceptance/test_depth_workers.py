@@ -11,7 +11,7 @@ from opsboard import audit, auth, jobqueue, metrics
 from opsboard.jobqueue import NewJob
 from tests.conftest import connect, wait_for
 from worker.services.depth import DepthSampler
-from worker.services.pruner import Pruner
+from worker.services.pruner import Pruner, PrunerConfig
 from worker.services.reaper import Reaper
 
 FAST = {"OPSBOARD_POLL_INTERVAL": "0.2"}
@@ -58,7 +58,7 @@ def test_maintained_depth_equals_a_recount_after_a_mixed_workload(db_url, start_
         jobqueue.enqueue_many(c, [NewJob("test.record", {"key": f"lost{i}"}, tenants[0]) for i in range(4)])
         assert len(jobqueue.claim_batch(c, "default", "ghost", 4, 30)) == 4
         assert Reaper().run_once(c, now=t0 + timedelta(hours=2)) == 4
-        Pruner().run_once(c, now=t0 + timedelta(days=365))
+        Pruner(PrunerConfig(dead_retention_days=0)).run_once(c, now=t0 + timedelta(days=365))  # dead kept: counted below
         assert c.execute("SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'").fetchone()["n"] == 0
         DepthSampler().run_once(c)
         assert metrics.depth_drift(c) == []

@@ -13,7 +13,7 @@ from opsboard.jobqueue import OutcomeRecord
 from tests.conftest import connect
 from worker.services.depth import DepthSampler
 from worker.services.expiry import Expiry
-from worker.services.pruner import Pruner
+from worker.services.pruner import Pruner, PrunerConfig
 from worker.services.reaper import Reaper
 
 
@@ -84,7 +84,7 @@ def test_every_transition_is_counted(conn, tenant, t0):
     assert counts[("diag.noop", "dead")] == 1
 
     # The pruner deletes finished jobs (no delta); a dead job deleted by hand is counted out.
-    Pruner().run_once(c, now=t0 + timedelta(days=365))
+    Pruner(PrunerConfig(dead_retention_days=0)).run_once(c, now=t0 + timedelta(days=365))  # dead kept: counted below
     c.execute("DELETE FROM jobs WHERE status = 'dead' AND type = 'diag.sleep'")
     counts = _check(c)
     assert ("diag.sleep", "dead") not in counts and counts[("diag.noop", "dead")] == 1
