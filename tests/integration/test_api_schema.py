@@ -55,7 +55,9 @@ def test_the_document_gives_each_operation_its_own_credential(app):
     schemes = {f"{op.method.upper()} {op.path}": _scheme(op) for op in operations}
     user = {k for k, v in schemes.items() if v == "userToken"}
     # events, jobs (2), otp (2), webhooks (7) + 6 ticket, 7 inbox and 2 profile operations (issue 43)
-    assert len(operations) == 27
+    # + 2 workflow operations (issue 45)
+    assert len(operations) == 29
+    assert {"POST /workflows", "GET /workflows/{id}"} <= set(schemes)
     assert {k for k in user if k.split()[1].startswith(("/inbox", "/devices", "/profile"))} == {
         "GET /inbox", "GET /inbox/unread", "GET /inbox/stream", "GET /inbox/{notification_id}",
         "POST /inbox/{notification_id}/{state}", "POST /devices", "DELETE /devices/{subscription_id}",
