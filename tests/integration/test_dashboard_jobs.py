@@ -171,7 +171,7 @@ def test_detail_shows_fields_attempts_replays_and_links(client, login_as, app):
     assert "test.permanent" in html and "acme" in html and "http_410" in html
     assert f'href="/jobs/?correlation_id=req-7"' in html
     assert f'href="/jobs/?event_id={event}"' in html
-    assert '<td dir="auto">گیرنده پیدا نشد (410)</td>' in html      # Persian, as written
+    assert '<td dir="auto" class="attempt-detail" data-attempt-detail>گیرنده پیدا نشد (410)</td>' in html      # Persian, as written
     assert "host-1:100:abc" in html and "never replayed" in html
     # Replay it, then both pages link to each other.
     key = seed.request_key(html)
