@@ -359,9 +359,18 @@ def test_the_outbox_pruners_batches_read_what_they_delete_not_the_whole_table(co
                                                     "after_id": uuidmod.UUID(int=0), "limit": 50})
     keys = explain(conn, "api_idempotency_prune", {"now": t0, "keep": "24 hours", "limit": 50})
     assert events["Plan"]["Plans"], events
-    for plan in (events, keys):
+    for plan, table in ((events, "outbox_events"), (keys, "api_idempotency")):
         assert rows_touched(plan["Plan"]) < 1000, plan
-        assert "Seq Scan" not in json.dumps(plan), plan
+        # No sequential scan of the pruned table.  (The events' batch may scan event_export_state, one row
+        # per configured stream, to learn whether an export runs: issue 46.)
+        assert table not in _seq_scanned(plan["Plan"]), plan
+
+
+def _seq_scanned(node) -> set[str]:
+    found = {node["Relation Name"]} if node.get("Node Type") == "Seq Scan" else set()
+    for child in node.get("Plans", []):
+        found |= _seq_scanned(child)
+    return found
 
 
 def _tuples_read(conn, table: str) -> int:
