@@ -100,6 +100,13 @@ GOALS: dict[tuple[str, str], Goal] = {
     ("peers", "2 workers / 1 worker"): Goal(">=", 1.3, "×"),
     ("peers", "single enqueue / pgqueuer's"): Goal(">=", 1.2, "×"),
     ("peers", "batch enqueue / pgqueuer's"): Goal(">=", 1.5, "×"),
+    # issue 47: CPU per job near the bare loop's, enqueue near commit speed (same --peers run)
+    ("peers", "CPU per job, 1 worker / bare loop's"): Goal("<=", 1.3, "×"),
+    ("peers", "CPU per job, 2 workers / own 1 worker"): Goal("<=", 1.1, "×"),
+    ("peers", "single enqueue / bare loop's"): Goal(">=", 0.9, "×"),
+    ("peers", "batch enqueue / bare loop's"): Goal(">=", 0.5, "×"),
+    ("peers", "idle p99 / pgqueuer's"): Goal("<=", 1.0, "×"),
+    ("peers", "2 workers / pgqueuer's 2 workers"): Goal(">", 1.0, "×"),
 }
 
 

@@ -44,8 +44,9 @@ from .peer_workers import BARE_SCHEMA
 
 
 def peer_goals(rows) -> list[Result]:
-    """Issue 24's ratios of an ``opsboard bench --peers`` run (rows of this module: ``system``,
-    ``batch``, ``single``, ``p1``, ``p2``), one Result per opsboard row and goal, printed beside the goal."""
+    """Issues 24's and 47's ratios of an ``opsboard bench --peers`` run (rows of this module: ``system``,
+    ``batch``, ``single``, ``p1``, ``p2``, ``p99``, ``cpu_us``), one Result per opsboard row and goal,
+    printed beside the goal."""
     def find(prefix):
         return next((r for r in rows if r.system.startswith(prefix)), None)
 
@@ -58,10 +59,18 @@ def peer_goals(rows) -> list[Result]:
         for metric, value in (("2 workers / bare loop's 2 workers", ratio(o.p2, bare and bare.p2)),
                               ("2 workers / 1 worker", ratio(o.p2, o.p1)),
                               ("single enqueue / pgqueuer's", ratio(o.single, pgq and pgq.single)),
-                              ("batch enqueue / pgqueuer's", ratio(o.batch, pgq and pgq.batch))):
+                              ("batch enqueue / pgqueuer's", ratio(o.batch, pgq and pgq.batch)),
+                              # issue 47: CPU per job near the bare loop's, enqueue near commit speed
+                              ("CPU per job, 1 worker / bare loop's", ratio(o.cpu_us.get(1),
+                                                                            bare and bare.cpu_us.get(1))),
+                              ("CPU per job, 2 workers / own 1 worker", ratio(o.cpu_us.get(2), o.cpu_us.get(1))),
+                              ("single enqueue / bare loop's", ratio(o.single, bare and bare.single)),
+                              ("batch enqueue / bare loop's", ratio(o.batch, bare and bare.batch)),
+                              ("idle p99 / pgqueuer's", ratio(o.p99, pgq and pgq.p99)),
+                              ("2 workers / pgqueuer's 2 workers", ratio(o.p2, pgq and pgq.p2))):
             out.append(Result("peers", metric, round(value, 3), "×", o.system))
     if out:
-        print("\nissue 24's goals:")
+        print("\nissues 24's and 47's goals:")
         for r in out:
             print(f"  {r.note:<36} {r.metric:<36} {r.value:>6.2f}×  goal {r.goal:<8} {goal_mark(r.met)}")
     return out
@@ -79,6 +88,9 @@ class Row:
     split: list[int] = field(default_factory=list)
     #: Share of the machine's CPU time busy while k workers processed (/proc/stat), by k.
     busy: dict[int, float] = field(default_factory=dict)
+    #: Machine CPU (every process: workers, PostgreSQL, the rest) per processed job while k workers
+    #: processed, in µs (/proc/stat busy ticks over the measured window / jobs), by k.
+    cpu_us: dict[int, float] = field(default_factory=dict)
 
 
 def _cpu_ticks() -> tuple[int, int] | None:
@@ -97,6 +109,30 @@ def _busy_since(start: tuple[int, int] | None) -> float | None:
     if start is None or end is None or end[1] <= start[1]:
         return None
     return (end[0] - start[0]) / (end[1] - start[1])
+
+
+class CpuWindow:
+    """The machine's CPU over a measured window, from /proc/stat's ticks: the busy share and the busy
+    CPU seconds (every process on the host, PostgreSQL included); ``None`` for both where unreadable."""
+
+    def __init__(self):
+        self.start = _cpu_ticks()
+        self.share: float | None = None
+        self.seconds: float | None = None
+
+    def stop(self) -> "CpuWindow":
+        end = _cpu_ticks()
+        if self.start is not None and end is not None and end[1] > self.start[1]:
+            self.share = (end[0] - self.start[0]) / (end[1] - self.start[1])
+            self.seconds = (end[0] - self.start[0]) / os.sysconf("SC_CLK_TCK")
+        return self
+
+
+def cpu_us_per_job(seconds: float | None, jobs: int) -> float | None:
+    """Machine CPU µs per job for ``seconds`` of busy CPU over ``jobs`` processed jobs."""
+    if seconds is None or not jobs:
+        return None
+    return seconds * 1e6 / jobs
 
 
 def _env() -> dict:
@@ -168,11 +204,13 @@ def _as_url(conninfo: str) -> str:
     return f"postgresql://{auth_part}@{d.get('host', '127.0.0.1')}:{d.get('port', 5432)}/{d['dbname']}"
 
 
-def _record_run(row, workers: int, rate: float, reports: list[dict], busy: float | None = None) -> None:
-    """One processing run's rate into ``row`` (1 or 2 workers; with 2, each worker's share) and the
-    machine's busy CPU share meanwhile."""
-    if busy is not None:
-        row.busy[workers] = busy
+def _record_run(row, workers: int, rate: float, reports: list[dict], cpu: CpuWindow | None = None,
+                jobs: int = 0) -> None:
+    """One processing run's rate into ``row`` (1 or 2 workers; with 2, each worker's share), the
+    machine's busy CPU share meanwhile and its CPU per job."""
+    if cpu is not None and cpu.share is not None:
+        row.busy[workers] = cpu.share
+        row.cpu_us[workers] = cpu_us_per_job(cpu.seconds, jobs)
     if workers == 1:
         row.p1 = rate
     else:
@@ -241,22 +279,17 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
                     procs.opsboard(url, k, queues)
                     time.sleep(0.5)
                     go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t").fetchone()["t"]
-                    ticks = _cpu_ticks()
+                    cpu = CpuWindow()
             _wait(url, OPS_UNFINISHED)
-            busy = _busy_since(ticks)
+            cpu.stop()
         finally:
             procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs")
         n_att = _scalar(url, "SELECT count(*) FROM job_attempts")
         if n_att != jobs:
             raise RuntimeError(f"opsboard: {n_att} attempt rows for {jobs} jobs")
-        rate = jobs / (end - go)
-        if busy is not None:
-            row.busy[k] = busy
-        if k == 1:
-            row.p1 = rate
-        else:
-            row.p2 = rate
+        _record_run(row, k, jobs / (end - go), [], cpu, jobs)
+        if k == 2:
             with psycopg.connect(url) as c:
                 row.split = [r[0] for r in c.execute(
                     "SELECT count(*) FROM job_attempts GROUP BY worker ORDER BY 1 DESC")]
@@ -312,14 +345,14 @@ def bare_system(url: str, jobs: int, single: int, lat: int) -> Row:
                 procs.peer("bare", url, k)
                 time.sleep(0.5)
                 go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-                ticks = _cpu_ticks()
+                cpu = CpuWindow()
                 c.commit()
             _wait(url, "SELECT count(*) FROM bare_jobs WHERE status <> 'done'")
-            busy = _busy_since(ticks)
+            cpu.stop()
         finally:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(finished_at))::float8 FROM bare_jobs")
-        _record_run(row, k, jobs / (end - go), reports, busy)
+        _record_run(row, k, jobs / (end - go), reports, cpu, jobs)
         _exec(url, "TRUNCATE bare_jobs")
     procs = Procs()
     try:
@@ -387,7 +420,7 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
     row.batch, row.single = asyncio.run(with_queries(enqueue_bench))
     done = "SELECT count(*) FROM pgqueuer"
 
-    def timed_run(k: int, procs: Procs) -> tuple[float, tuple[int, int] | None]:
+    def timed_run(k: int, procs: Procs) -> tuple[float, CpuWindow]:
         async def run(q, conn):
             tr = conn.transaction()
             await tr.start()
@@ -397,17 +430,17 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
             procs.peer("pgqueuer", url, k)
             await asyncio.sleep(0.5)
             go = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
-            ticks = _cpu_ticks()
+            cpu = CpuWindow()
             await tr.commit()
-            return go, ticks
+            return go, cpu
         return asyncio.run(with_queries(run))
 
     for k in (1, 2):
         procs = Procs()
         try:
-            go, ticks = timed_run(k, procs)
+            go, cpu = timed_run(k, procs)
             _wait(url, done)
-            busy = _busy_since(ticks)
+            cpu.stop()
             # Completion logs are written in batches: let the last one land.
             deadline = time.monotonic() + 10
             while _scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'") < jobs \
@@ -417,7 +450,7 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
             reports = procs.stop()
         end = _scalar(url, "SELECT extract(epoch FROM max(created))::float8 FROM pgqueuer_log "
                            "WHERE status = 'successful'")
-        _record_run(row, k, jobs / (end - go), reports, busy)
+        _record_run(row, k, jobs / (end - go), reports, cpu, jobs)
         _exec(url, "TRUNCATE pgqueuer, pgqueuer_log")
     procs = Procs()
     try:
@@ -446,11 +479,12 @@ def _ratio(a: float | None, b: float | None, lower_is_better: bool = False) -> s
 
 def print_table(rows: list[Row]) -> None:
     print()
-    print("| system | batch enqueue/s | single enqueue/s | process 1 worker/s | process 2 workers/s "
-          "| idle p50 / p99 ms | 2-worker split |")
-    print("|---|---|---|---|---|---|---|")
+    print("| system | batch enqueue/s | single enqueue/s | process 1 worker/s | CPU µs/job, 1 worker "
+          "| process 2 workers/s | CPU µs/job, 2 workers | idle p50 / p99 ms | 2-worker split |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r.system} | {_fmt(r.batch)} | {_fmt(r.single)} | {_fmt(r.p1)} | {_fmt(r.p2)} "
+        print(f"| {r.system} | {_fmt(r.batch)} | {_fmt(r.single)} | {_fmt(r.p1)} | {_fmt(r.cpu_us.get(1), 1)} "
+              f"| {_fmt(r.p2)} | {_fmt(r.cpu_us.get(2), 1)} "
               f"| {_fmt(r.p50, 2)} / {_fmt(r.p99, 2)} | {' / '.join(f'{n:,}' for n in r.split)} |")
     ops = [r for r in rows if r.system.startswith("opsboard")]
     peers = [r for r in rows if not r.system.startswith("opsboard")]
@@ -535,9 +569,11 @@ def run_peers(config: Config, jobs: int | None = None, json_path: str | None = N
     if len(rows) >= 2 and rows[1].system.startswith("opsboard"):
         rows[1].batch, rows[1].single = rows[0].batch, rows[0].single
     print_table(rows)
-    peer_goals(rows)  # issue 24's ratios beside their goals
+    goals = peer_goals(rows)  # issues 24's and 47's ratios beside their goals
     if json_path:
+        # {"rows": [{system, batch, single, p1, p2, p50, p99, split, busy, cpu_us}], "goals": [Result]}:
+        # busy and cpu_us are keyed by the number of workers.
         with open(json_path, "w") as f:
-            json.dump([r.__dict__ for r in rows], f, indent=2)
+            json.dump({"rows": [r.__dict__ for r in rows], "goals": [g.__dict__ for g in goals]}, f, indent=2)
         print(f"wrote {json_path}")
     return 0

@@ -74,6 +74,44 @@ def test_peer_ratios_are_set_beside_issue_24s_goals(capsys):
     assert without["batch enqueue / pgqueuer's"].met is None
 
 
+def test_peer_cpu_per_job_is_set_beside_issue_47s_goals(capsys):
+    """Issue 47: machine CPU µs per job beside the bare loop's and the worker's own 1-worker figure, the
+    enqueue rates beside the bare loop's, the idle p99 and 2-worker rate beside pgqueuer's."""
+    rows = [Row("opsboard, default=64", batch=30_000, single=1_800, p1=14_000, p2=15_000, p99=4.0,
+                cpu_us={1: 46.0, 2: 60.0}),
+            Row("pgqueuer 1.6.0 (asyncpg)", batch=31_000, single=2_050, p1=3_400, p2=5_800, p99=4.33),
+            Row("bare UPDATE ... SKIP LOCKED LIMIT 100 loop", batch=72_000, single=2_000, p1=30_000,
+                p2=32_000, p99=2.0, cpu_us={1: 27.0, 2: 28.0})]
+    got = {r.metric: r for r in peer_goals(rows)}
+    assert math.isclose(got["CPU per job, 1 worker / bare loop's"].value, round(46 / 27, 3))
+    assert got["CPU per job, 1 worker / bare loop's"].met is False       # 1.70 > 1.3
+    assert got["CPU per job, 2 workers / own 1 worker"].met is False     # 1.30 > 1.1
+    assert got["single enqueue / bare loop's"].met is True               # 0.90 >= 0.9
+    assert got["batch enqueue / bare loop's"].met is False               # 0.42 < 0.5
+    assert got["idle p99 / pgqueuer's"].met is True                      # 0.92 <= 1
+    assert got["2 workers / pgqueuer's 2 workers"].met is True           # 2.6 > 1
+    # A system whose CPU was not read has no figure rather than a wrong one.
+    rows[0].cpu_us = {}
+    assert {r.metric: r for r in peer_goals(rows)}["CPU per job, 1 worker / bare loop's"].met is None
+
+
+def test_the_peers_table_prints_the_machine_cpu_per_job_beside_the_rates(capsys):
+    from opsboard_bench.peers import CpuWindow, cpu_us_per_job, print_table
+    import time
+    window = CpuWindow()
+    until = time.monotonic() + 0.1
+    while time.monotonic() < until:  # this process keeps a CPU busy for a few of /proc/stat's ticks
+        pass
+    window.stop()
+    assert window.seconds is not None and 0.0 < window.seconds
+    assert math.isclose(cpu_us_per_job(0.92, 20_000), 46.0)
+    assert cpu_us_per_job(None, 20_000) is None
+    print_table([Row("opsboard, default=64", p1=20_000, p2=22_000, split=[11_000, 11_000],
+                     cpu_us={1: 46.04, 2: 59.96})])
+    out = capsys.readouterr().out
+    assert "CPU µs/job, 1 worker" in out and "| 20,000 | 46.0 | 22,000 | 60.0 |" in out
+
+
 def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_processed(capsys):
     from opsboard_bench.peers import _busy_since, _cpu_ticks, print_table
     import time
