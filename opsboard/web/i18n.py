@@ -243,6 +243,25 @@ def suppression_label(value) -> str:
     return str(label) if label is not None else str(value).replace("_", " ")
 
 
+#: Fixed attempt details of the core (stored in English, as every attempt detail: the API shows them so),
+#: shown in the reader's language; any other detail (a provider's own words) as it is.
+#: Keep in step with opsboard.deliveries.providers.http's DETAIL_* strings (test_http_head_limits).
+DETAIL_LABELS = {
+    "too many headers": _l("too many headers"),
+    "too many interim answers": _l("too many interim answers"),
+    "answer headers too large": _l("answer headers too large"),
+    "answer headers too slow": _l("answer headers too slow"),
+}
+
+
+def detail_label(value) -> str:
+    """An attempt's detail in the page's language when it is one of the core's fixed ones."""
+    if value is None:
+        return ""
+    label = DETAIL_LABELS.get(str(value))
+    return str(label) if label is not None else str(value)
+
+
 def status_label(value) -> str:
     raw = str(getattr(value, "value", value))
     label = STATUS_LABELS.get(raw)
@@ -265,7 +284,8 @@ def init_app(app) -> None:
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  channel_label=channel_label, suppression_label=suppression_label,
                                  breaker_label=breaker_label, action_label=action_label, ticket_word=ticket_word,
-                                 live_text=live_text, system_text=system_text, actor_name=actor_name)
+                                 live_text=live_text, system_text=system_text, actor_name=actor_name,
+                                 detail_label=detail_label)
     app.register_blueprint(bp)
 
 

@@ -23,6 +23,16 @@ what bounds the webhooks throughput (`opsboard bench --scenario webhooks`,
 docs/performance.md).  Both sit on :mod:`http.client`, which parses the answer;
 here its header block is read by :func:`parse_headers` instead of the
 :mod:`email` parser (the same ``HTTPMessage``, for less CPU per answer).
+
+An answer's head is bounded in CPU as in bytes (issue 50): at most
+:data:`MAX_INTERIM` interim ``1xx`` answers, :data:`_MAXHEADERS` header lines,
+:data:`HEAD_MAX_BYTES` bytes for all status and header lines together (interim
+answers included) and :data:`HEAD_MAX_SECONDS` from the first status line to
+the end of the final header block.  Past any of them the answer is abandoned
+with a :class:`HeadLimit` (classified ``http_too_many_headers``,
+``http_too_many_interim``, ``http_head_too_large`` or ``http_head_too_slow``,
+each with its readable detail): an endless ``100 Continue`` once burned a whole
+core for the 10 s of each attempt.
 """
 from __future__ import annotations
 
@@ -83,23 +93,72 @@ def tls_context() -> ssl.SSLContext:
 
 #: Header lines and count of an answer at most (as :mod:`http.client`).
 _MAXLINE, _MAXHEADERS = 65536, 100
+#: Interim (1xx) answers before the final one at most; a receiver sends one ``100 Continue`` at most
+#: (and only when asked; this client never asks), a ``103 Early Hints`` or two.
+MAX_INTERIM = 8
+#: Bytes of all status and header lines of one answer (interim answers included) at most.
+HEAD_MAX_BYTES = 64 * 1024
+#: Seconds from the answer's first status line to the end of its final header block at most.
+HEAD_MAX_SECONDS = 2.0
+
+#: The stored details of the head limits (English, as every attempt detail; pages show them in the
+#: reader's language: opsboard.web.i18n.DETAIL_LABELS carries the same strings as message ids).
+DETAIL_TOO_MANY_HEADERS = "too many headers"
+DETAIL_TOO_MANY_INTERIM = "too many interim answers"
+DETAIL_HEAD_TOO_LARGE = "answer headers too large"
+DETAIL_HEAD_TOO_SLOW = "answer headers too slow"
 
 
-def parse_headers(fp) -> http.client.HTTPMessage:
+class HeadLimit(http.client.HTTPException):
+    """An answer's head passed one of its limits: ``code`` (short, stable) and ``detail`` (readable)."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+class _HeadBudget:
+    """What one answer's head may still spend: bytes, header lines (per block) and time."""
+
+    __slots__ = ("bytes_left", "deadline")
+
+    def __init__(self, max_bytes: int = HEAD_MAX_BYTES, seconds: float = HEAD_MAX_SECONDS):
+        self.bytes_left = max_bytes
+        self.deadline = time.monotonic() + seconds
+
+    def spend(self, n: int) -> None:
+        self.bytes_left -= n
+        if self.bytes_left < 0:
+            raise HeadLimit("head_too_large", DETAIL_HEAD_TOO_LARGE)
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise HeadLimit("head_too_slow", DETAIL_HEAD_TOO_SLOW)
+
+
+def parse_headers(fp, budget: "_HeadBudget | None" = None) -> http.client.HTTPMessage:
     """An answer's header block, as :func:`http.client.parse_headers` returns it, without the
     :mod:`email` parser (it was a large share of the client's CPU per webhook; profile of
     `opsboard bench --scenario webhooks`).  Folded lines are joined; a line without a colon, or whose name holds a
-    space, is dropped (the email parser ends the headers there; here the rest still counts)."""
+    space, is dropped (the email parser ends the headers there; here the rest still counts).
+
+    More than :data:`_MAXHEADERS` lines raise :class:`HeadLimit` (``too_many_headers``); ``budget``
+    (the answer's head, see :class:`_HeadBudget`) bounds the bytes and the time of every block."""
     msg = http.client.HTTPMessage()
     headers = []   # (name, value with its line ends) as the compat32 policy's header_source_parse
+    lines = 0
     while True:
         line = fp.readline(_MAXLINE + 1)
         if len(line) > _MAXLINE:
             raise http.client.LineTooLong("header line")
+        if budget is not None:
+            budget.spend(len(line))
+            budget.check_time()
         if line in (b"\r\n", b"\n", b""):
             break
-        if len(headers) >= _MAXHEADERS:
-            raise http.client.HTTPException(f"got more than {_MAXHEADERS} headers")
+        lines += 1
+        if lines > _MAXHEADERS:
+            raise HeadLimit("too_many_headers", DETAIL_TOO_MANY_HEADERS)
         text = line.decode("iso-8859-1")
         if text[0] in " \t":
             if headers:
@@ -120,11 +179,21 @@ class _Response(http.client.HTTPResponse):
     def begin(self):
         if self.headers is not None:
             return
+        budget = None
+        interim = 0
         while True:
             version, status, reason = self._read_status()
-            if status != http.client.CONTINUE:
+            if budget is None:   # the clock of the head starts at its first status line
+                budget = _HeadBudget()
+            budget.spend(len(version) + len(reason) + 6)
+            # Every interim answer but 101 (a protocol switch, never asked for: the final answer here)
+            # is skipped, and counted: an endless stream of them is a hostile far side.
+            if not (100 <= status < 200) or status == http.client.SWITCHING_PROTOCOLS:
                 break
-            parse_headers(self.fp)   # the header of a 100 answer, skipped
+            interim += 1
+            if interim > MAX_INTERIM:
+                raise HeadLimit("too_many_interim", DETAIL_TOO_MANY_INTERIM)
+            parse_headers(self.fp, budget)   # the header of an interim answer, skipped
         self.code = self.status = status
         self.reason = reason.strip()
         if version in ("HTTP/1.0", "HTTP/0.9"):
@@ -133,7 +202,7 @@ class _Response(http.client.HTTPResponse):
             self.version = 11
         else:
             raise http.client.UnknownProtocol(version)
-        self.headers = self.msg = parse_headers(self.fp)
+        self.headers = self.msg = parse_headers(self.fp, budget)
         tr_enc = self.headers.get("transfer-encoding")
         if tr_enc and tr_enc.lower() == "chunked":
             self.chunked, self.chunk_left = True, None
@@ -440,4 +509,8 @@ def classify_error(exc: BaseException, prefix: str = "http", sent: bool = True) 
         return retry.Unknown(f"{prefix}_connection_reset")
     if isinstance(exc, OSError) and str(exc).startswith("dns:"):
         return retry.Retryable(f"{prefix}_dns")
+    if isinstance(exc, HeadLimit):   # the request went out: unknown, as a timeout (the breaker counts it)
+        return retry.Unknown(f"{prefix}_{exc.code}", detail=exc.detail)
+    if isinstance(exc, http.client.LineTooLong):
+        return retry.Unknown(f"{prefix}_head_too_large", detail=DETAIL_HEAD_TOO_LARGE)
     return retry.Unknown(f"{prefix}_{type(exc).__name__.lower()}", detail=retry.redact(f"{type(exc).__name__}: {exc}"))
