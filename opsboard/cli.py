@@ -199,6 +199,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     b.add_argument("--jobs", type=int, help="size of the scenario (jobs)")
     b.add_argument("--streams", type=int, help="open streams of the streams scenario (default 2000)")
+    b.add_argument("--pin-seconds", type=int,
+                   help="how long the pinned_horizon scenario holds the MVCC horizon (default 600)")
     b.add_argument("--json", dest="json_path", help="write results to this JSON file")
     b.add_argument("--list", action="store_true", help="list the scenarios")
     b.add_argument("--database", metavar="URL",
@@ -227,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env(mode=mode)
         from .logs import configure
         configure(config.log_format)
+        if args.command not in ("web", "streams"):  # servers scope each request; every other command is the operator's
+            from . import tenancy
+            tenancy.process_bypass(tenancy.Bypass.SETUP if args.command in ("migrate", "demo") else tenancy.Bypass.CLI)
         if args.command not in ("worker", "demo"):  # the worker builds its own; the demo adds its plug-in
             from .catalogue import activate
             from .features import build_catalogue
@@ -498,7 +503,8 @@ def cmd_bench(config: Config, args) -> int:
         raise UsageError("the benchmarks are not installed: install the bench extra "
                          "(pip install 'opsboard[bench]')") from None
     return run(config, scenarios=args.scenario, jobs=args.jobs, json_path=args.json_path, list_only=args.list,
-               database=args.database, streams=args.streams, peers=args.peers)
+               database=args.database, streams=args.streams, peers=args.peers,
+               pin_seconds=args.pin_seconds)
 
 
 def cmd_depth_check(config: Config, args) -> int:

@@ -150,6 +150,8 @@ class Bench:
     jobs: int | None
     #: Open streams of the ``streams`` scenario (``--streams``).
     streams: int | None = None
+    #: How long the ``pinned_horizon`` scenario holds the horizon (``--pin-seconds``; None: its default).
+    pin_seconds: int | None = None
     results: list[Result] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     #: A scenario whose issue fixes the shape of ``--json FILE`` sets it here (the ``workflows`` scenario):
@@ -321,7 +323,7 @@ class Registry:
 
 def run_bench(config: Config, registry: Registry, scenarios: list[str] | None = None, jobs: int | None = None,
               json_path: str | None = None, list_only: bool = False, database: str | None = None,
-              streams: int | None = None) -> int:
+              streams: int | None = None, pin_seconds: int | None = None) -> int:
     """Run ``scenarios`` of ``registry`` in a scratch database dropped afterwards, or in ``database`` (a URL
     of an existing database, migrated and kept: the ``tickets`` scenario reuses a large seed there)."""
     known = registry.scenarios
@@ -336,6 +338,8 @@ def run_bench(config: Config, registry: Registry, scenarios: list[str] | None = 
         raise UsageError("--streams must be at least 1")
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if pin_seconds is not None and pin_seconds < 1:
+        raise UsageError("--pin-seconds must be at least 1")
     for s in scenarios or []:
         for tool, install in registry.tools.get(s, ()):
             if shutil.which(tool) is None:
@@ -347,7 +351,7 @@ def run_bench(config: Config, registry: Registry, scenarios: list[str] | None = 
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
         url = make_conninfo(server, dbname=name)
-    bench = Bench(url, config, jobs, streams=streams)
+    bench = Bench(url, config, jobs, streams=streams, pin_seconds=pin_seconds)
     try:
         migrate(url, log=lambda *_: None)
         machine = machine_info(url)

@@ -121,6 +121,14 @@ def event_export(b: Bench) -> None:
     run(b)
 
 
+def pinned_horizon(b: Bench) -> None:
+    """Issue 48, on a throwaway cluster with autovacuum on: 60 s at 60 % of the clean peak, then an idle
+    transaction and 4 REPEATABLE READ readers pin the horizon (--pin-seconds, default 600), then 60 s of
+    recovery: throughput, enqueue->claim p99, recovery, lost, dead share of the hot tables."""
+    from .pinned_horizon import run
+    run(b)
+
+
 def scale(b: Bench) -> None:
     """10,000,000 jobs (--jobs N) built with COPY: claim, depth, every dashboard page, pruner, beside the goals."""
     from .scale import run
@@ -156,12 +164,14 @@ _SCENARIOS = {
     "depth": depth,
     "prune": prune,
     "event_export": event_export,
+    "pinned_horizon": pinned_horizon,
 }
 #: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
 #: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
 #: 20 minutes and 6 GB on its own); ``event_export`` starts nats-servers of its own and a chaos run;
-#: ``digest`` fans 100,000 events out one by one before its digests (about 30 minutes on a 2-core VM).
-_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "event_export", "digest"})
+#: ``digest`` fans 100,000 events out one by one before its digests (about 30 minutes on a 2-core VM);
+#: ``pinned_horizon`` starts a cluster of its own and pins it for 10 minutes.
+_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "event_export", "digest", "pinned_horizon"})
 
 #: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
 _TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),),

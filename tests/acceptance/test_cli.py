@@ -97,6 +97,13 @@ def test_bench_lists_its_scenarios_and_refuses_an_unknown_one():
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("enqueue_single ") and "\nenqueue_many " in result.stdout
     assert_one_line_error(run("bench", "--scenario", "nosuch"), "unknown scenario nosuch; choose from enqueue_single")
+    assert "\npinned_horizon " in result.stdout
+
+
+def test_bench_refuses_a_pin_shorter_than_a_second():
+    """issue 48: `--pin-seconds` of the pinned_horizon scenario is checked before any server is touched."""
+    assert_one_line_error(run("bench", "--scenario", "pinned_horizon", "--pin-seconds", "0"),
+                          "--pin-seconds must be at least 1")
 
 
 def test_bench_without_the_bench_package_says_to_install_the_extra():
