@@ -119,9 +119,16 @@ class Slot(threading.Thread):
 
     def _run(self) -> None:
         while not self.retired:
-            item = self.qs.work.get()
+            qs = self.qs
+            item = qs.work.get()
             if item is None:
                 return
+            # The fetcher's measure of how fast slots turn over (its buffer) and whether they all are
+            # busy (its hand-back); free_slot counts the end.
+            with qs.lock:
+                qs.taken += 1
+                qs.busy += 1
+            qs.last_take = time.monotonic()
             self.executor.run_job(item, self)
         # Retired by the keeper (its handler ran past the timeout) and now back:
         # another slot took its place, so this thread ends.
@@ -175,6 +182,7 @@ class Executor:
                 return
             r.freed = True
             qs.in_flight -= 1
+            qs.busy -= 1
             # Wake the fetcher only once it has room to claim (see
             # QueueState.refill_at), and only if no one woke it already: a
             # wake-up per finished job cost a thread switch and a pass of its

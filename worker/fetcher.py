@@ -1,21 +1,26 @@
 """The fetcher: one claim loop per queue, feeding that queue's slots.
 
-It claims up to ``CLAIM_BATCH_MAX`` jobs in one short transaction, round-robin
-over tenants, and sleeps until a slot frees, a notification wakes it (see
-:mod:`worker.listener`), or the poll interval passes.
+It claims in one short transaction, round-robin over tenants, and sleeps until
+a slot frees, a notification wakes it (see :mod:`worker.listener`), or the
+poll interval passes.
 
-A claim is not capped by the free slots: the queue keeps a bounded prefetch
-buffer (:meth:`QueueState.capacity`), so a worker with 8 slots still claims
-in bulk.  Prefetched jobs are leased from their claim, so the buffer is sized
-from the handlers' measured duration: a buffered job is expected to start
-within a quarter of the lease and a quarter of a second (so that slow jobs are
-not hoarded away from other workers) (a job found past that when a slot takes it is
-released, not run; see :meth:`worker.executor.Executor.run_job`), and only
-while the completer keeps up (a slow database still holds the claims back).
-Shutdown releases the buffer at once; so does the supervisor when a worker
-process dies (it tells buffered jobs from running ones by
-:mod:`worker.running_file`); an unsupervised worker's buffer comes back with
-its lease, like its running jobs.
+A worker claims only what it can start now (issue 50): a claim asks for the
+free slots, plus a small buffer sized from the rate at which this queue's slots
+actually took jobs in the last moments (:meth:`QueueState.capacity`: what they
+take in :data:`BUFFER_SECONDS`, at most :data:`PREFETCH_MAX`), so that a
+worker with few slots and quick jobs still claims in bulk.  While slots are
+held by slow jobs that rate falls to nothing and so does the buffer: no claimed
+job waits behind a slow one.  When slots stall with jobs buffered, the fetcher
+hands them back (released, attempt not counted) once no slot took a job for
+:data:`HANDBACK_SECONDS` (:meth:`Fetcher.hand_back_stale`), for any worker with
+a free slot.  (It used to buffer up to a quarter second's worth by the
+handlers' average duration: with one tenant's 9.5 s webhooks holding the slots,
+up to 28 jobs were ``running`` for 16 slots, healthy ones among them.)
+
+A job found in the buffer past a share of its lease when a slot takes it is
+released, not run (see :meth:`worker.executor.Executor.run_job`).  Shutdown
+releases the buffer at once; so does the supervisor when a worker process dies
+(it tells buffered jobs from running ones by :mod:`worker.running_file`).
 
 Each worker starts its tenant walk at its own point (a hash of its id), so
 that with more tenants than a claim visits, workers do not all claim from
@@ -48,17 +53,17 @@ CLAIM_BATCH_MAX = 200
 #: The first wait after a claim that found due jobs but got none (other workers had them
 #: all), doubled while that goes on, up to the poll interval.
 CONTENDED_WAIT = 0.001
-#: Jobs claimed beyond the free slots at most (the prefetch buffer), per queue:
-#: two claims' worth, so that a full claim can be in flight while the slots
-#: still have a claim's worth to run (with one, the slots ran dry during every
-#: claim and claims came back half full).
+#: Jobs claimed beyond the free slots at most (the buffer), per queue.
 PREFETCH_MAX = 2 * CLAIM_BATCH_MAX
 #: A buffered job should start within this fraction of the lease.
 PREFETCH_LEASE_SHARE = 0.25
-#: ... and within this many seconds: the buffer only has to cover a claim's
-#: round trip, and a worker that buffered minutes of slow jobs would leave
-#: nothing for the workers beside it (or for one that starts later).
-PREFETCH_SECONDS = 0.25
+#: The buffer holds what the slots took in this many seconds lately (their measured take rate):
+#: it only has to cover a claim's round trip.
+BUFFER_SECONDS = 0.002
+#: Buffered jobs are handed back once no slot took a job for this long (the slots stalled on slow jobs).
+HANDBACK_SECONDS = 0.005
+#: The take rate is measured over windows of at least this long.
+RATE_WINDOW = 0.02
 
 
 class HoldsCache:
@@ -163,6 +168,14 @@ class QueueState:
     abandoned_max: int = -1
     #: Handler duration, seconds (moving average of this worker's runs); ``None`` until one ran.
     avg_seconds: float | None = None
+    #: Jobs the slots took from ``work`` (a racy count: an estimate), and when the last one was taken
+    #: (monotonic): the fetcher's measure of how fast the slots turn over (see capacity).
+    taken: int = 0
+    last_take: float = 0.0
+    #: Slots running a job now (taken and not yet freed; under ``lock``).
+    busy: int = 0
+    #: Jobs per second the slots took over the last measured window (the fetcher keeps it).
+    take_rate: float = 0.0
 
     def __post_init__(self):
         if self.abandoned_max < 0:
@@ -173,18 +186,17 @@ class QueueState:
             return self.slots - self.in_flight
 
     def capacity(self, lease: float) -> int:
-        """Jobs this queue may hold (running + buffered): the slots plus a prefetch
-        buffer that the slots are expected to drain within a share of the lease
-        and within :data:`PREFETCH_SECONDS`."""
-        avg = self.avg_seconds
-        if avg is None:  # nothing measured yet: claim for the free slots only
+        """Jobs this queue may hold (running + buffered): the slots plus a buffer of what the slots
+        took in :data:`BUFFER_SECONDS` at their measured rate (none while they are held by slow jobs),
+        bounded by :data:`PREFETCH_MAX` and by a share of the lease at the handlers' average duration."""
+        rate = self.take_rate
+        if rate <= 0.0:
             return self.slots
-        drain = min(lease * PREFETCH_LEASE_SHARE, PREFETCH_SECONDS) * self.slots / max(avg, 1e-4)
-        # Not capped by the slots: a worker with few slots still claims in
-        # bulk.  A dying worker's buffered jobs cost little: its supervisor
-        # releases unstarted jobs at once (worker.running_file), and the lease
-        # bounds them otherwise (they drain within a share of it).
-        return self.slots + int(min(PREFETCH_MAX, drain))
+        buffered = rate * BUFFER_SECONDS
+        avg = self.avg_seconds
+        if avg is not None:
+            buffered = min(buffered, lease * PREFETCH_LEASE_SHARE * self.slots / max(avg, 1e-4))
+        return self.slots + int(min(PREFETCH_MAX, buffered))
 
     def claim_room(self, cap: int) -> int:
         """Free room at which the fetcher claims again: a full claim's worth once
@@ -225,6 +237,55 @@ class Fetcher:
         #: The claims' connection, kept while this queue has work (given back when a claim comes
         #: back empty): one connection prepares and plans the claim, not every one of the pool.
         self.kept = db.KeptConnection(pool)
+        #: When the last claim that got jobs came back (monotonic), and the take-rate window's start.
+        self.last_claim = 0.0
+        self._rate_at, self._rate_taken = time.monotonic(), 0
+        #: Jobs handed back unstarted so far (see hand_back_stale).
+        self.handed_back = 0
+
+    def measure_rate(self, now: float) -> None:
+        """Fold the slots' takes since the window's start into ``qs.take_rate`` once the window is long enough."""
+        qs = self.qs
+        dt = now - self._rate_at
+        if dt >= RATE_WINDOW:
+            taken = qs.taken
+            qs.take_rate = max(0, taken - self._rate_taken) / dt
+            self._rate_at, self._rate_taken = now, taken
+
+    def hand_back_stale(self, now: float) -> int:
+        """Release the buffered jobs once no slot took one for :data:`HANDBACK_SECONDS` since the last
+        claim: the slots are held (by slow jobs), and another worker may have a free one.  Each was
+        buffered at least that long; the attempt is not counted.  Returns how many were handed back.
+
+        Only while every slot is busy: a free slot that merely has not been scheduled yet (two cores,
+        many processes) takes its job soon enough."""
+        qs = self.qs
+        if qs.busy < qs.slots or now - max(qs.last_take, self.last_claim) < HANDBACK_SECONDS:
+            return 0
+        rows, stops = [], 0
+        while True:
+            try:
+                item = qs.work.get_nowait()
+            except queue_mod.Empty:
+                break
+            if item is None:   # a slot's stop signal (shutdown, fewer slots): it stays
+                stops += 1
+            else:
+                rows.append(item)
+        for _ in range(stops):
+            qs.work.put(None)
+        if not rows:
+            return 0
+        for row in rows:
+            self.executor.release(row, "handed_back")
+        with qs.lock:
+            qs.in_flight -= len(rows)
+        # The slots are stalled: no buffer until they take jobs again.
+        qs.take_rate = 0.0
+        self._rate_at, self._rate_taken = now, qs.taken
+        self.handed_back += len(rows)
+        log.debug("handed back %d buffered job(s) of %s: every slot busy", len(rows), qs.name)
+        return len(rows)
 
     def run(self) -> None:
         try:
@@ -244,6 +305,10 @@ class Fetcher:
                 qs.wake.wait(self.poll_interval)
                 qs.wake.clear()
                 continue
+            now = time.monotonic()
+            self.measure_rate(now)
+            if not qs.work.empty():
+                self.hand_back_stale(now)
             keeping_up = self.keeping_up()
             with qs.lock:
                 cap = qs.capacity(self.lease) if keeping_up else qs.slots
@@ -265,7 +330,9 @@ class Fetcher:
                             self.apply_slots(holds.get(conn))
                     except psycopg.Error as exc:
                         outages.trouble(exc, f"holds read on {qs.name}")
-                qs.slot_freed.wait(min(self.poll_interval, holds.max_age))
+                # With jobs buffered, wake in time to hand them back should no slot take them.
+                qs.slot_freed.wait(min(self.poll_interval, holds.max_age,
+                                       HANDBACK_SECONDS if not qs.work.empty() else holds.max_age))
                 qs.slot_freed.clear()
                 continue
             qs.wake.clear()
@@ -302,7 +369,7 @@ class Fetcher:
                 for row in rows:
                     self.executor.release(row, "shutdown")
                 return
-            claimed_at = time.monotonic()
+            claimed_at = self.last_claim = time.monotonic()
             self.executor.prepare(rows)
             with qs.lock:
                 qs.in_flight += len(rows)
