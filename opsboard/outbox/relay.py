@@ -214,15 +214,45 @@ def _relay_plain(conn: psycopg.Connection, limit: int, now: datetime | None,
     routes the batch through Python, which isolates the culprit; so does ``set_based=False``.
     """
     plain, routes, ordered = sql_routes() if set_based else ([], "[]", [])
+    params = {"limit": limit, "now": now, "routes": routes, "plain": plain, "ordered": ordered}
     try:
-        rows = db.all_rows(conn, "outbox_relay_plain", {"limit": limit, "now": now, "routes": routes,
-                                                        "plain": plain, "ordered": ordered})
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            # The batch's plan is pinned in the statement's transaction (outbox_relay_walk_in_order):
+            # on an idle connection, a transaction of its own holds just the two.
+            rows = _relay_plain_pinned(conn, params)
+        else:
+            db.execute(conn, "outbox_relay_walk_in_order")
+            rows = db.all_rows(conn, "outbox_relay_plain", params)
+            db.execute(conn, "outbox_relay_walk_restore")  # the transaction goes on
     except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
         if not set_based:
             raise
         raise _SetBasedRefused() from exc
     counts = {"events": rows[0]["events"], "jobs": rows[0]["jobs"]}
     return [{k: v for k, v in r.items() if k not in counts} for r in rows if r["id"] is not None], counts
+
+
+def _relay_plain_pinned(conn: psycopg.Connection, params: dict) -> list[dict]:
+    """``outbox_relay_plain`` after ``outbox_relay_walk_in_order`` in a transaction of their own, on an
+    idle connection: BEGIN, both statements and COMMIT in one round trip (pipeline mode, as the
+    claim's locked walk does: psycopg's transaction() syncs on entering and on leaving)."""
+    if not psycopg.Pipeline.is_supported():
+        with conn.transaction():
+            db.execute(conn, "outbox_relay_walk_in_order")
+            return db.all_rows(conn, "outbox_relay_plain", params)
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            db.execute(conn, "outbox_relay_walk_in_order")
+            cur = db.execute(conn, "outbox_relay_plain", params)
+            conn.execute("COMMIT")
+    except BaseException:
+        # A failed statement leaves the explicit transaction aborted (the COMMIT behind it was
+        # skipped): end it, so that relay_events can route the batch in a transaction of its own.
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        raise
+    return cur.fetchall()
 
 
 #: The default job payload's fields, their JSON type and longest value (see :func:`default_job_payload`).

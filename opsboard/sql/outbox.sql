@@ -91,6 +91,31 @@ FROM (SELECT (SELECT count(*) FROM marked)::int AS events, (SELECT count(*) FROM
 LEFT JOIN (SELECT * FROM ready WHERE id NOT IN (SELECT id FROM plain)) r ON true
 ORDER BY r.id;
 
+-- name: outbox_relay_walk_in_order
+-- Before outbox_relay_plain, in its transaction: the batch takes the first
+-- unrelayed events in id order, a batch's worth, whatever the statistics say
+-- (job_walk_in_index_order's rule for the maintenance batches).  Without any (a
+-- restore, a bulk load before autovacuum's ANALYZE, a server without
+-- autovacuum) the planner read every unrelayed event through a bitmap and
+-- sorted them for each batch: 3,100 events read for a batch of 50 out of
+-- 3,000 waiting (tests/integration/test_relay_plan.py), so a backlog of N cost
+-- N times N / batch.  Local to the transaction; the values in force before are
+-- kept (opsboard.relay_walk_saved) for outbox_relay_walk_restore, since the
+-- relay's transaction goes on with other statements when Python routes events.
+SELECT set_config('enable_bitmapscan', 'off', true) AS bitmapscan, set_config('enable_sort', 'off', true) AS sort,
+       set_config('enable_seqscan', 'off', true) AS seqscan
+FROM (SELECT set_config('opsboard.relay_walk_saved',
+                        concat_ws(' ', current_setting('enable_bitmapscan'), current_setting('enable_sort'),
+                                  current_setting('enable_seqscan')), true)) saved;
+
+-- name: outbox_relay_walk_restore
+-- After outbox_relay_plain in a transaction that goes on: the planner's settings as they were
+-- before outbox_relay_walk_in_order.
+SELECT set_config('enable_bitmapscan', split_part(s, ' ', 1), true) AS bitmapscan,
+       set_config('enable_sort', split_part(s, ' ', 2), true) AS sort,
+       set_config('enable_seqscan', split_part(s, ' ', 3), true) AS seqscan
+FROM (SELECT current_setting('opsboard.relay_walk_saved') AS s) saved;
+
 -- name: outbox_mark_relayed
 -- Mark events relayed, in the transaction that inserted their jobs.
 UPDATE outbox_events SET relayed_at = coalesce(%(now)s::timestamptz, now())
