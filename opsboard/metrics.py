@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from . import db
@@ -99,6 +100,29 @@ def _keys(rows) -> Jsonb:
     return Jsonb([{k: str(r[k]) for k in ("queue", "type", "tenant_id", "status")} for r in rows])
 
 
+#: How long a fold waits for the writers still in the old slot of ``job_count_deltas`` (0086).
+COUNT_SLOT_LOCK_TIMEOUT = "100ms"
+
+
+def _rotate_count_deltas(conn: psycopg.Connection) -> str | None:
+    """Point the jobs triggers at the other partition of ``job_count_deltas`` (migration 0086) and
+    lock the one they wrote until now, once its writers committed: the caller folds every delta and
+    truncates the returned partition in the same transaction.  None when the lock was not granted
+    within :data:`COUNT_SLOT_LOCK_TIMEOUT` (a transaction that wrote deltas is still open): that
+    fold only deletes, as before 0086, and the partition is truncated at a later turn."""
+    old = db.one(conn, "queue_depth_slot_advance")["slot"]
+    name = f"job_count_deltas_{old}"
+    timeout = conn.execute("SELECT current_setting('lock_timeout') AS t").fetchone()["t"]
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (COUNT_SLOT_LOCK_TIMEOUT,))
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(name)))
+    except psycopg.errors.LockNotAvailable:
+        name = None
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+    return name
+
+
 def sample_depth(conn: psycopg.Connection, now: datetime | None = None, *, sweep: bool = False) -> int:
     """Bring ``queue_depth`` up to date: fold the per-statement changes the
     jobs triggers appended (migration 0044), recount the running jobs (few:
@@ -113,7 +137,11 @@ def sample_depth(conn: psycopg.Connection, now: datetime | None = None, *, sweep
     with conn.transaction():
         # Two leaders for a moment (a lost lock) fold one after the other.
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('opsboard.depth_fold', 0))")
+        emptied = _rotate_count_deltas(conn)
         folded = db.all_rows(conn, "queue_depth_fold", {"now": now})
+        if emptied is not None:
+            # Rows and dead versions go with the file, whatever holds the MVCC horizon.
+            conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(emptied)))
         empty = [r for r in folded if r["jobs"] == 0]
         if empty:
             db.execute(conn, "queue_depth_drop_empty", {"keys": _keys(empty)})

@@ -14,6 +14,12 @@ FROM opsboard_take_token(%(name)s::text, %(capacity)s::float8, %(rate)s::float8,
 -- happen (publish.publish_once, publish.publish_admitted).
 UPDATE rate_limits SET tokens = least(capacity, tokens + 1) WHERE name = %(name)s;
 
+-- name: queue_depth_slot_advance
+-- Switch the jobs triggers to the other partition of job_count_deltas
+-- (migration 0086) and return the one they wrote until now.  A sequence: the
+-- switch writes no row version and every session sees it at once.
+SELECT mod(nextval('job_count_slot') - 1, 2)::int AS slot;
+
 -- name: queue_depth_fold
 -- Fold the appended per-statement changes (job_count_deltas, migration 0044)
 -- into queue_depth, deleting them in the same statement: run in the fold's
