@@ -104,10 +104,11 @@ def _keys(rows) -> Jsonb:
 COUNT_SLOT_LOCK_TIMEOUT = "100ms"
 
 
-def _rotate_count_deltas(conn: psycopg.Connection) -> str | None:
+def _rotate_count_deltas(conn: psycopg.Connection) -> int | None:
     """Point the jobs triggers at the other partition of ``job_count_deltas`` (migration 0086) and
     lock the one they wrote until now, once its writers committed: the caller folds every delta and
-    truncates the returned partition in the same transaction.  None when the lock was not granted
+    truncates the returned slot's partition in the same transaction (as the schema's owner: the
+    application role has no TRUNCATE; migration 0087).  None when the lock was not granted
     within :data:`COUNT_SLOT_LOCK_TIMEOUT` (a transaction that wrote deltas is still open): that
     fold only deletes, as before 0086, and the partition is truncated at a later turn."""
     old = db.one(conn, "queue_depth_slot_advance")["slot"]
@@ -118,9 +119,9 @@ def _rotate_count_deltas(conn: psycopg.Connection) -> str | None:
             conn.execute("SELECT set_config('lock_timeout', %s, true)", (COUNT_SLOT_LOCK_TIMEOUT,))
             conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(name)))
     except psycopg.errors.LockNotAvailable:
-        name = None
+        old = None
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
-    return name
+    return old
 
 
 def sample_depth(conn: psycopg.Connection, now: datetime | None = None, *, sweep: bool = False) -> int:
@@ -141,7 +142,7 @@ def sample_depth(conn: psycopg.Connection, now: datetime | None = None, *, sweep
         folded = db.all_rows(conn, "queue_depth_fold", {"now": now})
         if emptied is not None:
             # Rows and dead versions go with the file, whatever holds the MVCC horizon.
-            conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(emptied)))
+            db.execute(conn, "queue_depth_slot_truncate", {"slot": emptied})
         empty = [r for r in folded if r["jobs"] == 0]
         if empty:
             db.execute(conn, "queue_depth_drop_empty", {"keys": _keys(empty)})

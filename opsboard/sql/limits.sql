@@ -20,6 +20,11 @@ UPDATE rate_limits SET tokens = least(capacity, tokens + 1) WHERE name = %(name)
 -- switch writes no row version and every session sees it at once.
 SELECT mod(nextval('job_count_slot') - 1, 2)::int AS slot;
 
+-- name: queue_depth_slot_truncate
+-- Empty the partition of job_count_deltas the fold folded (its slot
+-- %(slot)s, locked by the fold), as the schema's owner (migration 0087).
+SELECT opsboard_count_deltas_truncate(%(slot)s::int);
+
 -- name: queue_depth_fold
 -- Fold the appended per-statement changes (job_count_deltas, migration 0044)
 -- into queue_depth, deleting them in the same statement: run in the fold's

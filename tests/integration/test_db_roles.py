@@ -84,3 +84,23 @@ def test_app_role_runs_the_dashboard_but_cannot_touch_audit_rows(roles):
                           "DELETE FROM schema_migrations"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 c.execute(statement)
+
+
+def test_app_role_folds_the_depth_and_empties_the_old_deltas(roles):
+    """issue 48 (migrations 0086, 0087): the depth fold runs in the worker as the application role, which has
+    no TRUNCATE: it empties the old partition of job_count_deltas through the owner's function."""
+    from opsboard import jobqueue, metrics
+    url, owner, app_role = roles
+    with connect(url) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+    with connect(make_conninfo(url, user=app_role)) as c:
+        c.execute("SELECT set_config('opsboard.tenant_scope', '*', false)")  # the leader's scope: every tenant
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("TRUNCATE job_count_deltas_0")
+        for n in (3, 2):
+            jobqueue.enqueue_many(c, [jobqueue.NewJob("diag.noop", {}, t) for _ in range(n)])
+            metrics.sample_depth(c)
+        assert c.execute("SELECT sum(jobs) AS n FROM queue_depth").fetchone()["n"] == 5
+        assert metrics.depth_drift(c) == []
+        assert c.execute("SELECT pg_relation_size('job_count_deltas_0') + pg_relation_size('job_count_deltas_1') "
+                         "AS b").fetchone()["b"] == 0
