@@ -69,12 +69,19 @@ def peer_goals(rows) -> list[Result]:
                               ("single enqueue / bare loop's", ratio(o.single, bare and bare.single)),
                               ("batch enqueue / bare loop's", ratio(o.batch, bare and bare.batch)),
                               ("idle p99 / pgqueuer's", ratio(o.p99, pgq and pgq.p99)),
-                              ("2 workers / pgqueuer's 2 workers", ratio(o.p2, pgq and pgq.p2))):
+                              ("2 workers / pgqueuer's 2 workers", ratio(o.p2, pgq and pgq.p2)),
+                              # the same two CPU ratios from the systems' own CPU (workers + backends):
+                              # no goal, but on a machine other work keeps busy the only readable ones
+                              ("own CPU per job, 1 worker / bare loop's", ratio(o.own_us.get(1),
+                                                                                bare and bare.own_us.get(1))),
+                              ("own CPU per job, 2 workers / own 1 worker", ratio(o.own_us.get(2),
+                                                                                  o.own_us.get(1)))):
             out.append(Result("peers", metric, round(value, 3), "×", o.system))
     if out:
         print("\nissues 24's and 47's goals:")
         for r in out:
-            print(f"  {r.note:<36} {r.metric:<36} {r.value:>6.2f}×  goal {r.goal:<8} {goal_mark(r.met)}")
+            print(f"  {r.note:<36} {r.metric:<42} {r.value:>6.2f}×  "
+                  + (f"goal {r.goal:<8} {goal_mark(r.met)}" if r.goal else "(no goal)"))
     return out
 
 
@@ -93,6 +100,8 @@ class Row:
     #: Machine CPU (every process: workers, PostgreSQL, the rest) per processed job while k workers
     #: processed, in µs (/proc/stat busy ticks over the measured window / jobs), by k.
     cpu_us: dict[int, float] = field(default_factory=dict)
+    #: The system's own CPU per job (its workers and their PostgreSQL backends), in µs, by k.
+    own_us: dict[int, float] = field(default_factory=dict)
 
 
 def _cpu_ticks() -> tuple[int, int] | None:
@@ -114,20 +123,56 @@ def _busy_since(start: tuple[int, int] | None) -> float | None:
 
 
 class CpuWindow:
-    """The machine's CPU over a measured window, from /proc/stat's ticks: the busy share and the busy
-    CPU seconds (every process on the host, PostgreSQL included); ``None`` for both where unreadable."""
+    """The CPU over a measured window.  The machine's, from /proc/stat's ticks: the busy share and
+    the busy CPU seconds (every process on the host, PostgreSQL included; what the issue's goals
+    read); ``None`` where unreadable.  With ``url`` and ``procs``, also the system's own
+    (``own_seconds``): its worker processes and their PostgreSQL backends (those connected to its
+    database, /proc/<pid>/stat), which other load on a shared machine does not inflate; ``None``
+    when a backend cannot be read (a server on another host)."""
 
-    def __init__(self):
+    def __init__(self, url: str | None = None, procs: "Procs | None" = None):
+        self.url, self.procs = url, procs
         self.start = _cpu_ticks()
+        self.own_start = self._own()
         self.share: float | None = None
         self.seconds: float | None = None
+        self.own_seconds: float | None = None
+
+    def _own(self) -> dict[int, float] | None:
+        if self.url is None or self.procs is None:
+            return None
+        with psycopg.connect(self.url, autocommit=True) as c:
+            backends = [r[0] for r in c.execute("SELECT pid FROM pg_stat_activity "
+                                                "WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        out = {}
+        for pid in [p.pid for p in self.procs.procs] + backends:
+            cpu = _process_cpu(pid)
+            if cpu is None and pid in backends:
+                return None
+            if cpu is not None:
+                out[pid] = cpu
+        return out
 
     def stop(self) -> "CpuWindow":
         end = _cpu_ticks()
         if self.start is not None and end is not None and end[1] > self.start[1]:
             self.share = (end[0] - self.start[0]) / (end[1] - self.start[1])
             self.seconds = (end[0] - self.start[0]) / os.sysconf("SC_CLK_TCK")
+        own_end = self._own()
+        if self.own_start is not None and own_end is not None:
+            # A backend that connected during the window counts from zero.
+            self.own_seconds = sum(v - self.own_start.get(pid, 0.0) for pid, v in own_end.items())
         return self
+
+
+def _process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far, or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_us_per_job(seconds: float | None, jobs: int) -> float | None:
@@ -243,6 +288,8 @@ def _record_run(row, workers: int, rate: float, reports: list[dict], cpu: CpuWin
     if cpu is not None and cpu.share is not None:
         row.busy[workers] = cpu.share
         row.cpu_us[workers] = cpu_us_per_job(cpu.seconds, jobs)
+    if cpu is not None and cpu.own_seconds is not None:
+        row.own_us[workers] = cpu_us_per_job(cpu.own_seconds, jobs)
     if workers == 1:
         row.p1 = rate
     else:
@@ -310,8 +357,8 @@ def opsboard_system(url: str, jobs: int, single: int, lat: int, slots: int, enqu
                     _ops_fill(c, jobs, tenants)
                     procs.opsboard(url, k, queues)
                     time.sleep(0.5)
+                    cpu = CpuWindow(url, procs)
                     go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t").fetchone()["t"]
-                    cpu = CpuWindow()
             _wait(url, OPS_UNFINISHED)
             cpu.stop()
         finally:
@@ -376,8 +423,8 @@ def bare_system(url: str, jobs: int, single: int, lat: int) -> Row:
                     c.execute(insert, ([docs[0]] * min(1000, jobs - i),))
                 procs.peer("bare", url, k)
                 time.sleep(0.5)
+                cpu = CpuWindow(url, procs)
                 go = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-                cpu = CpuWindow()
                 c.commit()
             _wait(url, "SELECT count(*) FROM bare_jobs WHERE status <> 'done'")
             cpu.stop()
@@ -461,8 +508,8 @@ def pgqueuer_system(url: str, jobs: int, single: int, lat: int) -> Row | None:
                 await q.enqueue(["noop"] * n, [None] * n, [0] * n)
             procs.peer("pgqueuer", url, k)
             await asyncio.sleep(0.5)
+            cpu = CpuWindow(url, procs)
             go = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
-            cpu = CpuWindow()
             await tr.commit()
             return go, cpu
         return asyncio.run(with_queries(run))
@@ -503,6 +550,12 @@ def _fmt(v: float | None, digits: int = 0) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+def _cpu(r: "Row", k: int) -> str:
+    """Machine CPU per job with k workers, and the system's own (workers + backends) beside it."""
+    own = r.own_us.get(k)
+    return _fmt(r.cpu_us.get(k), 1) + ("" if own is None else f" (own {own:,.1f})")
+
+
 def _ratio(a: float | None, b: float | None, lower_is_better: bool = False) -> str:
     if not a or not b:
         return "-"
@@ -515,8 +568,8 @@ def print_table(rows: list[Row]) -> None:
           "| process 2 workers/s | CPU µs/job, 2 workers | idle p50 / p99 ms | 2-worker split |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r.system} | {_fmt(r.batch)} | {_fmt(r.single)} | {_fmt(r.p1)} | {_fmt(r.cpu_us.get(1), 1)} "
-              f"| {_fmt(r.p2)} | {_fmt(r.cpu_us.get(2), 1)} "
+        print(f"| {r.system} | {_fmt(r.batch)} | {_fmt(r.single)} | {_fmt(r.p1)} | {_cpu(r, 1)} "
+              f"| {_fmt(r.p2)} | {_cpu(r, 2)} "
               f"| {_fmt(r.p50, 2)} / {_fmt(r.p99, 2)} | {' / '.join(f'{n:,}' for n in r.split)} |")
     ops = [r for r in rows if r.system.startswith("opsboard")]
     peers = [r for r in rows if not r.system.startswith("opsboard")]
@@ -603,8 +656,8 @@ def run_peers(config: Config, jobs: int | None = None, json_path: str | None = N
     print_table(rows)
     goals = peer_goals(rows)  # issues 24's and 47's ratios beside their goals
     if json_path:
-        # {"rows": [{system, batch, single, p1, p2, p50, p99, split, busy, cpu_us}], "goals": [Result]}:
-        # busy and cpu_us are keyed by the number of workers.
+        # {"rows": [{system, batch, single, p1, p2, p50, p99, split, busy, cpu_us, own_us}], "goals": [Result]}:
+        # busy, cpu_us and own_us are keyed by the number of workers.
         with open(json_path, "w") as f:
             json.dump({"rows": [r.__dict__ for r in rows], "goals": [g.__dict__ for g in goals]}, f, indent=2)
         print(f"wrote {json_path}")

@@ -96,7 +96,8 @@ def test_peer_cpu_per_job_is_set_beside_issue_47s_goals(capsys):
 
 
 def test_the_peers_table_prints_the_machine_cpu_per_job_beside_the_rates(capsys):
-    from opsboard_bench.peers import CpuWindow, cpu_us_per_job, print_table
+    from opsboard_bench.peers import CpuWindow, _process_cpu, cpu_us_per_job, print_table
+    import os
     import time
     window = CpuWindow()
     until = time.monotonic() + 0.1
@@ -110,6 +111,15 @@ def test_the_peers_table_prints_the_machine_cpu_per_job_beside_the_rates(capsys)
                      cpu_us={1: 46.04, 2: 59.96})])
     out = capsys.readouterr().out
     assert "CPU µs/job, 1 worker" in out and "| 20,000 | 46.0 | 22,000 | 60.0 |" in out
+    # The system's own CPU (its workers and their backends, /proc/<pid>/stat) beside the machine's.
+    assert _process_cpu(os.getpid()) > 0 and _process_cpu(-1) is None
+    print_table([Row("opsboard, default=64", p1=20_000, p2=22_000, cpu_us={1: 90.0, 2: 80.0},
+                     own_us={1: 41.0, 2: 44.5})])
+    assert "| 20,000 | 90.0 (own 41.0) | 22,000 | 80.0 (own 44.5) |" in capsys.readouterr().out
+    got = {r.metric: r for r in peer_goals([Row("opsboard, default=64", own_us={1: 40.0, 2: 44.0}),
+                                            Row("bare UPDATE ... SKIP LOCKED LIMIT 100 loop", own_us={1: 25.0})])}
+    assert math.isclose(got["own CPU per job, 1 worker / bare loop's"].value, 1.6)
+    assert got["own CPU per job, 2 workers / own 1 worker"].goal == ""  # a reading, not a goal
 
 
 def test_the_peers_table_says_how_busy_the_machine_was_while_each_system_processed(capsys):
