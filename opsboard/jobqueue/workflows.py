@@ -282,23 +282,20 @@ def release(conn: psycopg.Connection, task_ids: list) -> None:
 
 def advance(conn: psycopg.Connection, finished: list[tuple[Any, str]], *, ready: list | None = None) -> int:
     """Follow finished tasks ``(task id, state)`` to their dependents, in the caller's transaction:
-    dependents count down or are cancelled, those with nothing left are released, and what that
-    finishes (cancelled tasks, sub-workflow nodes) is followed in turn.  Returns the statements run
-    (one round is one or two: the usual batch of successes releases in two)."""
+    dependents count down and, with nothing left to wait for, are released, or are cancelled, in one
+    statement (``workflow_release_dependents``); ``ready``: waiting tasks to release as they are (a
+    workflow's roots).  What that finishes (cancelled tasks, sub-workflow nodes, skipped callbacks) is
+    followed in turn.  Returns the statements run (one for the usual batch of successes)."""
     statements = 0
-    to_release = list(ready or [])
-    while finished or to_release:
-        if finished:
-            rows = db.all_rows(conn, "workflow_release_dependents", {
-                "ids": [f[0] for f in finished], "states": [f[1] for f in finished]})
-            statements += 1
-            finished = [(r["id"], r["state"]) for r in rows if r["state"] == "cancelled"]
-            to_release += [r["id"] for r in rows if r["state"] != "cancelled"]
-        if to_release:
-            rows = db.all_rows(conn, "workflow_task_release", {"ids": to_release})
-            statements += 1
-            to_release = []
-            finished += [(r["id"], r["state"]) for r in rows]
+    if ready:
+        rows = db.all_rows(conn, "workflow_task_release", {"ids": list(ready)})
+        statements += 1
+        finished = [*finished, *((r["id"], r["state"]) for r in rows)]
+    while finished:
+        rows = db.all_rows(conn, "workflow_release_dependents", {
+            "ids": [f[0] for f in finished], "states": [f[1] for f in finished]})
+        statements += 1
+        finished = [(r["id"], r["state"]) for r in rows]
     return statements
 
 
