@@ -7,22 +7,27 @@ minutes, hit a lease or fill memory.  So a run is split:
    ``reports.request``, in the caller's transaction, with an audit row.
 2. ``reports.request`` calls :func:`plan_run`: the kind walks its range in key
    order and cuts it into slices of at most ``report_chunk_rows`` source rows,
-   bounded by keys (``lower <= key < upper``, keyset, never OFFSET); one
-   ``report_chunks`` row and one ``reports.chunk`` job (queue ``bulk``,
-   idempotency key ``chunk:<run>:<seq>``) per slice, all in one transaction.
-3. ``reports.chunk`` calls :func:`run_chunk`: streams its slice's rows from a
-   server-side cursor into a partial CSV in storage, then, in one
-   transaction, marks the chunk done (once) and bumps the run's counter; the
-   chunk that brings ``done_chunks`` to ``total_chunks`` enqueues
-   ``reports.assemble`` (guarded by ``assemble_enqueued_at``: exactly once).
-4. ``reports.assemble`` calls :func:`assemble_run`: writes the final CSV
-   (UTF-8 with a BOM so spreadsheet apps read Persian text right, the header,
-   then the parts in order, streamed) under one key, atomically, and marks
-   the run ``ready``.
+   bounded by keys (``lower <= key < upper``, keyset, never OFFSET), and the run
+   becomes a workflow (:mod:`opsboard.jobqueue.workflows`), inserted in one
+   transaction with the run's ``workflow_id``: a ``reports.chunk`` task per slice
+   (``chunk-<seq>``, the bounds in its payload, queue ``bulk``) and the
+   ``reports.assemble`` task (``assemble``) depending on every chunk.
+3. ``reports.chunk`` calls :func:`run_chunk`: streams its slice's rows from the
+   database into a partial CSV in storage and returns ``{"rows", "part_key"}``,
+   the task's recorded result.  The transaction that records the last chunk's
+   success releases the assembly (the workflow's fan-in: exactly once, whatever
+   order and however many workers).
+4. ``reports.assemble`` calls :func:`assemble_run` with its dependencies' results:
+   writes the final CSV (UTF-8 with a BOM so spreadsheet apps read Persian text
+   right, the header, then the parts in order, streamed) under one key,
+   atomically, and marks the run ``ready``.
 
-Every step is idempotent, so a retry (or a worker killed with SIGKILL) ends
-in the same single file.  A job of a run that goes dead fails the run (a
-trigger, see ``migrations/0008_reports.sql``); replaying it resumes the run.
+Progress is the workflow's: chunk tasks done of the planned total; the run's
+workflow is on the workflow pages.  Every step is idempotent, so a retry (or a
+worker killed with SIGKILL) ends in the same single file.  A job of a run that
+goes dead (or is cancelled) fails the run (a trigger, see
+``migrations/0090_reports_on_workflows.sql``); replaying a dead chunk resumes
+the workflow and the run.
 
 A kind is one :func:`define_kind` call: its columns, parameters, how to plan
 slices and how to read one slice.  ``job_activity`` is implemented; the

@@ -1,4 +1,4 @@
-"""Report handlers: plan a run, write one chunk, assemble the CSV, start a schedule slot's run.
+"""Report handlers: plan a run into its workflow, write one chunk, assemble the CSV, start a schedule slot's run.
 
 Each validates its payload (the registry already did), calls one function of
 :mod:`opsboard.reports` and lets the worker record the outcome.  All steps are
@@ -36,8 +36,14 @@ def _refuse(exc: reports.ReportError):
     return retry.Retryable(exc.code, detail=str(exc))
 
 
+#: A chunk or an assembly that the previous release enqueued outside a workflow (migration 0090): its
+#: run fails (the dead job's trigger) and is requested again.
+_REPLANNED = retry.Permanent("report_replanned", detail="this report run was planned by the previous release; "
+                                                        "request it again")
+
+
 def request(job):
-    """Plan the run into slices; enqueue a chunk job per slice."""
+    """Plan the run into slices: insert its workflow (a chunk task per slice, the assembly after them)."""
     try:
         with job.connection() as conn:
             reports.plan_run(conn, _run_id(job), max_rows=_config().report_chunk_rows)
@@ -47,21 +53,27 @@ def request(job):
 
 
 def chunk(job):
-    """Write one slice; the last chunk enqueues the assembly."""
+    """Write one slice (a task of the run's workflow); its result ``{"rows", "part_key"}`` is what
+    the assembly reads."""
+    p = job.payload
+    if "lower" not in p or job.workflow_task_id is None:
+        return _REPLANNED
     try:
         with job.connection() as conn:
-            reports.run_chunk(conn, _store(), _run_id(job), int(job.payload["seq"]), job_id=job.id,
-                              cancelled=job.cancelled)
+            return reports.run_chunk(conn, _store(), _run_id(job), int(p["seq"]), p["lower"], p.get("upper"),
+                                     cancelled=job.cancelled)
     except reports.ReportError as exc:
         return _refuse(exc)
-    return None
 
 
 def assemble(job):
-    """Stream the parts into the final CSV; the run is ready."""
+    """Stream the parts, its dependencies' results, into the final CSV; the run is ready."""
+    if job.workflow_task_id is None:
+        return _REPLANNED
     try:
+        parts = job.dependency_results()
         with job.connection() as conn:
-            reports.assemble_run(conn, _store(), _run_id(job))
+            reports.assemble_run(conn, _store(), _run_id(job), parts)
     except reports.ReportError as exc:
         return _refuse(exc)
     return None

@@ -29,14 +29,18 @@ def register(cat: _catalogue.Catalogue) -> None:
 
     define(cat, "reports.request", handler="opsboard.reports.handlers:request", queue="bulk", long_running=True,
            fields={"run_id": Field(uuid.UUID)}, max_attempts=5, timeout=600, backoff_base=2,
-           backoff_cap=60, description="Plans a report run into keyset slices and enqueues a chunk job per slice.")
+           backoff_cap=60, description="Plans a report run into keyset slices and inserts its workflow: a chunk "
+                                       "task per slice, the assembly after every chunk.")
     define(cat, "reports.chunk", handler="opsboard.reports.handlers:chunk", queue="bulk", long_running=True,
-           fields={"run_id": Field(uuid.UUID), "seq": Field(int)}, max_attempts=5, timeout=900,
-           backoff_base=2, backoff_cap=120,
-           description="Writes one slice of a report run to storage; the last one enqueues the assembly.")
+           fields={"run_id": Field(uuid.UUID), "seq": Field(int), "lower": Field(dict, required=False),
+                   "upper": Field(dict, required=False), "est_rows": Field(int, required=False)},
+           max_attempts=5, timeout=900, backoff_base=2, backoff_cap=120,
+           description="Writes one slice of a report run to storage (a task of the run's workflow); its result "
+                       "names the part.")
     define(cat, "reports.assemble", handler="opsboard.reports.handlers:assemble", queue="bulk", long_running=True,
            fields={"run_id": Field(uuid.UUID)}, max_attempts=5, timeout=1800, backoff_base=2,
-           backoff_cap=120, description="Streams a run's parts into one CSV in storage; the run is then ready.")
+           backoff_cap=120, description="Streams a run's parts (its chunk tasks' results) into one CSV in storage; "
+                                        "the run is then ready.")
     define(cat, "reports.scheduled", handler="opsboard.reports.handlers:scheduled", queue="bulk",
            fields={"kind": Field(str, max_length=100), "params": Field(dict), "source_key": Field(str, max_length=200),
                    "schedule": Field(str, max_length=100)},

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .. import audit, db, jobqueue
+from ..jobqueue.workflows import Workflow
 from ..auth import TenantScope
 from ..schema import new_id
 from ..storage import Storage
@@ -74,16 +75,25 @@ def _run_from_audit(conn, record: dict) -> dict:
 
 
 def get_run(conn, run_id, scope: TenantScope) -> dict | None:
-    """One run inside ``scope`` (with tenant slug and name), or ``None``."""
-    return db.one(conn, "report_run_get", {"id": run_id, **scope.params})
+    """One run inside ``scope`` (with tenant slug and name, and its chunks done), or ``None``."""
+    return _cancelled_reads_failed(db.one(conn, "report_run_get", {"id": run_id, **scope.params}))
 
 
 def list_runs(conn, scope: TenantScope, *, tenant_id=None, limit: int = 50) -> list[dict]:
     """The newest runs inside ``scope``, each with its progress in percent."""
     rows = db.all_rows(conn, "report_run_list", {**scope.params, "tenant_id": tenant_id, "limit": limit})
     for r in rows:
+        _cancelled_reads_failed(r)
         r["progress"] = progress(r)
     return rows
+
+
+def _cancelled_reads_failed(run: dict | None) -> dict | None:
+    """A run whose workflow an operator cancelled (the workflow pages) will not finish: it reads as
+    failed (``workflow_cancelled``), also when no job of it was left to cancel."""
+    if run is not None and run.get("workflow_cancelled_at") is not None and run["status"] in ("queued", "running"):
+        run.update(status="failed", error_code="workflow_cancelled")
+    return run
 
 
 def progress(run: dict) -> int:
@@ -97,6 +107,8 @@ def progress(run: dict) -> int:
 
 
 def chunks(conn, run_id) -> list[dict]:
+    """A run's chunks in order, read from its workflow's tasks: ``seq``, the slice's bounds,
+    ``status`` (pending, done, failed), ``row_count``, ``part_key``, ``job_id``."""
     return db.all_rows(conn, "report_chunk_list", {"run_id": run_id})
 
 
@@ -109,70 +121,58 @@ def run_prefix(run: dict) -> str:
     return f"reports/{run['tenant_id']}/{run['id']}"
 
 
+#: The assembly's task name in a run's workflow; each chunk's is ``chunk-<seq>`` (six digits, so that
+#: the names sort as the slices do).
+ASSEMBLE_TASK = "assemble"
+
+
+def chunk_task(seq: int) -> str:
+    return f"chunk-{seq:06d}"
+
+
 def plan_run(conn: psycopg.Connection, run_id, *, max_rows: int = DEFAULT_CHUNK_ROWS,
              now: datetime | None = None) -> int:
-    """Plan a queued run into slices and enqueue a chunk job per slice; returns the chunk count.
+    """Plan a queued run into slices and insert its workflow; returns the chunk count.
 
-    One transaction under the run's lock: either every chunk row and job exists
-    or none does, so a retried request job plans again from scratch.  A run
-    already planned is left alone.  A run without data gets zero chunks and
-    goes straight to assembly (a CSV with its header only).
+    The workflow (:mod:`opsboard.jobqueue.workflows`): a ``reports.chunk`` task per slice (its bounds
+    in its payload) and the ``reports.assemble`` task depending on every chunk, so that the workflow
+    releases the assembly once, when the last chunk succeeds, and a dead chunk holds it back until
+    its replay succeeds.  One transaction under the run's lock: either the workflow exists and the
+    run names it, or neither, so a retried request job plans again from scratch; a run already
+    planned is left alone.  A run without data gets zero chunks: its workflow is the assembly alone
+    (a CSV with its header only).
     """
     with conn.transaction():
         run = db.one(conn, "report_run_lock", {"id": run_id})
         if run is None:
             raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
-        if run["total_chunks"] is not None:
+        if run["workflow_id"] is not None:
             return run["total_chunks"]
         kind = get_kind(run["kind"])
-        jobs = []
-        total = 0
-        # Slices are few (source rows / max_rows): collect them, then write; the
-        # plan's rows stream on this connection and nothing else may run meanwhile.
-        for s in list(kind.plan(conn, run["tenant_id"], run["params"], max_rows)):
-            seq = total
-            db.execute(conn, "report_chunk_insert", {"run_id": run["id"], "seq": seq, "lower": Jsonb(s.lower),
-                                                     "upper": Jsonb(s.upper) if s.upper is not None else None,
-                                                     "est_rows": s.est_rows})
-            jobs.append(jobqueue.NewJob("reports.chunk", {"run_id": str(run["id"]), "seq": seq},
-                                     tenant=run["tenant_id"], idempotency_key=f"chunk:{run['id']}:{seq}"))
-            if len(jobs) >= 1000:
-                jobqueue.enqueue_many(conn, jobs)
-                jobs = []
-            total += 1
-        jobqueue.enqueue_many(conn, jobs)
-        db.one(conn, "report_run_set_planned", {"id": run["id"], "total": total, "now": now})
-        if total == 0:
-            _enqueue_assemble(conn, run, now)
-        return total
+        wf = Workflow(f"report {kind.name} {run['id']}")
+        names = []
+        # Slices are few (source rows / max_rows): collect them, then write; the plan's rows stream
+        # on this connection and nothing else may run meanwhile.
+        for seq, s in enumerate(list(kind.plan(conn, run["tenant_id"], run["params"], max_rows))):
+            names.append(chunk_task(seq))
+            wf.add(names[-1], "reports.chunk", {"run_id": str(run["id"]), "seq": seq, "lower": s.lower,
+                                                "upper": s.upper, "est_rows": s.est_rows})
+        wf.add(ASSEMBLE_TASK, "reports.assemble", {"run_id": str(run["id"])}, deps=names)
+        row = wf.insert(conn, tenant=run["tenant_id"], idempotency_key=f"report:{run['id']}")
+        db.one(conn, "report_run_set_planned", {"id": run["id"], "total": len(names), "workflow_id": row["id"],
+                                                "now": now})
+        return len(names)
 
 
-def _enqueue_assemble(conn, run: dict, now) -> bool:
-    if db.one(conn, "report_run_mark_assemble", {"id": run["id"], "now": now}) is None:
-        return False
-    jobqueue.enqueue(conn, "reports.assemble", {"run_id": str(run["id"])}, tenant=run["tenant_id"],
-                  idempotency_key=f"assemble:{run['id']}")
-    return True
-
-
-def run_chunk(conn: psycopg.Connection, store: Storage, run_id, seq: int, *, job_id=None,
-              cancelled=None, now: datetime | None = None) -> dict:
-    """Write one slice's partial CSV and count it; returns ``{"rows", "counted", "assemble"}``.
-
-    The part is written before the counter moves, so a chunk counted done
-    always has its part.  A retry of a chunk already done changes nothing.
-    """
+def run_chunk(conn: psycopg.Connection, store: Storage, run_id, seq: int, lower: dict, upper: dict | None, *,
+              cancelled=None) -> dict:
+    """Write one slice's partial CSV; returns ``{"rows", "part_key"}``, the chunk task's recorded result
+    (what the assembly reads).  A retry writes the same part again under the same key."""
     run = db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
     if run is None:
         raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
-    chunk = db.one(conn, "report_chunk_get", {"run_id": run_id, "seq": seq})
-    if chunk is None:
-        raise ReportError("run %(id)s has no chunk %(seq)s", "not_found", params={"id": run_id, "seq": seq})
-    if chunk["status"] == "done":
-        return {"rows": chunk["row_count"], "counted": False, "assemble": False}
-    if chunk["status"] == "failed":  # a replay of its dead job
+    if run["status"] == "failed":  # a replay of a dead chunk: the run goes on unless another is dead
         with conn.transaction():
-            db.execute(conn, "report_chunk_reopen", {"run_id": run_id, "seq": seq, "job_id": job_id})
             db.one(conn, "report_run_resume", {"id": run_id})
     kind = get_kind(run["kind"])
     part_key = f"{run_prefix(run)}/parts/{seq:06d}.csv"
@@ -180,36 +180,32 @@ def run_chunk(conn: psycopg.Connection, store: Storage, run_id, seq: int, *, job
     with store.open_write(part_key) as raw:
         out = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
         writer = csv.writer(out)
-        for row in kind.rows(conn, run["tenant_id"], run["params"], chunk["lower_bound"], chunk["upper_bound"]):
+        for row in kind.rows(conn, run["tenant_id"], run["params"], lower, upper):
             writer.writerow(csv_row(row))
             rows += 1
             if cancelled is not None and rows % FETCH_ROWS == 0 and cancelled.is_set():
                 raise ReportError("chunk cancelled (lease lost or timed out)", "cancelled")
         out.flush()
         out.detach()
-    with conn.transaction():
-        counted = db.one(conn, "report_chunk_finish", {"run_id": run_id, "seq": seq, "rows": rows,
-                                                       "part_key": part_key, "job_id": job_id, "now": now})
-        if counted is None:
-            return {"rows": rows, "counted": False, "assemble": False}
-        c = db.one(conn, "report_run_count_chunk", {"id": run_id, "rows": rows})
-        assemble = c["done_chunks"] == c["total_chunks"] and _enqueue_assemble(conn, run, now)
-    return {"rows": rows, "counted": True, "assemble": assemble}
+    return {"rows": rows, "part_key": part_key}
 
 
-def assemble_run(conn: psycopg.Connection, store: Storage, run_id, *, now: datetime | None = None) -> dict:
+def assemble_run(conn: psycopg.Connection, store: Storage, run_id, parts: dict[str, dict | None], *,
+                 now: datetime | None = None) -> dict:
     """Write the final CSV (BOM, header, parts in order) and mark the run ready; returns the run.
 
-    The file appears under its key atomically; the parts are deleted after
-    the run is marked ready (a retry finds the run ready and only tidies up).
+    ``parts``: the assembly task's dependencies' results by task name (``chunk-<seq>`` ->
+    ``{"rows", "part_key"}``, ``job.dependency_results()``).  The file appears under its key
+    atomically; the parts are deleted after the run is marked ready (a retry finds the run ready
+    and only tidies up).
     """
     run = db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
     if run is None:
         raise ReportError("no report run %(id)s", "not_found", params={"id": run_id})
     prefix = run_prefix(run)
     if run["status"] != "ready":
-        parts = chunks(conn, run_id)
-        if any(p["status"] != "done" for p in parts) or len(parts) != (run["total_chunks"] or 0):
+        ordered = [parts[name] for name in sorted(parts)]
+        if len(ordered) != (run["total_chunks"] or 0) or any(not p or not p.get("part_key") for p in ordered):
             raise ReportError("run %(id)s has unfinished chunks", "chunks_unfinished", params={"id": run_id})
         kind = get_kind(run["kind"])
         key = f"{prefix}/{kind.name}.csv"
@@ -219,13 +215,15 @@ def assemble_run(conn: psycopg.Connection, store: Storage, run_id, *, now: datet
             csv.writer(out).writerow(csv_row(kind.columns))
             out.flush()
             out.detach()
-            for p in parts:
+            for p in ordered:
                 with store.open_read(p["part_key"]) as part:
                     shutil.copyfileobj(part, raw, 1024 * 1024)
         with conn.transaction():
-            updated = db.one(conn, "report_run_set_ready", {"id": run_id, "storage_key": key,
-                                                            "byte_size": store.size(key), "now": now})
-        run = updated or db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
+            db.one(conn, "report_run_set_ready", {"id": run_id, "storage_key": key,
+                                                            "byte_size": store.size(key),
+                                                            "rows": sum(int(p["rows"]) for p in ordered),
+                                                            "now": now})
+        run = db.one(conn, "report_run_get", {"id": run_id, **TenantScope(all=True).params})
     # Tidy: the parts, and what killed writers left behind; only the result stays.
     for stale in store.list(prefix):
         if stale != run["storage_key"]:

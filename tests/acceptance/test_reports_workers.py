@@ -1,6 +1,6 @@
 """Reports on real worker processes: a worker killed mid-run (SIGKILL) still
 ends in exactly one assembled file, and chunks spread over two workers
-enqueue the assembly exactly once."""
+release the assembly (the fan-in of the run's workflow) exactly once."""
 from __future__ import annotations
 
 import signal
@@ -31,7 +31,8 @@ def _start_run(db_url, per_day):
 
 
 def _run(c, run_id):
-    return c.execute("SELECT * FROM report_runs WHERE id = %s", (run_id,)).fetchone()
+    """The run with its chunks done (its workflow's chunk tasks that succeeded)."""
+    return reports.get_run(c, run_id, auth.TenantScope(all=True))
 
 
 def _assembled(c, run_id) -> bool:
@@ -47,6 +48,9 @@ def _check_result(c, store, tenant, run_id):
     with store.open_read(run["storage_key"]) as f:
         assert f.read() == direct_csv(c, tenant["id"], PARAMS["date_from"], PARAMS["date_to"], PARAMS["time_zone"])
     assert c.execute("SELECT count(*) AS n FROM jobs WHERE type = 'reports.assemble'").fetchone()["n"] == 1
+    # The run's workflow: every chunk task and the assembly succeeded, each chunk once among its tasks.
+    tasks = c.execute("SELECT name, state FROM workflow_tasks WHERE workflow_id = %s", (run["workflow_id"],)).fetchall()
+    assert {t["state"] for t in tasks} == {"succeeded"} and len(tasks) == run["total_chunks"] + 1
     return run
 
 
@@ -58,11 +62,10 @@ def test_sigkill_mid_run_ends_in_exactly_one_file(db_url, start_worker, tmp_path
     with connect(db_url) as c:
         def mid_chunk():
             r = _run(c, run["id"])
-            # A chunk job running whose chunk is not written yet: the kill lands inside a handler.
+            # A chunk job running whose task is not done yet: the kill lands inside a handler.
             busy = c.execute(
-                "SELECT count(*) AS n FROM jobs j JOIN report_chunks rc ON rc.run_id = (j.payload->>'run_id')::uuid "
-                "AND rc.seq = (j.payload->>'seq')::int WHERE j.type = 'reports.chunk' AND j.status = 'running' "
-                "AND rc.status = 'pending'").fetchone()["n"]
+                "SELECT count(*) AS n FROM jobs j JOIN workflow_tasks t ON t.job_id = j.id "
+                "WHERE j.type = 'reports.chunk' AND j.status = 'running' AND t.state = 'ready'").fetchone()["n"]
             return r["total_chunks"] and 2 <= r["done_chunks"] < r["total_chunks"] - 2 and busy
         wait_for(mid_chunk, timeout=60, interval=0.01, message="chunks to be running")
         a.send_signal(signal.SIGKILL)
@@ -82,7 +85,7 @@ def test_sigkill_mid_run_ends_in_exactly_one_file(db_url, start_worker, tmp_path
         assert lost >= 1  # the kill did land mid-chunk
 
 
-def test_two_workers_enqueue_the_assembly_once(db_url, start_worker, tmp_path):
+def test_two_workers_release_the_assembly_once(db_url, start_worker, tmp_path):
     env = {"OPSBOARD_STORAGE_DIR": str(tmp_path / "storage"), "OPSBOARD_REPORT_CHUNK_ROWS": "100",
            "OPSBOARD_POLL_INTERVAL": "0.2"}
     start_worker(db_url, "--queues", "bulk=1", "--id", "worker-a", **env)

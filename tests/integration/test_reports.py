@@ -1,5 +1,6 @@
-"""Reports: a chunked run equals one direct query; the assemble job is enqueued
-exactly once when chunks finish together; the scheduler makes one job per slot."""
+"""Reports: a chunked run (a workflow: chunk tasks, the assembly as their fan-in) equals one direct
+query; the assembly is released exactly once when chunks finish together; the scheduler makes one
+job per slot."""
 from __future__ import annotations
 
 import threading
@@ -8,11 +9,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from opsboard import audit, db, reports, schedules
+from opsboard import audit, db, jobqueue, reports, schedules
+from opsboard.jobqueue import workflows
 from opsboard.storage import LocalStorage
 from opsboard.auth import TenantScope
 from tests.conftest import connect
-from tests.support.reports import direct_csv, seed_jobs
+from tests.support.reports import assemble, claim_jobs, complete, direct_csv, finish_run, run_chunks, seed_jobs
 
 TEHRAN = ZoneInfo("Asia/Tehran")
 TYPES = ["send_email", "گزارش.ماهانه", "webhook.deliver", "پیامک"]
@@ -29,13 +31,6 @@ def _seed(conn, tenant_id, per_day=60):
                      types=TYPES, per_day=per_day)
 
 
-def _finish(conn, store, run_id, order=None):
-    seqs = [c["seq"] for c in reports.chunks(conn, run_id)]
-    for seq in (order(seqs) if order else seqs):
-        reports.run_chunk(conn, store, run_id, seq)
-    return reports.assemble_run(conn, store, run_id)
-
-
 def test_run_equals_one_direct_query(conn, tenant, tmp_path):
     _seed(conn, tenant["id"])
     store = LocalStorage(tmp_path)
@@ -44,9 +39,14 @@ def test_run_equals_one_direct_query(conn, tenant, tmp_path):
     assert total > 5
     planned = reports.chunks(conn, run["id"])
     assert all(c["est_rows"] <= 100 for c in planned)
+    # The run is a workflow: a task per chunk and the assembly, which waits for all of them.
+    wf = workflows.get_workflow(conn, reports.get_run(conn, run["id"], TenantScope(all=True))["workflow_id"])
+    assert sorted(t["name"] for t in wf["tasks"]) == ["assemble", *(f"chunk-{i:06d}" for i in range(total))]
+    assert {t["name"]: t["state"] for t in wf["tasks"]}["assemble"] == "waiting"
     # Chunks finish in any order: the parts are assembled in key order.
-    run = _finish(conn, store, run["id"], order=lambda s: list(reversed(s)))
+    run = finish_run(conn, store, run["id"], order=lambda s: list(reversed(s)))
     assert run["status"] == "ready" and run["done_chunks"] == total
+    assert workflows.get_workflow(conn, run["workflow_id"])["state"] == "succeeded"
     with store.open_read(run["storage_key"]) as f:
         produced = f.read()
     expected = direct_csv(conn, tenant["id"], "2025-03-02", "2025-03-15", "Asia/Tehran")
@@ -65,7 +65,7 @@ def test_empty_range_gives_header_only(conn, tenant, tmp_path):
     store = LocalStorage(tmp_path)
     run = reports.request_report(conn, tenant["id"], "job_activity", _params(), ACTOR)
     assert reports.plan_run(conn, run["id"], max_rows=100) == 0
-    run = reports.assemble_run(conn, store, run["id"])
+    run = assemble(conn, store, run["id"])
     with store.open_read(run["storage_key"]) as f:
         assert f.read() == b"\xef\xbb\xbfday,job_type,status,jobs\r\n"
 
@@ -79,9 +79,13 @@ def test_planning_twice_and_chunk_retries_change_nothing(conn, tenant, tmp_path)
     jobs = conn.execute("SELECT count(*) AS n FROM jobs WHERE type = 'reports.chunk' AND payload->>'run_id' = %s",
                         (str(run["id"]),)).fetchone()["n"]
     assert jobs == total
-    first = reports.run_chunk(conn, store, run["id"], 0)
-    again = reports.run_chunk(conn, store, run["id"], 0)
-    assert first["counted"] and not again["counted"]
+    [job, *_] = sorted(claim_jobs(conn, run["id"], "reports.chunk", total), key=lambda j: j["payload"]["seq"])
+    p = job["payload"]
+    first = reports.run_chunk(conn, store, run["id"], 0, p["lower"], p.get("upper"))
+    again = reports.run_chunk(conn, store, run["id"], 0, p["lower"], p.get("upper"))
+    assert first == again and first["rows"] > 0
+    assert complete(conn, job, first) == {job["id"]}
+    assert complete(conn, job, again) == set()  # a second report of the same attempt changes nothing
     assert reports.get_run(conn, run["id"], TenantScope(all=True))["done_chunks"] == 1
 
 
@@ -109,54 +113,56 @@ def test_dead_chunk_fails_the_run_and_a_replay_resumes_it(conn, tenant, tmp_path
                  (job["id"],))
     failed = reports.get_run(conn, run["id"], TenantScope(all=True))
     assert failed["status"] == "failed" and failed["failed_job_id"] == job["id"] and failed["error_code"] == "boom"
-    # The replayed job runs the chunk again: the run goes on and ends ready.
-    reports.run_chunk(conn, store, run["id"], 1, job_id=job["id"])
+    # The sweeper finishes the dead job's task: the assembly is cancelled with it, for now.
+    workflows.WorkflowSweeper().run_once(conn)
+    tasks = {t["name"]: t["state"] for t in workflows.get_workflow(conn, failed["workflow_id"])["tasks"]}
+    assert tasks["chunk-000001"] == "dead" and tasks["assemble"] == "cancelled"
+    # The replay (audited) resumes the workflow; its job runs the chunk again: the run goes on, ends ready.
+    jobqueue.replay(conn, job["id"], ACTOR, "the chunk's source is back", request_key=None)
+    assert {t["name"]: t["state"] for t in workflows.get_workflow(conn, failed["workflow_id"])["tasks"]}["assemble"] \
+        == "waiting"
+    run_chunks(conn, store, run["id"])
     assert reports.get_run(conn, run["id"], TenantScope(all=True))["status"] == "running"
-    assert _finish(conn, store, run["id"])["status"] == "ready"
+    assert assemble(conn, store, run["id"])["status"] == "ready"
 
 
-def test_assemble_enqueued_once_when_chunks_finish_together(db_url, tmp_path):
-    """Every chunk of a run finishes at the same moment on its own connection."""
+def test_assembly_released_once_when_chunks_finish_together(db_url, tmp_path):
+    """Every chunk of a run is recorded done at the same moment, each on its own connection (the
+    completing transactions of several workers): the workflow releases the assembly exactly once."""
     from opsboard import auth
     with connect(db_url) as c:
         tenant = auth.ensure_tenant(c, "acme")
         _seed(c, tenant["id"], per_day=40)
         run = reports.request_report(c, tenant["id"], "job_activity", _params(), ACTOR)
         total = reports.plan_run(c, run["id"], max_rows=100)
-    assert total >= 4
+        jobs = claim_jobs(c, run["id"], "reports.chunk", total)
+    assert total >= 4 and len(jobs) == total
     store = LocalStorage(tmp_path)
     barrier = threading.Barrier(total)
-    results, errors = [], []
-    original = db.one
+    errors = []
 
-    def together(conn, name, params=None):
-        if name == "report_chunk_finish":
-            barrier.wait(10)  # every chunk reaches its counter update at the same moment
-        return original(conn, name, params)
-
-    def finish(seq):
+    def finish(job):
         try:
             with connect(db_url) as c:
-                results.append(reports.run_chunk(c, store, run["id"], seq))
+                p = job["payload"]
+                part = reports.run_chunk(c, store, run["id"], p["seq"], p["lower"], p.get("upper"))
+                barrier.wait(10)  # every chunk's completing transaction at the same moment
+                complete(c, job, part)
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    db.one = together
-    try:
-        threads = [threading.Thread(target=finish, args=(s,)) for s in range(total)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    finally:
-        db.one = original
+    threads = [threading.Thread(target=finish, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
     assert not errors, errors
-    assert sum(r["assemble"] for r in results) == 1
     with connect(db_url) as c:
         n = c.execute("SELECT count(*) AS n FROM jobs WHERE type = 'reports.assemble'").fetchone()["n"]
-        r = c.execute("SELECT done_chunks, total_chunks, assemble_enqueued_at FROM report_runs").fetchone()
-    assert n == 1
-    assert r["done_chunks"] == r["total_chunks"] == total and r["assemble_enqueued_at"] is not None
+        r = reports.get_run(c, run["id"], TenantScope(all=True))
+        assert n == 1
+        assert r["done_chunks"] == r["total_chunks"] == total
+        assert assemble(c, store, run["id"])["status"] == "ready"
 
 
 # ---------------------------------------------------------------- scheduler

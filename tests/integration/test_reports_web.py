@@ -9,7 +9,7 @@ import pytest
 from opsboard import audit, auth, reports
 from opsboard.storage import LocalStorage
 from tests.conftest import connect, make_config
-from tests.support.reports import seed_jobs
+from tests.support.reports import claim_jobs, complete, finish_run, seed_jobs
 
 
 @pytest.fixture
@@ -32,10 +32,7 @@ def _ready_run(db_url, store_dir, slug):
         run = reports.request_report(c, tenant["id"], "job_activity",
                                      {"date_from": "2025-03-01", "date_to": "2025-03-03"}, audit.Actor("t"))
         reports.plan_run(c, run["id"], max_rows=100)
-        store = LocalStorage(store_dir)
-        for ch in reports.chunks(c, run["id"]):
-            reports.run_chunk(c, store, run["id"], ch["seq"])
-        return reports.assemble_run(c, store, run["id"])
+        return finish_run(c, LocalStorage(store_dir), run["id"])
 
 
 def test_download_refuses_another_tenants_run(app, client, login_as, tmp_path):
@@ -128,3 +125,33 @@ def test_failed_run_links_its_dead_job_and_schedules_page(app, client, login_as)
     schedules_page = client.get("/reports/schedules").get_data(as_text=True)
     assert "reports.nightly_activity" in schedules_page and "Asia/Tehran" in schedules_page
     assert 'href="/reports/"' in client.get("/reports/").get_data(as_text=True)  # the nav link
+
+
+def test_report_page_shows_progress_from_its_workflow(app, client, login_as, tmp_path):
+    """A run is a workflow: the report's page counts its chunk tasks done, lists them, and links the
+    workflow's page, which draws the chunks and the assembly waiting for them."""
+    url = app.extensions["test_db_url"]
+    with connect(url) as c:
+        tenant = auth.ensure_tenant(c, "acme")
+        seed_jobs(c, tenant["id"], datetime.fromisoformat("2025-03-01T00:00:00+00:00"), days=3,
+                  types=["send_email", "گزارش.ماهانه"], per_day=30)
+        run = reports.request_report(c, tenant["id"], "job_activity",
+                                     {"date_from": "2025-03-01", "date_to": "2025-03-03"}, audit.Actor("t"))
+        total = reports.plan_run(c, run["id"], max_rows=40)
+        [first, *_] = sorted(claim_jobs(c, run["id"], "reports.chunk", total), key=lambda j: j["payload"]["seq"])
+        p = first["payload"]
+        complete(c, first, reports.run_chunk(c, LocalStorage(tmp_path / "storage"), run["id"], p["seq"],
+                                             p["lower"], p.get("upper")))
+        workflow_id = reports.get_run(c, run["id"], auth.TenantScope(all=True))["workflow_id"]
+    assert total >= 2
+    login_as("ops", tenant="acme", operator=False)
+    page = client.get(f"/reports/{run['id']}").get_data(as_text=True)
+    assert f"1 of {total} chunks" in page
+    assert f'href="/workflows/{workflow_id}"' in page
+    assert page.count('data-seq="') == total and page.count(">done<") + page.count("status-done") >= 1
+    runs = client.get("/reports/_runs").get_data(as_text=True)
+    assert f"1 of {total}" in runs
+    wf_page = client.get(f"/workflows/{workflow_id}")
+    assert wf_page.status_code == 200
+    body = wf_page.get_data(as_text=True)
+    assert "assemble" in body and "chunk-000000" in body

@@ -44,3 +44,68 @@ def direct_csv(conn, tenant_id, date_from: str, date_to: str, time_zone: str) ->
         r = list(r.values()) if isinstance(r, dict) else list(r)
         w.writerow((r[0].isoformat(), r[1], r[2], r[3]))
     return BOM + out.getvalue().encode("utf-8")
+
+
+# ------------------------------------------------------------ a run driven as the worker drives it
+
+WORKER = "report-test-worker"
+
+
+def claim_jobs(conn, run_id, job_type: str, expected: int | None = None) -> list[dict]:
+    """Claim the run's jobs of ``job_type`` through the queue's own claim (queue ``bulk``), as a worker
+    does; other jobs the claims take stay running (the test's transaction ends them)."""
+    from opsboard import jobqueue
+    got: list[dict] = []
+    for _ in range(50):
+        rows = jobqueue.claim(conn, "bulk", WORKER, 1000, 600).rows
+        got += [r for r in rows if r["type"] == job_type and r["payload"].get("run_id") == str(run_id)]
+        if not rows or (expected is not None and len(got) >= expected):
+            break
+    return got
+
+
+def complete(conn, job: dict, result) -> set:
+    """Record one claimed job's success with its result through the completer's statement: the
+    transaction that releases its workflow's dependents (the assembly after the last chunk)."""
+    import json
+    from datetime import datetime, timezone
+    from opsboard import jobqueue
+    from opsboard.jobqueue import workflows
+    return jobqueue.record_outcomes(conn, WORKER, [jobqueue.OutcomeRecord(
+        job["id"], job["attempts"], "succeeded", job.get("started_at") or datetime.now(timezone.utc),
+        result=None if result is None else json.dumps(result),
+        task=workflows.task_id_of(job["idempotency_key"]))])
+
+
+def run_chunks(conn, store, run_id, *, order=None) -> list[dict]:
+    """Claim, write and complete every chunk of a planned run (in ``order`` of their seq)."""
+    from opsboard import reports
+    jobs = sorted(claim_jobs(conn, run_id, "reports.chunk", reports.get_run(
+        conn, run_id, _all())["total_chunks"]), key=lambda j: j["payload"]["seq"])
+    for job in (order(jobs) if order else jobs):
+        p = job["payload"]
+        complete(conn, job, reports.run_chunk(conn, store, run_id, p["seq"], p["lower"], p.get("upper")))
+    return jobs
+
+
+def assemble(conn, store, run_id) -> dict:
+    """Claim the run's assembly (released by its workflow once every chunk succeeded), write the file
+    from its dependencies' results, and complete it; returns the run."""
+    from opsboard import reports
+    from opsboard.jobqueue import workflows
+    [job] = claim_jobs(conn, run_id, "reports.assemble", 1)
+    parts = workflows.dependency_results(conn, workflows.task_id_of(job["idempotency_key"]))
+    run = reports.assemble_run(conn, store, run_id, parts)
+    complete(conn, job, None)
+    return run
+
+
+def finish_run(conn, store, run_id, *, order=None) -> dict:
+    """Every chunk, then the assembly, through the queue as the worker runs them; returns the run."""
+    run_chunks(conn, store, run_id, order=order)
+    return assemble(conn, store, run_id)
+
+
+def _all():
+    from opsboard.auth import TenantScope
+    return TenantScope(all=True)

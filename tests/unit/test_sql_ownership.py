@@ -58,7 +58,7 @@ OWNERS: dict[str, str] = {
     "quiet_hours_": "notifications.sql",          # quiet_hours
     "rate_limit_": "limits.sql",
     "replica_": "replica.sql",                    # the read replica's position (no table: WAL positions)                  # token buckets
-    "report_": "reports.sql",                     # report_runs, report_chunks
+    "report_": "reports.sql",                     # report_runs (chunks: their workflow)
     "schedule_": "schedules.sql",                 # schedule_state
     "service_error_": "workers.sql",              # service_errors (the worker's maintenance services)
     "session_": "auth.sql",                       # sessions
