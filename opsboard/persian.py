@@ -20,6 +20,8 @@ import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel.dates import format_timedelta as _babel_timedelta
+from babel.numbers import format_decimal as _babel_decimal
+from babel.numbers import format_percent as _babel_percent
 from persiantools.jdatetime import JalaliDate, JalaliDateTime
 
 LOCALES = ("en", "fa")
@@ -94,6 +96,30 @@ def format_count(value, locale: str | None) -> str:
         return digits_for(value, locale)
     text = f"{number:,}"
     return fa_digits(text.replace(",", "٬")) if locale == "fa" else text
+
+
+def format_decimal(value, locale: str | None, places: int = 1) -> str:
+    """A number with at most ``places`` decimals, group and decimal separators of the locale (Babel's CLDR
+    symbols: 1,234.5 / ۱٬۲۳۴٫۵), in the locale's digits."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return digits_for(value, locale)
+    pattern = "#,##0" + ("." + "#" * places if places > 0 else "")
+    text = _babel_decimal(number, pattern, locale=locale or "en", numbering_system="default")
+    return digits_for(text, locale)
+
+
+def format_percent(ratio, locale: str | None, places: int = 0) -> str:
+    """``ratio`` (0.25) as a percentage in the locale's digits and signs (25% / ۲۵٪)."""
+    try:
+        number = float(ratio)
+    except (TypeError, ValueError):
+        return digits_for(ratio, locale)
+    pattern = "#,##0" + ("." + "#" * places if places > 0 else "") + "%"
+    text = _babel_percent(number, pattern, locale=locale or "en", numbering_system="default")
+    # CLDR's Persian percent sign is the Arabic one (U+066A); Babel keeps the Latin sign with Latin digits.
+    return fa_digits(text).replace("%", "\u066a") if locale == "fa" else text
 
 
 def load_zone(name) -> ZoneInfo | None:

@@ -9,7 +9,8 @@ Gregorian, UTC).  The formatting itself is :mod:`opsboard.persian` (no Flask).
 Templates get ``page_lang``/``page_dir`` (``<html lang dir>``) and the
 helpers ``fmt_ts`` (a timestamp in the user's calendar and zone), ``utc_title``
 (its exact UTC time, the hover title), ``num`` (a count in the locale's
-digits) and ``ago`` (a translated duration).
+digits), ``dec`` and ``pct`` (a measure and a percentage, with the locale's
+separators: ۱٬۲۳۴٫۵ and ۲۵٪ in fa) and ``ago`` (a translated duration).
 """
 from __future__ import annotations
 
@@ -80,6 +81,16 @@ def num(value) -> str:
 
 def digits(value) -> str:
     return persian.digits_for(value, prefs()[0])
+
+
+def dec(value, places: int = 1) -> str:
+    """A measure (a duration, a rate) with at most ``places`` decimals, in the locale's digits and separators."""
+    return persian.format_decimal(value, prefs()[0], places)
+
+
+def pct(ratio, places: int = 0) -> str:
+    """A ratio (0.25) as a percentage in the locale's digits and signs (25% / ۲۵٪)."""
+    return persian.format_percent(ratio, prefs()[0], places)
 
 
 def ago(seconds) -> str:
@@ -279,7 +290,7 @@ def init_app(app) -> None:
     app.context_processor(_context)
     # Globals, not context: macros imported without context ({% from ... import ts %}) see them too.
     app.jinja_env.globals.update(fmt_ts=fmt_ts, fmt_ts_in=fmt_ts_in, fmt_day=fmt_day, utc_title=persian.format_utc,
-                                 num=num, digits=digits,
+                                 num=num, digits=digits, dec=dec, pct=pct,
                                  ago_text=ago,
                                  locale_names=LOCALE_NAMES, status_label=status_label, role_label=role_label,
                                  channel_label=channel_label, suppression_label=suppression_label,
@@ -287,6 +298,8 @@ def init_app(app) -> None:
                                  live_text=live_text, system_text=system_text, actor_name=actor_name,
                                  detail_label=detail_label)
     app.register_blueprint(bp)
+    from . import backlinks
+    backlinks.register(app)
 
 
 def _back() -> str:

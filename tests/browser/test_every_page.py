@@ -3,10 +3,9 @@
 
 - no English left on a fa page (Latin words that are not ids, codes, names or inside a left-to-right island);
 - axe-core (vendored here for the tests only: tests/browser/axe.min.js, axe-core 4.14.1, MPL-2.0) finds no serious
-  or critical violation on any page, in fa and en, light and dark;
-- a walk at desktop (light theme) and phone (dark theme) widths saves a screenshot of every page to
-  test-output/<test name>/, runs axe on it, and checks that
-  no page is wider than the phone.
+  or critical violation on any page, in fa and en, at 1280 and 390 px, light and dark (all eight combinations);
+- a walk at desktop and phone widths saves a screenshot of every page to test-output/<test name>/, runs axe on
+  it in both themes, and checks that no page is wider than the phone.
 
 Same setup as test_ops_journey (Debian's chromium, a real threaded server).  The walk is bounded: one world,
 one browser, each page loaded once per language and width.
@@ -125,7 +124,9 @@ def _sign_in(page, server, email):
 #: outside content people wrote (dir=auto: a ticket's subject, a notification in its own language).
 VISIBLE_TEXT = """() => {
   const skip = 'code, pre, kbd, samp, bdi, time, [dir="ltr"], [dir="auto"], [lang="en"], script, style, svg title,'
-             + ' [hidden], [aria-hidden="true"], option, textarea, .lang-switch, .brand';
+             + ' [hidden], [aria-hidden="true"], option, textarea, .lang-switch, .brand,'
+             // a template's rendered preview: the notification as its author wrote it, digits included
+             + ' .preview-cell';
   const out = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walker.nextNode()) {
@@ -161,8 +162,21 @@ def latin_words(texts: list[str]) -> list[str]:
     return found
 
 
+#: A number written the Latin way on a Persian page: a Latin digit, or Persian digits around a Latin separator
+#: (۱.۵, ۱,۲۳۴) or before a Latin percent sign; fa numbers read ۱٬۲۳۴٫۵ and ۲۵٪ (issue 44).
+#: (Latin digits count outside ids and codes; Persian digits are never an id's, so their separators count anywhere.)
+LATIN_DIGIT = re.compile(r"[0-9]")
+LATIN_SEPARATOR = re.compile(r"[۰-۹][.,][۰-۹]|[۰-۹]%")
+
+
+def latin_numbers(texts: list[str]) -> list[str]:
+    return [repr(text[:80]) for text in texts
+            if LATIN_DIGIT.search(ID_LIKE.sub(" ", text)) or LATIN_SEPARATOR.search(text)]
+
+
 def test_no_english_on_fa_pages(app, server, browser, every_role):  # noqa: F811
-    """Every page of every role in fa: no Latin word outside ids, codes, names and left-to-right islands."""
+    """Every page of every role in fa: no Latin word outside ids, codes, names and left-to-right islands, and
+    every number in Persian digits and separators."""
     leftovers: dict[str, list[str]] = {}
     for role, paths in pages(every_role).items():
         email = every_role["emails"][role]
@@ -174,7 +188,8 @@ def test_no_english_on_fa_pages(app, server, browser, every_role):  # noqa: F811
             page.goto(server + path)
             page.wait_for_load_state("networkidle")
             assert page.get_attribute("html", "lang") == "fa", path
-            words = latin_words(page.evaluate(VISIBLE_TEXT))
+            texts = page.evaluate(VISIBLE_TEXT)
+            words = latin_words(texts) + [f"number {n}" for n in latin_numbers(texts)]
             if words:
                 leftovers[f"{role} {path}"] = words
         context.close()
@@ -189,23 +204,45 @@ def _axe(page) -> list[str]:
     return result
 
 
-#: Each language is walked twice: on a desktop in the light theme and on a phone in the dark theme (the system's
-#: setting, emulated), so every page meets axe in fa and en, light and dark, in four passes rather than eight.
-PASSES = [(1280, 900, "light"), (390, 844, "dark")]
+#: Inputs whose placeholder is wider than the box it is shown in (issue 44: "placeholders are cut off"), measured
+#: in the input's own font: "name: placeholder (text px > box px)".
+CUT_PLACEHOLDERS = """() => {
+  const canvas = document.createElement('canvas').getContext('2d');
+  const out = [];
+  for (const el of document.querySelectorAll('input[placeholder], textarea[placeholder]')) {
+    if (!el.getClientRects().length || el.type === 'hidden') continue;
+    const st = getComputedStyle(el);
+    canvas.font = st.font;
+    const box = el.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+    const longest = el.tagName === 'TEXTAREA' ? 0 : canvas.measureText(el.placeholder).width;
+    if (longest > box + 1) out.push(`${el.name || el.id}: ${el.placeholder} (${Math.ceil(longest)} > ${Math.floor(box)} px)`);
+  }
+  return out;
+}"""
+
+
+#: Each language is walked at two widths, a desktop and a phone; at each width every page is loaded once and met by
+#: axe twice, in the light and in the dark theme (the system's setting, emulated on the loaded page: no second load
+#: or sign-in), so every page meets axe in all eight combinations of fa/en, 1280/390 px and light/dark.  The
+#: screenshot is taken in the first scheme of the width (light on the desktop, dark on the phone).
+PASSES = [(1280, 900, ("light", "dark")), (390, 844, ("dark", "light"))]
 
 
 @pytest.mark.parametrize("locale", ["fa", "en"])
 def test_walk_every_role_with_axe_on_desktop_and_phone(app, server, browser, every_role, shots, locale):  # noqa: F811
-    """Every role's pages at 1280 px (light) and 390 px (dark): a screenshot each (test-output/<test name>/),
-    no serious or critical axe-core violation, and no page wider than the phone."""
+    """Every role's pages at 1280 px and 390 px, each in the light and the dark theme: a screenshot each
+    (test-output/<test name>/), no serious or critical axe-core violation, no page wider than the phone and no
+    placeholder wider than its input."""
     violations: dict[str, list[str]] = {}
     too_wide = []
+    cut: list[str] = []
+    combos = set()
     for role, paths in pages(every_role).items():
         email = every_role["emails"][role]
         _set_locale(app, email, locale)
-        for width, height, scheme in PASSES:
+        for width, height, schemes in PASSES:
             # The page's CSP forbids inline scripts; axe is the test's own script, injected past it.
-            context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme,
+            context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=schemes[0],
                                           is_mobile=width < 500, has_touch=width < 500, bypass_csp=True)
             page = context.new_page()
             _sign_in(page, server, email)
@@ -214,12 +251,49 @@ def test_walk_every_role_with_axe_on_desktop_and_phone(app, server, browser, eve
                 page.wait_for_load_state("networkidle")
                 assert page.get_attribute("html", "lang") == locale
                 name = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")[:40] or "home"
-                shots(page, f"{role}-{width}-{scheme}-{name}")
-                found = _axe(page)
-                if found:
-                    violations[f"{role} {width} {scheme} {path}"] = found
+                shots(page, f"{role}-{width}-{schemes[0]}-{name}")
+                for scheme in schemes:
+                    page.emulate_media(color_scheme=scheme)
+                    assert page.evaluate(f"matchMedia('(prefers-color-scheme: {scheme})').matches"), scheme
+                    found = _axe(page)
+                    combos.add((width, scheme))
+                    if found:
+                        violations[f"{role} {width} {scheme} {path}"] = found
+                page.emulate_media(color_scheme=schemes[0])
+                cut.extend(f"{width} {path} {c}" for c in page.evaluate(CUT_PLACEHOLDERS))
                 if width < 500 and not page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"):
                     too_wide.append(f"{role} {path}: {page.evaluate('document.documentElement.scrollWidth')} px")
             context.close()
+    assert combos == {(w, s) for w in (1280, 390) for s in ("light", "dark")}
     assert violations == {}, "\n".join(f"{k}: {v}" for k, v in violations.items())
     assert too_wide == []
+    assert sorted(set(cut)) == [], "placeholders cut off:\n" + "\n".join(sorted(set(cut)))
+
+
+def test_back_link_names_queue_health_when_opened_from_it(app, server, browser, every_role):  # noqa: F811
+    """Issue 44's smaller finding, in the browser: Queue health → "Cancel waiting…" → the confirmation's back link
+    reads "← Queue health" (it read "← Dead letters") and leads there; a job page opened from the Workers page
+    leads back to Workers, through the Referer the browser sends."""
+    email = every_role["emails"]["admin"]
+    _set_locale(app, email, "en")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    _sign_in(page, server, email)
+    page.goto(server + "/queues/")
+    page.locator("a.cancel-many-link").first.click()
+    page.wait_for_url("**/jobs/cancel-many/confirm**")
+    back = page.locator("a[data-back]")
+    assert back.inner_text() == "← Queue health"
+    back.click()
+    page.wait_for_url(f"{server}/queues/")
+    page.goto(f"{server}/jobs/{every_role['dead'][0]}")         # typed in: no list page before it, the default
+    assert page.locator("a[data-back]").inner_text() == "← Jobs"
+    # The walk's worker runs no job, so the Workers page has no job link of its own: one is added to it, to
+    # follow from that page as a reader would.
+    page.goto(f"{server}/workers/")
+    page.evaluate("id => { const a = document.createElement('a'); a.href = '/jobs/' + id; a.id = 'go';"
+                  " document.querySelector('main').append(a); a.textContent = 'go'; }", str(every_role["dead"][0]))
+    page.click("#go")
+    page.wait_for_url(f"**/jobs/{every_role['dead'][0]}")
+    assert page.locator("a[data-back]").inner_text() == "← Workers"
+    context.close()

@@ -34,6 +34,17 @@ def test_digits_both_ways():
     assert persian.format_count(12345, "fa") == "۱۲٬۳۴۵" and persian.format_count(12345, "en") == "12,345"
 
 
+def test_measures_and_percentages_take_the_locales_separators():
+    """Issue 44: a fa measure reads ۱٬۲۳۴٫۵ and a percentage ۲۵٪ (Latin digits with Persian digits swapped in
+    read ۱.۵ and ۲۵%)."""
+    assert persian.format_decimal(1234.5, "fa") == "۱٬۲۳۴٫۵" and persian.format_decimal(1234.5, "en") == "1,234.5"
+    assert persian.format_decimal(2.0, "fa") == "۲" and persian.format_decimal(0.125, "en", 2) == "0.12"
+    assert persian.format_decimal(7.25, "fa", 0) == "۷"
+    assert persian.format_percent(0.25, "fa") == "۲۵٪" and persian.format_percent(0.25, "en") == "25%"
+    assert persian.format_percent(0.256, "fa", 1) == "۲۵٫۶٪" and persian.format_percent(0.256, "en", 1) == "25.6%"
+    assert persian.format_decimal("n/a", "fa") == "n/a" and persian.format_percent(None, "en") == "None"
+
+
 def test_timestamp_in_zone_and_calendar():
     t = dt.datetime(2026, 3, 20, 20, 30, 5, tzinfo=dt.timezone.utc)   # 00:00:05 on 1 Farvardin 1405 in Tehran
     assert persian.format_timestamp(t, locale="fa", calendar="jalali", timezone="Asia/Tehran") == "۱۴۰۵/۰۱/۰۱ ۰۰:۰۰:۰۵"
