@@ -436,6 +436,10 @@ WHERE a.finished_at >= %(since)s;
 -- name: webhook_endpoint_last_error
 -- The newest failed attempt among the endpoint's newest %(window)s deliveries:
 -- its code, its redacted detail (the status and the start of the answer), when.
+-- Each delivery's newest failure is looked up by its job (LATERAL ... LIMIT 1, on
+-- job_attempts_job_idx): a plain join was planned as a walk of every failed attempt
+-- by time (job_attempts_failed_idx) filtered against the deliveries, 32 s at 50
+-- endpoints of 2,000 deliveries each against 0.1 s this way.
 WITH recent AS (
     SELECT id FROM jobs
     WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND payload->>'endpoint_id' = %(endpoint_id)s
@@ -444,8 +448,12 @@ WITH recent AS (
 )
 SELECT a.job_id, a.attempt, a.error_code, a.detail, a.finished_at
 FROM recent r
-JOIN job_attempts a ON a.job_id = r.id
-WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')
+CROSS JOIN LATERAL (
+    SELECT job_id, attempt, error_code, detail, finished_at FROM job_attempts a
+    WHERE a.job_id = r.id AND a.outcome IN ('retryable', 'dead', 'lease_expired')
+    ORDER BY a.finished_at DESC
+    LIMIT 1
+) a
 ORDER BY a.finished_at DESC
 LIMIT 1;
 
@@ -454,6 +462,45 @@ LIMIT 1;
 SELECT count(*) AS n FROM jobs
 WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND status = 'dead'
   AND payload->>'endpoint_id' = %(endpoint_id)s;
+
+-- name: webhook_endpoint_summaries
+-- The Webhooks list and the Deliveries table (issue 44): for each listed endpoint
+-- (the pairs %(tenant_ids)s / %(endpoint_ids)s), what its page shows in brief: its
+-- failure rate over its newest %(window)s deliveries' attempts finished since
+-- %(since)s, the newest failed attempt among them (code, redacted detail, job),
+-- and its dead deliveries counted up to %(dead_cap)s.  One statement for the whole
+-- list, each endpoint read through the same indexes as webhook_endpoint_health
+-- (jobs_webhook_endpoint_idx, then job_attempts_job_idx per delivery;
+-- jobs_webhook_endpoint_dead_idx): bounded work per endpoint however busy it is, so
+-- a list that refreshes itself stays cheap.  The rate and the last error come from
+-- one pass over the window's attempts: a separate "newest failure" subquery is
+-- planned as a walk of every failed attempt by time (job_attempts_failed_idx),
+-- seconds on a busy database.
+WITH e AS (
+    SELECT * FROM unnest(%(tenant_ids)s::uuid[], %(endpoint_ids)s::text[]) AS e(tenant_id, endpoint_id)
+)
+SELECT e.endpoint_id, w.calls, w.failures, (w.last).job_id AS last_error_job_id, (w.last).error_code AS last_error,
+       (w.last).detail AS last_error_detail, (w.last).finished_at AS last_error_at, dead.n AS dead_count
+FROM e
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE a.finished_at >= %(since)s
+                              AND a.outcome IN ('succeeded', 'retryable', 'dead', 'lease_expired')) AS calls,
+           count(*) FILTER (WHERE a.finished_at >= %(since)s
+                              AND a.outcome IN ('retryable', 'dead', 'lease_expired')) AS failures,
+           (array_agg(a ORDER BY a.finished_at DESC)
+                FILTER (WHERE a.outcome IN ('retryable', 'dead', 'lease_expired')))[1] AS last
+    FROM (SELECT id FROM jobs
+          WHERE tenant_id = e.tenant_id AND type = 'webhook.deliver' AND payload->>'endpoint_id' = e.endpoint_id
+          ORDER BY id DESC LIMIT %(window)s) r
+    JOIN job_attempts a ON a.job_id = r.id
+) w
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM jobs
+        WHERE tenant_id = e.tenant_id AND type = 'webhook.deliver' AND status = 'dead'
+          AND payload->>'endpoint_id' = e.endpoint_id
+        LIMIT %(dead_cap)s) d
+) dead;
 
 -- name: webhook_endpoint_dead_list
 -- The endpoint's newest dead deliveries (jobs_webhook_endpoint_dead_idx).

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template
 
-from ..deliveries import breaker
+from ..deliveries import breaker, endpoint_health
 from .context import get_db
 from .security import current_scope, requires
 
@@ -13,7 +13,10 @@ bp = Blueprint("deliveries", __name__, url_prefix="/deliveries")
 def _context() -> dict:
     scope = current_scope("jobs.view")
     with get_db().connection() as conn:
-        return breaker.delivery_status(conn, scope)
+        status = breaker.delivery_status(conn, scope)
+        # Each endpoint's last error, failure rate and dead count beside its breaker (issue 44).
+        status["health"] = endpoint_health.endpoint_summaries(conn, status["endpoints"])
+        return status
 
 
 @bp.route("/")

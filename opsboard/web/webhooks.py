@@ -34,7 +34,9 @@ def _page(**extra):
     with get_db().connection() as conn:
         endpoints = webhooks.list_endpoints(conn, scope)
         tenants = [(t["id"], t["slug"]) for t in db.all_rows(conn, "tenant_list_visible", scope.params)]
-    return {"endpoints": endpoints, "tenants": tenants, **extra}
+        # Each endpoint's last error, failure rate and dead count, linked to its page (issue 44).
+        health = endpoint_health.endpoint_summaries(conn, endpoints)
+    return {"endpoints": endpoints, "tenants": tenants, "health": health, **extra}
 
 
 def _partial(**extra):

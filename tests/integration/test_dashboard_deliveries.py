@@ -40,3 +40,38 @@ def test_a_tenant_admin_sees_only_its_own(client, login_as, app):
     html = client.get("/deliveries/").get_data(as_text=True)
     assert str(mine["id"]) in html and str(theirs["id"]) not in html
     assert "provider:smtp" not in html  # the platform's providers are for operator staff
+
+
+def test_webhooks_list_and_deliveries_table_show_each_endpoints_last_error_rate_and_dead(client, login_as, app):
+    """Issue 44: the endpoint the dead letters came from no longer looks healthy on the lists: its last error
+    (code and readable detail), its failure rate and its dead count, each linked to its page; a quiet
+    endpoint shows none of them."""
+    import uuid
+    from datetime import timedelta
+
+    from tests.support import dashboard as seed
+
+    with connect(app.extensions["test_db_url"]) as c:
+        t = auth.ensure_tenant(c, "acme")["id"]
+        bad = webhooks.create_endpoint(c, t, "https://hooks.example.test/bad", ["*"])
+        quiet = webhooks.create_endpoint(c, t, "https://hooks.example.test/quiet", ["*"])
+        now = seed.db_now(c)
+        deliveries = seed.jobs(c, t, 4, "webhook.deliver",
+                               {"endpoint_id": str(bad["id"]), "event_id": str(uuid.uuid4())})
+        seed.kill(c, deliveries[:3], "http_400", at=now - timedelta(minutes=5),
+                  detail='HTTP 400: {"error": "invalid_payload"}')
+        seed.attempt(c, deliveries[3], "succeeded", at=now - timedelta(minutes=1))
+    login_as("admin")
+    for path, link_id in (("/webhooks/", "endpoint"), ("/deliveries/", "breaker-endpoint")):
+        html = client.get(path).get_data(as_text=True)
+        row = html[html.index(f'data-endpoint="{bad["id"]}"'):]
+        row = row[:row.index("</tr>")]
+        assert 'data-last-error="http_400"' in row, path
+        assert "invalid_payload" in row, path                       # the readable detail, not only the code
+        assert 'data-failure-rate="0.750"' in row and "75%" in row, path   # 3 of 4 attempts failed
+        assert 'data-dead-count="3"' in row, path
+        assert f'href="/webhooks/{bad["id"]}#endpoint-dead"' in row, path
+        assert f'href="/webhooks/{bad["id"]}#endpoint-last-error"' in row, path
+        other = html[html.index(f'data-endpoint="{quiet["id"]}"'):]
+        other = other[:other.index("</tr>")]
+        assert 'data-last-error=""' in other and 'data-failure-rate=""' in other and 'data-dead-count="0"' in other
