@@ -117,6 +117,9 @@ class JobPolicy:
     concurrency: int | None = None
     #: The provider this type talks to (for per-provider limits).
     provider: str | None = None
+    #: Most jobs of this type running at once per concurrency key (the key its ``concurrency_key``
+    #: function computes from the job at enqueue), across all workers (None: no limit per key).
+    key_concurrency: int | None = None
 
     def __post_init__(self):
         if self.queue not in QUEUE_NAMES:
@@ -125,6 +128,8 @@ class JobPolicy:
             raise ValueError("max_attempts >= 1, timeout > 0, backoff base and cap >= 0")
         if not -32768 <= self.priority <= 32767:
             raise ValueError("priority must fit a smallint")
+        if self.key_concurrency is not None and self.key_concurrency < 1:
+            raise ValueError("key_concurrency must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,11 @@ class JobType:
     run: Callable | None = field(default=None, compare=False, repr=False)
     #: The ``prepare_batch`` function, likewise.
     prepare: Callable | None = field(default=None, compare=False, repr=False)
+    #: ``key(payload, tenant_id) -> str | None``: the job's concurrency key, computed at enqueue and
+    #: stored on the job (``jobs.concurrency_key``); with ``policy.key_concurrency`` (or an
+    #: operator's live limit of kind ``key``) at most that many jobs of this type with one key run at
+    #: once.  ``None`` (the function, or what it returns): no key.
+    concurrency_key: Callable[[dict, Any], str | None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,9 @@ class ConcurrencyLimits:
     #: Per group, whose running jobs count: ``""`` every queue's, ``"critical"`` the critical
     #: queue's only, ``"other"`` every other queue's (a provider with a critical share).
     group_sides: tuple[str, ...] = ()
+    #: Types with a limit per concurrency key, and that limit (parallel; see JobType.concurrency_key).
+    key_types: tuple[str, ...] = ()
+    key_limits: tuple[int, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -274,6 +287,7 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
     live = {(k, t): v for k, t, v in overrides}
     types: dict[str, tuple[int, str]] = {}
     groups: dict[str, tuple[int, str]] = {}
+    keyed: dict[str, int] = {}
     locks: set[str] = set()
     critical = queue == "critical"
     for jt in cat.job_types.values():
@@ -282,9 +296,16 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
         type_limit = live.get(("type", jt.name), jt.policy.concurrency)
         prov_limit = live.get(("provider", prov_name), prov.concurrency if prov is not None else None) \
             if prov_name else None
+        key_limit = live.get(("key", jt.name), jt.policy.key_concurrency) if jt.concurrency_key is not None else None
         limited_type = type_limit is not None
         limited_prov = prov_limit is not None
-        if not (limited_type or limited_prov):
+        if key_limit is not None:
+            # Its jobs are claimed under a lock of the type's keys (check-and-claim atomic across workers),
+            # through the limited arm of the claim (a type limit of 1,000,000 when it has none).
+            keyed[jt.name] = min(key_limit, keyed.get(jt.name, key_limit))
+            if jt.policy.queue == queue:
+                locks.add("keys:" + jt.name)
+        if not (limited_type or limited_prov or key_limit is not None):
             continue
         group = ""
         if limited_prov:
@@ -308,9 +329,11 @@ def _concurrency_limits(cat: _catalogue.Catalogue, queue: str,
     if not locks:
         return ConcurrencyLimits((), (), (), (), (), ())
     names = sorted(types)
+    keys = sorted(keyed)
     return ConcurrencyLimits(tuple(sorted(locks)), tuple(names), tuple(types[n][0] for n in names),
                              tuple(types[n][1] for n in names), tuple(sorted(groups)),
-                             tuple(groups[g][0] for g in sorted(groups)), tuple(groups[g][1] for g in sorted(groups)))
+                             tuple(groups[g][0] for g in sorted(groups)), tuple(groups[g][1] for g in sorted(groups)),
+                             tuple(keys), tuple(keyed[k] for k in keys))
 
 
 _HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -335,6 +358,7 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
            fields: dict[str, Field] | None = None, check: Callable[[dict], None] | None = None,
            description: str = "", prepare_batch: str | Callable | None = None, relaxed_effects: bool = False,
            public: bool = False, on_replay: str | None = None, on_cancel: str | None = None,
+           concurrency_key: Callable[[dict, Any], str | None] | None = None,
            **policy: Any) -> JobType:
     """Register a job type in ``cat``; redefining the same (name, version) replaces it.
 
@@ -345,6 +369,8 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
     may be enqueued over the HTTP API; the others only by the product's own code.  ``on_replay``
     names the query an operator's replay of a dead job runs (see :attr:`JobType.on_replay`),
     ``on_cancel`` the one a cancel of unstarted jobs runs (:attr:`JobType.on_cancel`).
+    ``concurrency_key`` with ``key_concurrency=N``: at most N jobs of this type per key run at once
+    (:attr:`JobType.concurrency_key`; docs/queue.md, "Concurrency keys").
     """
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ValueError(f"job type name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -362,6 +388,10 @@ def define(cat: _catalogue.Catalogue, name: str, version: int = 1, *, handler: s
     jt = JobType(name, int(version), paths["handler"], JobPolicy(**policy), dict(fields or {}), check, description,
                  paths["prepare_batch"], bool(relaxed_effects), bool(public), on_replay, on_cancel,
                  functions["handler"], functions["prepare_batch"])
+    if concurrency_key is not None:
+        if not callable(concurrency_key):
+            raise ValueError(f"job type {name!r}: concurrency_key must be a function of (payload, tenant_id)")
+        jt = dataclasses.replace(jt, concurrency_key=concurrency_key)
     cat.job_types[(jt.name, jt.version)] = jt
     cat.changed()
     return jt

@@ -221,7 +221,12 @@ def read_holds(conn: psycopg.Connection) -> Holds:
 
 
 #: What :func:`set_limit` changes: a type's or a provider's concurrency, a queue's slots per worker.
-LIMIT_KINDS = ("type", "provider", "queue")
+LIMIT_KINDS = ("type", "provider", "queue", "key")
+
+
+def keyed_types() -> list[str]:
+    """Job types with a concurrency key (issue 50): their per-key limit may be set live (kind ``key``)."""
+    return sorted({jt.name for jt in active().job_types.values() if jt.concurrency_key is not None})
 
 
 def limit_bounds(kind: str) -> tuple[int, int]:
@@ -235,6 +240,10 @@ def catalogue_limit(kind: str, target: str) -> int | None:
     if kind == "queue":
         return None
     cat = active()
+    if kind == "key":
+        values = [jt.policy.key_concurrency for jt in cat.job_types.values()
+                  if jt.name == target and jt.policy.key_concurrency is not None]
+        return min(values) if values else None
     if kind == "provider":
         prov = cat.providers.get(target)
         return prov.concurrency if prov is not None else None
@@ -248,17 +257,40 @@ def list_limits(conn: psycopg.Connection) -> dict[tuple[str, str], dict]:
     return {(r["kind"], r["target"]): r for r in db.all_rows(conn, "pause_limit_list")}
 
 
+#: Concurrency keys shown with their running jobs at most (the busiest).
+KEYS_SHOWN = 20
+
+
+def keys_in_flight(conn: psycopg.Connection, limit: int = KEYS_SHOWN) -> list[dict]:
+    """The busiest concurrency keys (issue 50): ``type``, ``key``, ``running`` and the type's limit per key
+    (``limit``: the live one, else the catalogue's; ``live``: whether an operator set it)."""
+    rows = db.all_rows(conn, "job_keys_in_flight", {"limit": limit})
+    if not rows:
+        return []
+    live = list_limits(conn)
+    for r in rows:
+        lim = live.get(("key", r["type"]))
+        r["limit"], r["live"] = (lim["value"], True) if lim else (catalogue_limit("key", r["type"]), False)
+    return rows
+
+
 def set_limit(conn: psycopg.Connection, actor: audit.Actor, kind: str, target: str, value: int | None,
               reason: str | None, *, request_key: str | None = None) -> dict:
     """Set (or with ``value=None`` remove) the fleet-wide concurrency limit of a job type or a
-    provider, or the slots per worker of a queue (kind ``queue``: every worker serving it
+    provider, the running jobs per concurrency key of a job type with one (kind ``key``), or the slots
+    per worker of a queue (kind ``queue``: every worker serving it
     grows or shrinks its slot threads; ``None`` goes back to each worker's configuration),
     effective at every worker's next re-read (NOTIFY, at most a second); a worker started
     later reads it before its first slot.  Audited as ``limit.set`` with the old value (the
     live one, else the catalogue's).  Errors: ``invalid_kind``, ``not_found``, ``invalid_limit``."""
     if kind not in LIMIT_KINDS:
         raise OpsError("kind must be one of %(kinds)s", "invalid_kind", params={"kinds": ", ".join(LIMIT_KINDS)})
-    target, _ = resolve_target(conn, kind, target)
+    if kind == "key":   # the running jobs per concurrency key of a job type (issue 50)
+        target = (target or "").strip()
+        if target not in keyed_types():
+            raise OpsError("no job type %(target)s with a concurrency key", "not_found", params={"target": target})
+    else:
+        target, _ = resolve_target(conn, kind, target)
     low, high = limit_bounds(kind)
     if value is not None and not low <= value <= high:
         raise OpsError("a limit is a whole number from %(low)s to %(high)s", "invalid_limit",

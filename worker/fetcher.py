@@ -95,7 +95,7 @@ class HoldsCache:
             return frozenset()
         names, provs = jobtypes.provider_types()
         providers = {t for k, t, _ in holds.limit_overrides if k == "provider"}
-        return frozenset({t for k, t, _ in holds.limit_overrides if k == "type"}
+        return frozenset({t for k, t, _ in holds.limit_overrides if k in ("type", "key")}
                          | {n for n, p in zip(names, provs) if p in providers})
 
     def limited_tenants(self) -> frozenset:

@@ -63,6 +63,17 @@ from . import channels as notification_channels
 from .messages import BUILT_IN_TEMPLATES
 from .webhooks import fanout_at_relay, WEBHOOK_SCHEDULE
 
+#: Deliveries to one webhook endpoint in flight at once, across every worker (issue 50): one
+#: tenant's slow endpoint holds at most this many slots; an operator sets it live (kind ``key`` of
+#: ``webhook.deliver`` on the Queues page), audited.
+WEBHOOK_ENDPOINT_CONCURRENCY = 4
+
+
+def webhook_endpoint_key(payload: dict, tenant_id) -> str:
+    """A webhook delivery's concurrency key: its endpoint (``webhook:<endpoint id>``)."""
+    return f"webhook:{payload['endpoint_id']}"
+
+
 def register(cat: _catalogue.Catalogue) -> None:
     """The delivery providers with their limits, the delivery job types and the built-in message texts."""
     # Per-provider limits across all workers (token buckets in rate_limits; see docs/deliveries.md).
@@ -85,6 +96,7 @@ def register(cat: _catalogue.Catalogue) -> None:
     define(cat, "webhook.deliver", handler="opsboard.deliveries.handlers:webhook_deliver",
            prepare_batch="opsboard.deliveries.handlers:webhook_prepare", relaxed_effects=True,
            fields={"endpoint_id": Field(uuid.UUID), "event_id": Field(uuid.UUID)}, provider="webhooks",
+           concurrency_key=webhook_endpoint_key, key_concurrency=WEBHOOK_ENDPOINT_CONCURRENCY,
            max_attempts=len(WEBHOOK_SCHEDULE), timeout=20, backoff_base=5.0, backoff_cap=36000.0,
            description="POST one event to one endpoint, signed per Standard Webhooks.")
     # An operator's replay of a dead provider job reopens the message and its notification delivery

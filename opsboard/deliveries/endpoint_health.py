@@ -101,3 +101,50 @@ def endpoint_summaries(conn: psycopg.Connection, endpoints: list[dict], *, now: 
         last_error_detail=r["last_error_detail"], last_error_at=r["last_error_at"],
         last_error_job_id=r["last_error_job_id"], dead_count=r["dead_count"],
         dead_capped=r["dead_count"] >= dead_cap) for r in rows}
+
+
+#: An endpoint's latency is read from its newest this many attempts that reached it.
+LATENCY_WINDOW = 200
+
+
+@dataclass
+class EndpointFlight:
+    """An endpoint's deliveries in flight and how long it takes to answer (issue 50)."""
+
+    running: int
+    #: All webhook deliveries in flight that the reader may see (the endpoint's share of them).
+    type_running: int
+    #: The running deliveries per endpoint at most (the live limit, else the catalogue's).
+    limit: int | None
+    live_limit: bool
+    #: Milliseconds, over the newest LATENCY_WINDOW attempts that reached it (None: none yet).
+    p50_ms: float | None
+    p95_ms: float | None
+    attempts: int
+    #: Slowed down (it answered slowly, migration 0093): its lower limit and until when (else None).
+    slowed_limit: int | None = None
+    slowed_until: datetime | None = None
+
+    @property
+    def share(self) -> float | None:
+        return self.running / self.type_running if self.type_running else None
+
+
+def endpoint_flight(conn: psycopg.Connection, tenant_id, endpoint_id, *,
+                    window: int = LATENCY_WINDOW) -> EndpointFlight:
+    """Endpoint ``endpoint_id``'s deliveries in flight (its concurrency key's running jobs), its share of
+    every delivery in flight, its limit per endpoint, and its answer time p50/p95 (milliseconds)."""
+    from .. import pauses
+    from . import webhook_endpoint_key
+
+    key = webhook_endpoint_key({"endpoint_id": str(endpoint_id)}, tenant_id)
+    flight = db.one(conn, "job_key_in_flight", {"key": key, "type": "webhook.deliver"})
+    live = pauses.list_limits(conn).get(("key", "webhook.deliver"))
+    limit = live["value"] if live else pauses.catalogue_limit("key", "webhook.deliver")
+    lat = db.one(conn, "webhook_endpoint_latency", {"tenant_id": tenant_id, "endpoint_id": str(endpoint_id),
+                                                    "window": window})
+    slowed = db.one(conn, "job_key_limit_get", {"key": key, "now": None})
+    return EndpointFlight(running=flight["running"], type_running=flight["type_running"], limit=limit,
+                          live_limit=live is not None, p50_ms=lat["p50"], p95_ms=lat["p95"], attempts=lat["n"],
+                          slowed_limit=slowed["max_running"] if slowed else None,
+                          slowed_until=slowed["until"] if slowed else None)

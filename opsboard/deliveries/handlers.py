@@ -18,7 +18,9 @@ are the worker's, handed to each job in its context: ``job.settings``.
 from __future__ import annotations
 
 import json
+import logging
 import random
+import time
 import uuid
 
 import psycopg
@@ -32,6 +34,8 @@ from opsboard.deliveries.providers import push as push_provider
 from opsboard.deliveries.providers import sms as sms_provider
 from opsboard.deliveries.providers import smtp as smtp_provider
 from opsboard.deliveries.providers import webhook as webhook_provider
+
+log = logging.getLogger(__name__)
 
 
 
@@ -183,6 +187,33 @@ def _ids_parse(row: dict) -> bool:
         return False
 
 
+#: A webhook answer slower than this share of the timeout marks its endpoint slow (issue 50) ...
+SLOW_ANSWER_SHARE = 0.5
+#: ... which then has at most this many deliveries in flight ...
+SLOW_ENDPOINT_CONCURRENCY = 1
+#: ... for this many seconds after its last slow answer.
+SLOW_ENDPOINT_SECONDS = 300
+
+
+def _slow_down_if_slow(job, endpoint_id, seconds: float, timeout: float) -> None:
+    """The rule for an endpoint that stays slow (issue 50): an answer (or none) that took more than
+    :data:`SLOW_ANSWER_SHARE` of the timeout lowers the endpoint's limit of deliveries in flight to
+    :data:`SLOW_ENDPOINT_CONCURRENCY` for :data:`SLOW_ENDPOINT_SECONDS` (its concurrency key's own limit,
+    migration 0093), renewed by every slow answer: an endpoint that answers 200 after 9.5 s never trips
+    the breaker, and held every slot it could get.  A quick endpoint writes nothing."""
+    if seconds <= timeout * SLOW_ANSWER_SHARE:
+        return
+    from . import webhook_endpoint_key
+    try:
+        with job.connection() as conn:
+            db.execute(conn, "job_key_limit_set", {
+                "key": webhook_endpoint_key({"endpoint_id": str(endpoint_id)}, job.tenant_id),
+                "max_running": SLOW_ENDPOINT_CONCURRENCY, "seconds": SLOW_ENDPOINT_SECONDS,
+                "reason": f"slow_answer:{int(seconds * 1000)}ms"})
+    except Exception:   # the delivery's outcome matters more than the slow-down
+        log.warning("could not lower the limit of slow endpoint %s", endpoint_id, exc_info=True)
+
+
 def webhook_deliver(job):
     cfg = job.settings
     ep = job.prepared
@@ -197,6 +228,7 @@ def webhook_deliver(job):
         if ep["effect_state"] == "confirmed":
             return retry.Success(ref=ep["provider_ref"])
         # Started before without confirmation: resending with the same webhook-id is the reconciliation.
+        started = time.monotonic()
         result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], ep["msg_id"], ep["body"])
     else:
         endpoint_id = _uuid(job.payload["endpoint_id"], "endpoint_id")
@@ -218,8 +250,10 @@ def webhook_deliver(job):
             return retry.Success(ref=eff.get("provider_ref"))
         # Started before without confirmation: resending with the same webhook-id is the reconciliation.
         event = {"type": ep["event_type"], "occurred_at": ep["occurred_at"], "payload": ep["payload"]}
+        started = time.monotonic()
         result = webhook_provider.deliver(cfg, ep["url"], ep["secrets"], webhooks.message_id(event_id),
                                           webhooks.body_of(event))
+    _slow_down_if_slow(job, endpoint_id, time.monotonic() - started, cfg.webhook_timeout)
     name = f"endpoint:{endpoint_id}"
     outcome = result.outcome
     ok = isinstance(outcome, retry.Success)

@@ -1,5 +1,6 @@
 """The worker's claim: a bounded, tenant-fair batch of ready jobs under ``FOR UPDATE SKIP LOCKED``,
-within the per-type and per-provider limits, in one short transaction.
+within the per-type, per-provider and per-key limits (a type's ``concurrency_key``, issue 50), in one
+short transaction.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def claim_params(queue: str, worker_id: str, limit: int, lease_seconds: float, *
             "limit_types": list(limits.types), "limit_type_limits": list(limits.type_limits),
             "limit_type_groups": list(limits.type_groups), "limit_groups": list(limits.groups),
             "limit_group_limits": list(limits.group_limits), "limit_group_sides": list(limits.group_sides),
+            "key_types": list(limits.key_types), "key_limits": list(limits.key_limits),
             "locked": True}
 
 

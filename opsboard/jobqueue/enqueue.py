@@ -93,14 +93,24 @@ def prepare_row(job: NewJob, types: dict | None = None) -> dict:
     if job.max_attempts is not None and not 1 <= int(job.max_attempts) <= 1000:
         raise jobtypes.InvalidPayload("max_attempts must be between 1 and 1000")
     policy = jt.policy
+    tenant_id = tenant_id_of(job.tenant)
+    key = None
+    if jt.concurrency_key is not None:
+        # The job's concurrency key (issue 50), computed once here and stored: the claim counts a key's
+        # running jobs by it (jobs_running_key_idx) and never reads payloads.
+        key = jt.concurrency_key(job.payload, tenant_id)
+        if key is not None:
+            key = str(key)
+            if not 0 < len(key) <= 200:
+                raise jobtypes.InvalidPayload("a concurrency key must be 1 to 200 characters")
     return {
-        "id": new_id(), "type": jt.name, "version": jt.version, "tenant_id": tenant_id_of(job.tenant),
+        "id": new_id(), "type": jt.name, "version": jt.version, "tenant_id": tenant_id,
         "queue": job.queue or policy.queue,
         "priority": policy.priority if job.priority is None else int(job.priority),
         "idempotency_key": job.idempotency_key, "group_key": job.group_key, "payload": job.payload,
         "max_attempts": job.max_attempts or policy.max_attempts, "run_at": job.run_at,
         "expires_at": job.expires_at, "correlation_id": job.correlation_id, "event_id": job.event_id,
-        "payload_json": payload_json, "trace_context": job.trace_context,
+        "payload_json": payload_json, "trace_context": job.trace_context, "concurrency_key": key,
     }
 
 
@@ -123,7 +133,7 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 _ROW = ('{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priority":%d,"idempotency_key":%s,'
         '"group_key":%s,"max_attempts":%d,"run_at":%s,"expires_at":%s,"correlation_id":%s,"event_id":%s,'
-        '"trace_context":%s,"payload":%s}')
+        '"trace_context":%s,"concurrency_key":%s,"payload":%s}')
 
 
 _ROW_PLAIN = '{"id":"%s","type":%s,"version":%d,"tenant_id":"%s","queue":"%s","priority":%d,"max_attempts":%d,"payload":%s}'
@@ -148,7 +158,8 @@ def row_json(r: dict) -> str:
     if type_json is None:
         type_json = _TYPE_JSON[r["type"]] = _ENCODE(r["type"])
     if (r["idempotency_key"] is None and r["group_key"] is None and r["run_at"] is None and r["expires_at"] is None
-            and r["correlation_id"] is None and r["event_id"] is None and r.get("trace_context") is None):
+            and r["correlation_id"] is None and r["event_id"] is None and r.get("trace_context") is None
+            and r.get("concurrency_key") is None):
         # The common job: keys left out read as NULL (jsonb_to_recordset), a shorter document.
         return _ROW_PLAIN % (r["id"].hex, type_json, r["version"], r["tenant_id"].hex, r["queue"], r["priority"],
                              r["max_attempts"], r["payload_json"])
@@ -156,7 +167,7 @@ def row_json(r: dict) -> str:
                    _json_or_null(r["idempotency_key"]), _json_or_null(r["group_key"]), r["max_attempts"],
                    _json_or_null(_iso(r["run_at"])), _json_or_null(_iso(r["expires_at"])),
                    _json_or_null(r["correlation_id"]), _json_or_null(r["event_id"]),
-                   _json_or_null(r.get("trace_context")), r["payload_json"])
+                   _json_or_null(r.get("trace_context")), _json_or_null(r.get("concurrency_key")), r["payload_json"])
 
 
 #: Where :func:`_insert_one` keeps its cursor on a connection (see :func:`_insert_one`).
@@ -180,6 +191,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
     it runs, so two threads sharing a connection never share it (the second
     makes its own for that call).
     """
+    row.setdefault("concurrency_key", None)   # a row built without prepare_row (issue 50's column)
     cur = conn.__dict__.pop(_CURSOR, None)
     if cur is None or cur.closed:
         cur = conn.cursor(row_factory=tuple_row)
@@ -203,7 +215,7 @@ def _insert_one(conn: psycopg.Connection, row: dict) -> dict | None:
         "correlation_id": _as_text(row["correlation_id"]), "event_id": _as_uuid(row["event_id"]),
         "replay_of": _as_uuid(row["replay_of"]), "created_at": created_at, "started_at": None, "finished_at": None,
         "trace_context": _as_text(row["trace_context"]),
-        "result": None,
+        "result": None, "concurrency_key": row.get("concurrency_key"),
     }
 
 
@@ -257,7 +269,7 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
         return []
     if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF and not any(
             r["idempotency_key"] is not None or r["run_at"] is not None or r["trace_context"] is not None
-            for r in rows):
+            or r["concurrency_key"] is not None for r in rows) and _copy_allowed(conn):
         # No key can conflict: COPY, faster than the INSERT below for a batch
         # (no JSON document to build and parse, multi-row heap inserts;
         # `opsboard bench --scenario enqueue_many`).  The statement trigger checks tenants and notifies as for
@@ -277,6 +289,21 @@ def enqueue_many(conn: psycopg.Connection, jobs: Sequence[NewJob]) -> list[uuid.
                 raise OpsError("idempotency key is contended; retry", "idempotency_conflict")
             result.append(existing["id"])
     return result
+
+
+def _copy_allowed(conn: psycopg.Connection) -> bool:
+    """Whether COPY may write ``jobs`` on this connection: PostgreSQL refuses COPY FROM into a table
+    whose row-level security holds the role (the application role: migration 0085), so such a
+    connection takes the INSERT.  Asked once per connection."""
+    allowed = getattr(conn, "_opsboard_copy_allowed", None)
+    if allowed is None:
+        row = conn.execute("SELECT NOT row_security_active('jobs') AS ok").fetchone()
+        allowed = bool(row["ok"] if isinstance(row, dict) else row[0])
+        try:
+            conn._opsboard_copy_allowed = allowed
+        except AttributeError:  # a connection class without a __dict__: ask again next time
+            pass
+    return allowed
 
 
 # Here rather than in sql/jobs.sql: a COPY cannot be prepared (test_queries_prepare prepares every named query).

@@ -57,6 +57,8 @@ def replay(conn: psycopg.Connection, job_id, actor: audit.Actor, reason: str, re
             "event_id": dead["event_id"], "replay_of": dead["id"],
             # A replay continues the dead job's trace (opsboard.tracing): its attempts show beside the first ones.
             "trace_context": dead.get("trace_context"),
+            # The same concurrency key (issue 50): a replay is limited as the job was.
+            "concurrency_key": dead.get("concurrency_key"),
         }
         # The job first, then the audit row naming it: a concurrent identical
         # request waits on the audit row's unique request key, then finds it

@@ -509,3 +509,23 @@ WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND status = 'dead'
   AND payload->>'endpoint_id' = %(endpoint_id)s
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: webhook_endpoint_latency
+-- One webhook endpoint's answer time (issue 50): p50 and p95 of the duration of
+-- the newest %(window)s attempts that reached it (succeeded, retryable, dead,
+-- lease_expired; not snoozed or released), among its newest %(window)s
+-- deliveries (jobs_webhook_endpoint_idx, job_attempts_job_idx).
+WITH recent AS (
+    SELECT id FROM jobs
+    WHERE tenant_id = %(tenant_id)s AND type = 'webhook.deliver' AND payload->>'endpoint_id' = %(endpoint_id)s
+    ORDER BY id DESC
+    LIMIT %(window)s
+), tried AS (
+    SELECT a.duration_ms FROM recent r JOIN job_attempts a ON a.job_id = r.id
+    WHERE a.outcome IN ('succeeded', 'retryable', 'dead', 'lease_expired')
+    ORDER BY a.finished_at DESC
+    LIMIT %(window)s
+)
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95, count(*) AS n
+FROM tried;

@@ -6,11 +6,12 @@
 -- formatted, sent and parsed every column, a large share of a single
 -- enqueue's producer CPU: `opsboard bench --scenario enqueue_cost`).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context,
+                  concurrency_key)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(idempotency_key)s,
         %(group_key)s, %(payload)s, %(max_attempts)s,
         coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s, %(event_id)s, %(replay_of)s,
-        %(trace_context)s)
+        %(trace_context)s, %(concurrency_key)s)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
 RETURNING payload, created_at;
@@ -22,10 +23,11 @@ RETURNING payload, created_at;
 -- (HEAP_CONFIRM) and a share of the statement's time (EXPLAIN (ANALYZE, WAL)
 -- of single enqueues; docs/performance.md, enqueue).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, replay_of, trace_context,
+                  concurrency_key)
 VALUES (%(id)s, %(type)s, %(version)s, %(tenant_id)s, %(queue)s, %(priority)s, %(group_key)s, %(payload)s,
         %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), %(expires_at)s, %(correlation_id)s,
-        %(event_id)s, %(replay_of)s, %(trace_context)s)
+        %(event_id)s, %(replay_of)s, %(trace_context)s, %(concurrency_key)s)
 RETURNING payload, created_at;
 
 -- name: job_insert_many
@@ -33,13 +35,13 @@ RETURNING payload, created_at;
 -- objects: a single JSON document is far cheaper to send than fourteen
 -- parallel arrays (measured with `opsboard bench --scenario enqueue_many`).
 INSERT INTO jobs (id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-                  max_attempts, available_at, expires_at, correlation_id, event_id, trace_context)
+                  max_attempts, available_at, expires_at, correlation_id, event_id, trace_context, concurrency_key)
 SELECT id, type, version, tenant_id, queue, priority, idempotency_key, group_key, payload,
-       max_attempts, coalesce(run_at, now()), expires_at, correlation_id, event_id, trace_context
+       max_attempts, coalesce(run_at, now()), expires_at, correlation_id, event_id, trace_context, concurrency_key
 FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS t(id uuid, type text, version smallint, tenant_id uuid, queue text, priority smallint,
           idempotency_key text, group_key text, payload jsonb, max_attempts int, run_at timestamptz,
-          expires_at timestamptz, correlation_id text, event_id uuid, trace_context text)
+          expires_at timestamptz, correlation_id text, event_id uuid, trace_context text, concurrency_key text)
 ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
 DO NOTHING
 RETURNING id;
@@ -258,15 +260,33 @@ WITH RECURSIVE tenants_ready AS (
                  ORDER BY f.round, f.priority, f.available_at, f.id LIMIT 1))
     UNION ALL
     SELECT id, round, priority, available_at FROM (
-        SELECT cand.*, l.type_room, gr.room AS group_room,
+        SELECT cand.*, l.type_room, gr.room AS group_room, k.key_room,
                row_number() OVER (PARTITION BY cand.type ORDER BY round, priority, available_at, id) AS type_rank,
-               row_number() OVER (PARTITION BY l.grp ORDER BY round, priority, available_at, id) AS group_rank
+               row_number() OVER (PARTITION BY l.grp ORDER BY round, priority, available_at, id) AS group_rank,
+               row_number() OVER (PARTITION BY k.key ORDER BY round, priority, available_at, id) AS key_rank
         FROM cand
         JOIN limits l ON l.type = cand.type
         LEFT JOIN group_room gr ON gr.grp = l.grp AND l.grp <> ''
+        -- A type with a limit per concurrency key (issue 50; %(key_types)s, usually none): the
+        -- candidate's key (a primary-key probe, for such types only) and its room, the limit less the
+        -- key's running jobs (jobs_running_key_idx: running jobs with a key only, migration 0092).
+        LEFT JOIN LATERAL (
+            SELECT j.concurrency_key AS key,
+                   -- a key slowed down for a while (migration 0093: a slow webhook endpoint) has a lower limit
+                   least(kl.lim, coalesce((SELECT o.max_running FROM concurrency_key_limits o
+                                           WHERE o.key = j.concurrency_key
+                                             AND o.until > coalesce(%(now)s::timestamptz, statement_timestamp())),
+                                          kl.lim))
+                   - (SELECT count(*) FROM jobs r
+                      WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key) AS key_room
+            FROM unnest(%(key_types)s::text[], %(key_limits)s::int[]) AS kl(type, lim)
+            JOIN jobs j ON j.id = cand.id AND j.concurrency_key IS NOT NULL
+            WHERE kl.type = cand.type
+        ) k ON true
     ) ranked
     WHERE %(locked)s AND (type_room IS NULL OR type_rank <= type_room)
       AND (group_room IS NULL OR group_rank <= group_room)
+      AND (key_room IS NULL OR key_rank <= key_room)
 ), ordered AS MATERIALIZED (
     SELECT ARRAY(SELECT id FROM allowed ORDER BY round, priority, available_at, id) AS ids
 )
@@ -631,3 +651,31 @@ SELECT j.id, j.type, j.version, j.queue, j.tenant_id, j.attempts, j.max_attempts
 FROM jobs j
 WHERE j.status = 'running' AND j.locked_by = %(worker)s
 ORDER BY j.started_at;
+
+-- name: job_keys_in_flight
+-- Running jobs per concurrency key (issue 50), the busiest first: a read of
+-- jobs_running_key_idx, which holds running jobs with a key only.
+SELECT type, concurrency_key AS key, count(*) AS running
+FROM jobs WHERE status = 'running' AND concurrency_key IS NOT NULL
+GROUP BY type, concurrency_key
+ORDER BY count(*) DESC, concurrency_key
+LIMIT %(limit)s;
+
+-- name: job_key_in_flight
+-- One concurrency key's running jobs of %(type)s, and all running jobs of that type
+-- (the key's share of them): jobs_running_type_idx.
+SELECT count(*) FILTER (WHERE concurrency_key = %(key)s) AS running, count(*) AS type_running
+FROM jobs WHERE status = 'running' AND type = %(type)s;
+
+-- name: job_key_limit_set
+-- Give concurrency key %(key)s its own lower limit until %(seconds)s from now (migration 0093: a
+-- webhook endpoint that answered slowly), replacing an earlier one.
+INSERT INTO concurrency_key_limits AS k (key, max_running, reason, until, set_at)
+VALUES (%(key)s, %(max_running)s, %(reason)s, now() + make_interval(secs => %(seconds)s), now())
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running, reason = excluded.reason,
+                                until = excluded.until, set_at = excluded.set_at;
+
+-- name: job_key_limit_get
+-- A concurrency key's own lower limit in force (none past its "until").
+SELECT max_running, reason, until FROM concurrency_key_limits
+WHERE key = %(key)s AND until > coalesce(%(now)s::timestamptz, now());

@@ -25,7 +25,8 @@ bp = Blueprint("pauses", __name__, url_prefix="/pauses")
 
 
 def kind_label(kind: str) -> str:
-    return {"queue": _("queue"), "type": _("job type"), "tenant": _("tenant"), "provider": _("provider")}.get(kind, kind)
+    return {"queue": _("queue"), "type": _("job type"), "tenant": _("tenant"), "provider": _("provider"),
+            "key": _("each key of job type")}.get(kind, kind)
 
 
 @bp.app_context_processor
@@ -42,11 +43,11 @@ def _next() -> str:
     return target
 
 
-def _kind_target() -> tuple[str, str]:
+def _kind_target(kinds: tuple[str, ...] = pauses.KINDS) -> tuple[str, str]:
     kind = (request.values.get("kind") or "").strip()
     target = (request.values.get("target") or "").strip()
-    if kind not in pauses.KINDS:
-        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds=", ".join(pauses.KINDS)))
+    if kind not in kinds:
+        raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds=", ".join(kinds)))
     if not target or len(target) > 200:
         raise ApiError(400, "invalid_target", _("Name what to pause."))
     return kind, target
@@ -99,8 +100,12 @@ def visible_holds(conn) -> list[dict]:
 def holds_context(conn) -> dict:
     """What a page that shows holds and pause controls needs (queue health, tenants, deliveries)."""
     rows = visible_holds(conn)
-    return {"holds": rows, "held": pauses.held(rows), "can_pause_all": current_scope("jobs.pause").all,
-            "pause_scope": current_scope("jobs.pause"), "live_limits": pauses.list_limits(conn)}
+    staff = current_scope("jobs.pause").all
+    return {"holds": rows, "held": pauses.held(rows), "can_pause_all": staff,
+            "pause_scope": current_scope("jobs.pause"), "live_limits": pauses.list_limits(conn),
+            # Keys span tenants: operator staff only (issue 50).
+            "keys_in_flight": pauses.keys_in_flight(conn) if staff else [],
+            "keyed_types": [(t, pauses.catalogue_limit("key", t)) for t in pauses.keyed_types()] if staff else []}
 
 
 def _resume_at():
@@ -163,12 +168,16 @@ def resume():
 @bp.route("/limit")
 @requires("jobs.pause")
 def limit_form():
-    kind, target = _kind_target()
+    kind, target = _kind_target(pauses.KINDS + ("key",))
     if kind not in pauses.LIMIT_KINDS:
         raise ApiError(400, "invalid_kind", _("kind must be one of %(kinds)s", kinds=", ".join(pauses.LIMIT_KINDS)))
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)
-        pauses.resolve_target(conn, kind, target)
+        if kind == "key":   # the running jobs per concurrency key of a job type (issue 50)
+            if target not in pauses.keyed_types():
+                raise ApiError(404, "not_found", _("no job type %(target)s with a concurrency key", target=target))
+        else:
+            pauses.resolve_target(conn, kind, target)
         live = pauses.list_limits(conn).get((kind, target))
     return render_template("pauses/limit.html", kind=kind, target=target, next=_next(), live=live,
                            catalogue=pauses.catalogue_limit(kind, target), bounds=pauses.limit_bounds(kind))
@@ -177,7 +186,7 @@ def limit_form():
 @bp.route("/limit", methods=["POST"])
 @requires("jobs.pause")
 def set_limit():
-    kind, target = _kind_target()
+    kind, target = _kind_target(pauses.KINDS + ("key",))
     value = whole_number("value", pauses.limit_bounds(kind)[1])
     with get_db().connection() as conn:
         _check_allowed(conn, kind, target)

@@ -113,4 +113,6 @@ def endpoint(endpoint_id: str):
         if ep is None:
             raise ApiError(404, "not_found", _("No such webhook endpoint, or it belongs to a tenant you cannot see."))
         health = endpoint_health.endpoint_health(conn, ep["tenant_id"], ep["id"])
-    return render_template("webhooks/endpoint.html", e=ep, health=health)
+        # In flight against its limit per endpoint, its share, its answer time (issue 50).
+        flight = endpoint_health.endpoint_flight(conn, ep["tenant_id"], ep["id"])
+    return render_template("webhooks/endpoint.html", e=ep, health=health, flight=flight)

@@ -39,6 +39,7 @@ class _QueueState:
     def __init__(self, name: str):
         self.name, self.lock, self.in_flight, self.refill_at = name, threading.Lock(), 1, 0
         self.slot_freed = threading.Event()
+        self.busy = 1   # the slot running the job (issue 50: free_slot counts it back)
 
     def observe(self, elapsed: float) -> None:
         pass

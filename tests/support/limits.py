@@ -18,6 +18,10 @@ def overlap(job):
                      (job.id,))
 
 
+def keyed_by_payload(payload: dict, tenant_id) -> str:
+    return f"k:{payload['key']}"
+
+
 def register(cat) -> None:
     """Job types with concurrency and rate limits."""
     define_provider(cat, "test_sms_gateway", concurrency=2)
@@ -32,5 +36,8 @@ def register(cat) -> None:
     # No limit at all: its peak is what the worker's slots allow (live slot changes, issue 28).
     define(cat, "test.span", handler="tests.support.limits:overlap",
            fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
+    # At most two running per concurrency key (the payload's key), across workers (issue 50).
+    define(cat, "test.keyed", handler="tests.support.limits:overlap", concurrency_key=keyed_by_payload,
+           key_concurrency=2, fields={"key": Field(str), "ms": Field(int)}, max_attempts=3, timeout=30)
     define(cat, "test.rated", handler="tests.support.limits:overlap", provider="test_rated",
            fields={"key": Field(str), "ms": Field(int)}, max_attempts=1, timeout=30)
