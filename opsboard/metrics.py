@@ -498,24 +498,51 @@ def prometheus_text(database) -> bytes:
 
 # ---------------------------------------------------------------- time-series charts
 
-#: Chart ranges: name -> (minutes covered, minutes per bucket).
+#: A tenant's chart ranges: name -> (minutes covered, minutes per bucket).  A tenant's chart reads its
+#: attempts (job_stats carry no tenant), so it stops at 24 hours.
 CHART_RANGES = {"1h": (60, 1), "24h": (1440, 15)}
+#: The queue and job type charts' ranges: the hour from job_stats' minutes, 24 hours and 7 days from the
+#: history rollup (opsboard.history, migration 0094).
+HISTORY_RANGES = {"1h": (60, 1), "24h": (1440, 15), "7d": (10080, 60)}
 _ORIGIN = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def hist_estimate(hist: list[int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) in ms of a handler-time histogram, interpolated
+    linearly inside its bucket (as Prometheus' ``histogram_quantile``): where the
+    rank falls between the bucket's bounds, not its upper bound, so that a chart
+    of it is not a staircase of bucket bounds.  The overflow bucket answers the
+    last bound.  None without data."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, count in enumerate(hist):
+        if count and seen + count >= rank:
+            if i >= len(DURATION_BUCKETS_MS):
+                return float(DURATION_BUCKETS_MS[-1])
+            lower = float(DURATION_BUCKETS_MS[i - 1]) if i else 0.0
+            return lower + (DURATION_BUCKETS_MS[i] - lower) * (rank - seen) / count
+        seen += count
+    return float(DURATION_BUCKETS_MS[-1])
 
 
 @dataclass
 class ChartData:
-    """Per-bucket series for one chart: rates per minute and p95 in ms (``None``: no data)."""
+    """Per-bucket series for one chart: rates per minute, p95 in ms and waiting
+    jobs (``None``: no data)."""
 
     key: str
     buckets: list[datetime]
     processed: list[float]
     failed: list[float]
     p95: list[float | None]
+    waiting: list[float | None] = field(default_factory=list)
 
 
-def _buckets(now: datetime, range_name: str) -> tuple[list[datetime], int, datetime]:
-    minutes, step = CHART_RANGES[range_name]
+def _buckets(now: datetime, range_name: str, ranges: dict = CHART_RANGES) -> tuple[list[datetime], int, datetime]:
+    minutes, step = ranges[range_name]
     n = minutes // step
     seconds = step * 60
     last = _ORIGIN + timedelta(seconds=((now - _ORIGIN).total_seconds() // seconds) * seconds)
@@ -523,42 +550,97 @@ def _buckets(now: datetime, range_name: str) -> tuple[list[datetime], int, datet
     return [first + timedelta(minutes=step * i) for i in range(n)], step, first
 
 
-def throughput_charts(conn: psycopg.Connection, range_name: str = "1h",
-                      now: datetime | None = None) -> tuple[dict[str, ChartData], dict[tuple[str, str], ChartData]]:
-    """Per queue and per (queue, type): processed and failed attempts per minute
-    and p95 handler time, per bucket, over ``range_name`` (``1h``: 60 one-minute
-    buckets; ``24h``: 96 of 15 minutes).  Platform-wide (job statistics carry
-    no tenant): for operator staff only."""
-    if range_name not in CHART_RANGES:
-        raise ValueError(f"range must be one of {', '.join(CHART_RANGES)}")
-    buckets, step, first = _buckets(db_now(conn, now), range_name)
+def throughput_charts(conn: psycopg.Connection, range_name: str = "1h", now: datetime | None = None, *,
+                      queue: str | None = None, job_type: str | None = None,
+                      ) -> tuple[dict[str, ChartData], dict[tuple[str, str], ChartData]]:
+    """Per queue and per (queue, type): processed and failed attempts per minute,
+    p95 handler time and waiting jobs, per bucket, over ``range_name`` (``1h``: 60
+    one-minute buckets from job_stats; ``24h``: 96 of 15 minutes and ``7d``: 168
+    of an hour, from the history rollup), optionally of one ``queue`` and one
+    ``job_type`` of it.  Platform-wide (job statistics carry no tenant): for
+    operator staff only."""
+    if range_name not in HISTORY_RANGES:
+        raise ValueError(f"range must be one of {', '.join(HISTORY_RANGES)}")
+    buckets, step, first = _buckets(db_now(conn, now), range_name, HISTORY_RANGES)
     index = {b: i for i, b in enumerate(buckets)}
     n = len(buckets)
-    params = {"bucket_minutes": step, "origin": _ORIGIN, "since": first}
+    params = {"bucket_minutes": step, "origin": _ORIGIN, "since": first, "queue": queue, "type": job_type}
 
     def blank(key: str) -> ChartData:
-        return ChartData(key, buckets, [0.0] * n, [0.0] * n, [None] * n)
+        return ChartData(key, buckets, [0.0] * n, [0.0] * n, [None] * n, [None] * n)
+
+    def wanted(r) -> bool:
+        return (queue is None or r["queue"] == queue) and (job_type is None or r["type"] == job_type)
 
     queues: dict[str, ChartData] = {}
     types: dict[tuple[str, str], ChartData] = {}
-    for r in db.all_rows(conn, "metrics_chart_counts", params):
-        i = index.get(r["bucket"])
-        if i is None:
-            continue
-        for chart in (queues.setdefault(r["queue"], blank(r["queue"])),
-                      types.setdefault((r["queue"], r["type"]), blank(f"{r['queue']} · {r['type']}"))):
-            chart.processed[i] += int(r["processed"]) / step
-            chart.failed[i] += int(r["failed"]) / step
+
+    def charts_of(r) -> tuple[ChartData, ChartData]:
+        q, key = r["queue"], (r["queue"], r["type"])
+        queue_chart = queues.get(q) or queues.setdefault(q, blank(q))
+        type_chart = types.get(key) or types.setdefault(key, blank(f"{q} · {r['type']}"))
+        return queue_chart, type_chart
+
+    type_hists: dict[tuple[str, str, int], list[int]] = {}
+    depth: list[tuple[str, str, int, int]] = []
+
+    def add_hist(key: tuple[str, str, int], hist) -> None:
+        # In place: a week's chart sums 672 rows per type (add_hists copies at every step).
+        into = type_hists.get(key)
+        if into is None:
+            type_hists[key] = [int(v) for v in hist]
+        else:
+            if len(hist) > len(into):
+                into.extend([0] * (len(hist) - len(into)))
+            for j, v in enumerate(hist):
+                into[j] += v
+    if range_name == "1h":
+        for r in db.all_rows(conn, "metrics_chart_counts", params):
+            i = index.get(r["bucket"])
+            if i is None or not wanted(r):
+                continue
+            for chart in charts_of(r):
+                chart.processed[i] += int(r["processed"]) / step
+                chart.failed[i] += int(r["failed"]) / step
+        for r in db.all_rows(conn, "metrics_chart_hist", params):
+            i = index.get(r["bucket"])
+            if i is not None and wanted(r) and any(r["hist"]):
+                add_hist((r["queue"], r["type"], i), [v or 0 for v in r["hist"]])
+        for r in db.all_rows(conn, "metrics_history_depth_minutes", params):
+            i = index.get(r["bucket"])
+            if i is not None:
+                depth.append((r["queue"], r["type"], i, int(r["waiting"])))
+    else:
+        for r in db.all_rows(conn, "metrics_history_window", params):
+            i = index.get(r["bucket"])
+            if i is None:
+                continue
+            if r["processed"]:
+                for chart in charts_of(r):
+                    chart.processed[i] += int(r["processed"]) / step
+                    chart.failed[i] += int(r["failed"]) / step
+            if any(r["hist"]):
+                add_hist((r["queue"], r["type"], i), [v or 0 for v in r["hist"]])
+            if r["waiting"] is not None:
+                depth.append((r["queue"], r["type"], i, int(r["waiting"])))
     queue_hists: dict[tuple[str, int], list[int]] = {}
-    for r in db.all_rows(conn, "metrics_chart_hist", params):
-        i = index.get(r["bucket"])
-        if i is None:
-            continue
-        hist = [int(v) for v in r["hist"]]
-        types.setdefault((r["queue"], r["type"]), blank(f"{r['queue']} · {r['type']}")).p95[i] = hist_quantile(hist, 0.95)
-        queue_hists[(r["queue"], i)] = add_hists(queue_hists.get((r["queue"], i)), hist)
+    for (q, t, i), hist in type_hists.items():
+        types.setdefault((q, t), blank(f"{q} · {t}")).p95[i] = hist_estimate(hist, 0.95)
+        queue_hists[(q, i)] = add_hists(queue_hists.get((q, i)), hist)
     for (q, i), hist in queue_hists.items():
-        queues.setdefault(q, blank(q)).p95[i] = hist_quantile(hist, 0.95)
+        queues.setdefault(q, blank(q)).p95[i] = hist_estimate(hist, 0.95)
+    # Waiting jobs: the peak a bucket's samples saw (a type's; a queue's, its types' summed).  A type
+    # missing from a sampled bucket had none waiting; a bucket without any sample stays a gap.
+    sampled = {i for _q, _t, i, _w in depth}
+    for q, t, i, w in depth:
+        if w or (q, t) in types:
+            queue_chart, type_chart = charts_of({"queue": q, "type": t})
+            type_chart.waiting[i] = (type_chart.waiting[i] or 0) + w
+            queue_chart.waiting[i] = (queue_chart.waiting[i] or 0) + w
+    for chart in list(queues.values()) + list(types.values()):
+        for i in sampled:
+            if chart.waiting[i] is None:
+                chart.waiting[i] = 0.0
     return queues, types
 
 

@@ -19,6 +19,7 @@ def default_services(config: Config, catalogue=None) -> list:
     """
     from .depth import DepthConfig, DepthSampler
     from .expiry import Expiry, ExpiryConfig
+    from .history import History, HistoryConfig
     from .outbox_pruner import OutboxPruner, OutboxPrunerConfig
     from .pauses import Pauses, PausesConfig
     from .pruner import Pruner, PrunerConfig
@@ -26,7 +27,8 @@ def default_services(config: Config, catalogue=None) -> list:
     from .scheduler import Scheduler, SchedulerConfig
 
     return [Reaper(ReaperConfig.from_config(config)), Expiry(ExpiryConfig.from_config(config)),
-            DepthSampler(DepthConfig.from_config(config)), Pruner(PrunerConfig.from_config(config)),
+            DepthSampler(DepthConfig.from_config(config)), History(HistoryConfig.from_config(config)),
+            Pruner(PrunerConfig.from_config(config)),
             Scheduler(SchedulerConfig.from_config(config)),
             OutboxPruner(OutboxPrunerConfig.from_config(config)), Pauses(PausesConfig.from_config(config))] + [
         make(config) for make in (catalogue.services.values() if catalogue is not None else ())]
