@@ -23,7 +23,7 @@ from typing import Callable, ContextManager
 
 import psycopg
 
-from . import audit, auth, db
+from . import audit, auth, db, tenancy
 from .auth import TenantScope
 
 
@@ -72,6 +72,7 @@ def list_keys(conn: psycopg.Connection, scope: TenantScope) -> list[dict]:
     return db.all_rows(conn, "api_key_list", scope.params)
 
 
+@tenancy.bypassing(tenancy.Bypass.AUTHENTICATION)
 def authenticate(conn: psycopg.Connection, secret: str, now: datetime | None = None) -> dict | None:
     """The live key (with ``tenant_id`` and ``tenant_slug``) for a presented secret, or ``None``."""
     key_hash = _key_hash(secret)
@@ -94,6 +95,7 @@ _cache_lock = threading.Lock()
 _clock = time.monotonic
 
 
+@tenancy.bypassing(tenancy.Bypass.AUTHENTICATION)
 def authenticate_cached(connection: Callable[[], ContextManager[psycopg.Connection]], secret: str,
                         database: str) -> dict | None:
     """:func:`authenticate`, trusting a found key for :data:`CACHE_SECONDS` in this process.

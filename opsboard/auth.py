@@ -17,7 +17,7 @@ from datetime import datetime
 import psycopg
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from . import db
+from . import db, tenancy
 from .errors import OpsError
 from .schema import Role, new_id
 
@@ -198,6 +198,7 @@ def create_user(conn: psycopg.Connection, email: str, password: str, role: str, 
     return {"id": user["id"], "email": email, "role": role_enum.value, "tenant": tenant_slug}
 
 
+@tenancy.bypassing(tenancy.Bypass.AUTHENTICATION)
 def load_principal(conn: psycopg.Connection, user_id) -> Principal | None:
     """The active user with ``user_id`` and their active memberships."""
     try:
@@ -216,6 +217,7 @@ def load_principal(conn: psycopg.Connection, user_id) -> Principal | None:
     )
 
 
+@tenancy.bypassing(tenancy.Bypass.AUTHENTICATION)
 def authenticate(conn: psycopg.Connection, email: str, password: str, address: str, *,
                  max_account: int = 5, max_address: int = 20, window_seconds: int = 900,
                  now: datetime | None = None) -> Principal | None:
@@ -285,6 +287,7 @@ def end_all_sessions(conn: psycopg.Connection, user_id) -> int:
     return db.execute(conn, "session_delete_for_user", {"user_id": user_id}).rowcount
 
 
+@tenancy.bypassing(tenancy.Bypass.AUTHENTICATION)
 def load_session_principal(conn: psycopg.Connection, stored_id: str, now: datetime | None = None) -> Principal | None:
     """The principal of a session cookie's ``<user id>:<session id>``, or ``None``
     when the session was ended, has expired, or the user is inactive."""

@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         config = Config.from_env(mode=mode)
         from .logs import configure
         configure(config.log_format)
+        if args.command not in ("web", "streams"):  # servers scope each request; every other command is the operator's
+            from . import tenancy
+            tenancy.process_bypass(tenancy.Bypass.SETUP if args.command in ("migrate", "demo") else tenancy.Bypass.CLI)
         if args.command not in ("worker", "demo"):  # the worker builds its own; the demo adds its plug-in
             from .catalogue import activate
             from .features import build_catalogue

@@ -27,6 +27,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import ConnectionPool
 
+from . import tenancy
+
 try:
     from json.scanner import c_make_scanner
 except ImportError:  # a Python without the json module's C part: json.loads everywhere
@@ -193,32 +195,103 @@ SESSION_OPTIONS = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTI
 TRANSACTION_POOLER = "transaction"
 
 
-class BoundedConnection(psycopg.Connection):
-    """A connection whose every transaction carries bounds (``lock_timeout``, ``statement_timeout``).
+class ScopedCursor(psycopg.Cursor):
+    """A cursor whose statements, outside a transaction, run in one that carries the tenant scope
+    (see :class:`BoundedConnection`)."""
 
-    The bounds are set by the transaction's first statement with ``set_config(..., true)`` (``SET
+    def execute(self, query, params=None, **kwargs):
+        conn = self.connection
+        if isinstance(conn, BoundedConnection) and conn._needs_scoped_transaction():
+            return conn._in_scoped_transaction(lambda: super(ScopedCursor, self).execute(query, params, **kwargs))
+        return super().execute(query, params, **kwargs)
+
+    def executemany(self, query, params_seq, **kwargs):
+        conn = self.connection
+        if isinstance(conn, BoundedConnection) and conn._needs_scoped_transaction():
+            return conn._in_scoped_transaction(
+                lambda: super(ScopedCursor, self).executemany(query, params_seq, **kwargs))
+        return super().executemany(query, params_seq, **kwargs)
+
+
+class BoundedConnection(psycopg.Connection):
+    """A connection whose every transaction carries the tenant scope and bounds (``lock_timeout``,
+    ``statement_timeout``).
+
+    Both are set by the transaction's first statement with ``set_config(..., true)`` (``SET
     LOCAL``): they end with the transaction, so they hold behind a transaction pooler (PgBouncer in
     ``pool_mode = transaction``, where a session setting would land on a server connection another
     client gets next) and never leak to another user of the connection.  Only the outermost block
     sets them (a savepoint inherits them).  In pipeline mode the statement travels with ``BEGIN`` and
     the work's first statement: no round trip of its own (the API's hot path, ``respond``).
 
+    The tenant scope is :func:`opsboard.tenancy.current` when the transaction begins: the
+    row-level-security policies read it (migration 0085).  A statement run outside a transaction
+    while a scope is set runs inside one of its own, so that it carries the scope too; with no
+    scope, it runs as it is, and the policies let it see no tenant's rows.
+
     A subclass per pool holds that pool's bounds (:func:`bounded_connection_class`).
     """
 
-    bounds_sql: str = ""
+    bounds_sql: str = "SELECT "
     _bounded_depth = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cursor_factory = ScopedCursor
+
+    def _needs_scoped_transaction(self) -> bool:
+        return (self._bounded_depth == 0 and self.autocommit and self._pipeline is None
+                and tenancy.current() != "" and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
         with super().transaction(savepoint_name, force_rollback) as tx:
             self._bounded_depth += 1
             try:
-                if self._bounded_depth == 1 and self.bounds_sql:
-                    self.execute(self.bounds_sql)
+                if self._bounded_depth == 1:
+                    scope = tenancy.current()
+                    if scope:
+                        super().execute(self.bounds_sql + "set_config('opsboard.tenant_scope', %s, true)", (scope,))
+                    elif self.bounds_sql != "SELECT ":
+                        super().execute(self.bounds_sql.rstrip(", "))
                 yield tx
             finally:
                 self._bounded_depth -= 1
+
+    def _scope_sql(self, scope: str) -> tuple[str, tuple]:
+        return "SELECT set_config('opsboard.tenant_scope', %s, true)", (scope,)
+
+    def _in_scoped_transaction(self, run):
+        """``run()`` (one statement) in a transaction of its own that carries the scope: BEGIN, the
+        scope, the statement and COMMIT in one round trip (pipeline mode), as one autocommit
+        statement took.  A failure rolls the transaction back and raises."""
+        if not psycopg.Pipeline.is_supported():
+            with self.transaction():
+                return run()
+        try:
+            with self.pipeline():
+                super().execute("BEGIN")
+                super().execute(*self._scope_sql(tenancy.current()))
+                cur = run()
+                super().execute("COMMIT")
+        except BaseException:
+            if not self.closed and self.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self.rollback()
+            raise
+        return cur
+
+    def execute(self, query, params=None, *, prepare=None, binary=False):
+        if self._needs_scoped_transaction():
+            return self._in_scoped_transaction(
+                lambda: super(BoundedConnection, self).execute(query, params, prepare=prepare, binary=binary))
+        cur = super().execute(query, params, prepare=prepare, binary=binary)
+        if query == "BEGIN" and self._bounded_depth == 0:
+            # An explicit BEGIN (the claim's and the relay's pipelined transactions): the scope goes
+            # right after it, in the same round trip when pipelined.
+            scope = tenancy.current()
+            if scope:
+                super().execute(*self._scope_sql(scope))
+        return cur
 
 
 def bounded_connection_class(bounds: Mapping[str, str]) -> type[BoundedConnection]:
@@ -226,8 +299,8 @@ def bounded_connection_class(bounds: Mapping[str, str]) -> type[BoundedConnectio
     for name, value in bounds.items():  # written into the statement: names and durations only
         if not re.fullmatch(r"[a-z_]+", name) or not re.fullmatch(r"[0-9]+(ms|s|min)?", str(value)):
             raise ValueError(f"not a setting and a duration: {name!r} = {value!r}")
-    sql = "SELECT " + ", ".join(f"set_config('{name}', '{value}', true)" for name, value in bounds.items())
-    return type("BoundedConnection", (BoundedConnection,), {"bounds_sql": sql if bounds else ""})
+    sql = "SELECT " + "".join(f"set_config('{name}', '{value}', true), " for name, value in bounds.items())
+    return type("BoundedConnection", (BoundedConnection,), {"bounds_sql": sql})
 
 
 def connection_kwargs(pooler: str = "none") -> dict:
@@ -271,7 +344,7 @@ def connect(url: str, *, pooler: str = "none", **kwargs) -> psycopg.Connection:
         raise DatabaseUnavailable("DATABASE_URL is not a valid PostgreSQL connection string "
                                   "(postgresql://user@host:port/dbname)") from None
     try:
-        return psycopg.connect(url, autocommit=True, row_factory=dict_row, **kwargs)
+        return BoundedConnection.connect(url, autocommit=True, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         reason = connect_failure_reason(exc)
         if "unsupported startup parameter" in reason:
@@ -366,6 +439,25 @@ def session_settings_warning(conn: psycopg.Connection, pooler: str = "none") -> 
             f"(docs/operations.md)")
 
 
+def check_app_role(conn: psycopg.Connection, mode: str, who: str) -> str | None:
+    """Refuse (production) or warn (other modes) when ``conn``'s role is a superuser or has
+    BYPASSRLS: row-level security (migration 0085) would not hold the web or the worker.  Returns
+    the warning logged, if any."""
+    from .config import ConfigError
+
+    row = conn.execute("SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+                       ).fetchone()
+    if row is None or not (row["rolsuper"] or row["rolbypassrls"]):
+        return None
+    what = "a superuser" if row["rolsuper"] else "a role with BYPASSRLS"
+    message = (f"{who} connects as {row['rolname']}, {what}: the database's row-level security does not hold it; "
+               f"connect as the application role (opsboard migrate --print-roles-sql, docs/operations.md)")
+    if mode == "production":
+        raise ConfigError(message)
+    log.warning("%s (allowed in %s mode only)", message, mode)
+    return message
+
+
 def announce_route(conn: psycopg.Connection, pooler: str, direct_url: str, who: str) -> str | None:
     """Log at start-up how this process reaches PostgreSQL; returns the warning logged, if any.
 
@@ -404,8 +496,8 @@ def make_pool(url: str, *, min_size: int, max_size: int, name: str, timeout: flo
     a transaction pooler those statements take the role's settings (``ALTER ROLE ... SET``)."""
     kwargs.setdefault("reconnect_timeout", RECONNECT_TIMEOUT)
     conn_kwargs = connection_kwargs(pooler)
+    kwargs.setdefault("connection_class", bounded_connection_class(bounds or {}))
     if bounds:
-        kwargs.setdefault("connection_class", bounded_connection_class(bounds))
         if "options" in conn_kwargs:
             conn_kwargs["options"] += "".join(f" -c {n}={v}" for n, v in bounds.items())
     return ConnectionPool(

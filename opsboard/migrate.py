@@ -114,7 +114,15 @@ def status(conn: psycopg.Connection, directory: Path | None = None) -> Migration
 
 
 def migrate(url: str, directory: Path | None = None, *, log=print) -> list[Migration]:
-    """Apply every pending migration; return those applied by this call."""
+    """Apply every pending migration; return those applied by this call.
+
+    Migrations see every tenant's rows (the owner is held to row-level security too: FORCE)."""
+    from .tenancy import Bypass, bypass
+    with bypass(Bypass.SETUP):
+        return _migrate(url, directory, log=log)
+
+
+def _migrate(url: str, directory: Path | None, *, log) -> list[Migration]:
     discover(directory)  # none found: fail before touching the database
     conn = connect(url)
     try:
@@ -148,6 +156,28 @@ def migrate(url: str, directory: Path | None = None, *, log=print) -> list[Migra
 
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def ensure_roles(url: str, owner: str, app: str, *, grant_creator: bool = False) -> str:
+    """Run :func:`roles_sql` on the database at ``url`` (as a superuser) and return ``url`` as the
+    application role.  Several processes may do it at once on one server (tests, benchmarks): the
+    roles are the server's, so a race on creating or altering them is tried again.  With
+    ``grant_creator``, tables the connecting user creates later (a test's own table) are the app's too."""
+    import time
+
+    from psycopg.conninfo import make_conninfo
+    for attempt in range(20):
+        try:
+            with psycopg.connect(url, autocommit=True) as c:
+                c.execute(roles_sql(owner, app))
+                if grant_creator:
+                    c.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+                              f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app}")
+                    c.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO {app}")
+            return make_conninfo(url, user=app)
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation, psycopg.errors.InternalError_):
+            time.sleep(0.1 * (attempt + 1))  # another process created or altered a role at that moment
+    raise MigrationError(f"could not set up the roles {owner} and {app}")
 
 
 def roles_sql(owner: str = "opsboard_owner", app: str = "opsboard_app") -> str:

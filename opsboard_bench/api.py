@@ -325,7 +325,7 @@ def start_web(b, gunicorn_args: list[str], probe: str = "/healthz", timeout: flo
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
+    env = dict(os.environ, DATABASE_URL=b.app_url or b.url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY=uuid.uuid4().hex * 2,
                OPSBOARD_LOG_FORMAT="json", PYTHONPATH=str(ROOT), **env)
     web = subprocess.Popen([sys.executable, "-m", "gunicorn", *gunicorn_args, "-b", f"127.0.0.1:{port}",
                             "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env,

@@ -42,7 +42,11 @@ from opsboard import auth
 from opsboard.config import ROOT, Config
 from opsboard.db import connect, resolve_url
 from opsboard.errors import UsageError
-from opsboard.migrate import migrate
+from opsboard.migrate import ensure_roles, migrate
+
+#: The roles of the bench's scratch database (opsboard migrate --print-roles-sql): its web and workers
+#: run as the application role, as production does.
+BENCH_OWNER, BENCH_APP = "opsboard_bench_owner", "opsboard_bench_app"
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,9 @@ class Bench:
     url: str
     config: Config
     jobs: int | None
+    #: ``url`` as the application role (neither superuser nor BYPASSRLS): what the bench's web and
+    #: workers connect as, so that row-level security costs what it costs in production.
+    app_url: str = ""
     #: Open streams of the ``streams`` scenario (``--streams``).
     streams: int | None = None
     #: How long the ``pinned_horizon`` scenario holds the horizon (``--pin-seconds``; None: its default).
@@ -184,7 +191,7 @@ class Bench:
         procs = []
         for i in range(n):
             e = dict(os.environ)
-            e.update({"DATABASE_URL": self.url, "OPSBOARD_ENV": "development", "OPSBOARD_LOG_FORMAT": "text",
+            e.update({"DATABASE_URL": self.app_url or self.url, "OPSBOARD_ENV": "development", "OPSBOARD_LOG_FORMAT": "text",
                       "PYTHONPATH": str(ROOT)})
             e.update({k: str(v) for k, v in env.items()})
             # stderr into a file, not a pipe: nobody reads a pipe during the run, and a worker
@@ -354,6 +361,7 @@ def run_bench(config: Config, registry: Registry, scenarios: list[str] | None = 
     bench = Bench(url, config, jobs, streams=streams, pin_seconds=pin_seconds)
     try:
         migrate(url, log=lambda *_: None)
+        bench.app_url = ensure_roles(url, BENCH_OWNER, BENCH_APP)
         machine = machine_info(url)
         print(f"opsboard bench on {machine.get('cpu', '?')} x{machine['cpus']}, PostgreSQL {machine['postgres']} "
               f"(fsync={machine['fsync']}, synchronous_commit={machine['synchronous_commit']})")

@@ -114,7 +114,7 @@ def sse(b) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="development", OPSBOARD_POOL_MAX="20",
+    env = dict(os.environ, DATABASE_URL=b.app_url or b.url, OPSBOARD_ENV="development", OPSBOARD_POOL_MAX="20",
                OPSBOARD_SECRET_KEY="bench-" + "x" * 40, PYTHONPATH=str(ROOT))
     web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", str(n + 20),
                             "--worker-connections", str(n + 100), "-b", f"127.0.0.1:{port}",

@@ -228,7 +228,7 @@ def streams(b) -> None:
     port, streams_port = _free_port(), _free_port()
     logs = Path(tempfile.mkdtemp(prefix="opsboard-bench-streams-"))
     per_process = -(-n // PROCESSES)
-    env = dict(os.environ, DATABASE_URL=b.url, OPSBOARD_ENV="development", OPSBOARD_SECRET_KEY=SECRET,
+    env = dict(os.environ, DATABASE_URL=b.app_url or b.url, OPSBOARD_ENV="development", OPSBOARD_SECRET_KEY=SECRET,
                OPSBOARD_STREAMS_MAX=str(per_process + max(100, per_process // 4)),
                OPSBOARD_STREAMS_PROCESSES=str(PROCESSES), OPSBOARD_LOG_FORMAT="text", PYTHONPATH=str(ROOT))
     children = start_web(env, "127.0.0.1", port, streams_port, logs)

@@ -79,6 +79,24 @@ def apply_demo_schema(url: str) -> None:
         demo_domain.apply_schema(c)
 
 
+#: The roles the tests' web apps and workers run as (``opsboard migrate --print-roles-sql``): neither
+#: superuser nor BYPASSRLS, so the row-level-security policies are in force in CI too.  The seeding
+#: and the assertions of the tests connect as the server's own (super)user.
+OWNER_ROLE, APP_ROLE = "opsboard_test_owner", "opsboard_test_app"
+
+
+def make_app_roles(url: str) -> None:
+    """Create the roles (once per server; several test runs may race) and hand the template's objects
+    to them (its clones inherit that)."""
+    from opsboard.migrate import ensure_roles
+    ensure_roles(url, OWNER_ROLE, APP_ROLE, grant_creator=True)
+
+
+def app_url(url: str) -> str:
+    """``url`` as the application role: what the tests' web apps and workers connect as."""
+    return make_conninfo(url, user=APP_ROLE)
+
+
 def with_db(url: str, dbname: str) -> str:
     return make_conninfo(url, dbname=dbname)
 
@@ -100,6 +118,7 @@ def template_url(server_url):
     url = with_db(server_url, TEMPLATE_DB)
     migrate(url, log=lambda *_: None)
     apply_demo_schema(url)  # the demo plug-in's own tables: every clone has them
+    make_app_roles(url)  # the web and the workers of the tests run as the app role (row-level security)
     yield url
     with _admin(server_url) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
@@ -200,8 +219,8 @@ def make_config(**changes) -> Config:
 def app(db_url):
     from opsboard.web.app import create_app
     from opsboard.db import Database
-    database = Database(db_url, min_size=1, max_size=4).open()
-    application = create_app({"OPSBOARD": make_config(database_url=db_url), "DATABASE": database, "TESTING": True,
+    database = Database(app_url(db_url), min_size=1, max_size=4).open()
+    application = create_app({"OPSBOARD": make_config(database_url=app_url(db_url)), "DATABASE": database, "TESTING": True,
                               "CATALOGUE": CATALOGUE})
     application.extensions["test_db_url"] = db_url
     yield application
@@ -250,7 +269,7 @@ def _session_csrf(client) -> str:
 
 def worker_env(db_url: str, **extra) -> dict:
     env = dict(os.environ)
-    env.update({"DATABASE_URL": db_url, "OPSBOARD_ENV": "test", "OPSBOARD_JOB_MODULES": ",".join(TEST_MODULES),
+    env.update({"DATABASE_URL": app_url(db_url), "OPSBOARD_ENV": "test", "OPSBOARD_JOB_MODULES": ",".join(TEST_MODULES),
                 "OPSBOARD_LOG_FORMAT": "text", "PYTHONPATH": str(ROOT)})
     env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -38,6 +38,10 @@ def run(config: Config, args: argparse.Namespace) -> int:
     from .runner import Worker
 
     catalogue = build_catalogue(config)  # a handler that points nowhere: one line, status 2
+    from opsboard import tenancy
+    # The claim, the outcomes and the maintenance services act on every tenant's jobs set-wise;
+    # each job's handler runs in its own tenant's scope (worker.executor).
+    tenancy.process_bypass(tenancy.Bypass.CLAIM)
 
     try:
         queues = parse_queue_slots(args.queues) if args.queues else None

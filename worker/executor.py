@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from opsboard import jobqueue, jobtypes, retry, tracing
+from opsboard import jobqueue, jobtypes, retry, tenancy, tracing
 from opsboard.backpressure import take_token
 
 from opsboard.jobqueue import results, workflows
@@ -168,6 +168,8 @@ class Executor:
         #: Types whose finish may let another job start (a concurrency limit):
         #: their outcomes wake the claimers of every worker (NOTIFY).
         self.limited_types: frozenset[str] = frozenset()
+        #: Whose scope a handler runs in (opsboard.tenancy: the job's tenant, or the operator's).
+        self.operators = tenancy.OperatorTenants()
 
     def spawn_slot(self, qs: "QueueState") -> Slot:
         slot = Slot(self, qs, len(qs.threads))
@@ -239,7 +241,7 @@ class Executor:
                 # From here on a crash may be this job's doing (the supervisor reads it).
                 self.running_file.mark(slot.record, row["id"])
             # A span per attempt (a shared no-op while tracing is off: opsboard.tracing).
-            with tracing.attempt(row) as span:
+            with tracing.attempt(row) as span, self.operators.scope_of_job(self.handler_pool, row["tenant_id"]):
                 try:
                     waiting = self.rate_limited(jt, row["queue"])
                     if waiting is not None:

@@ -221,6 +221,7 @@ class Worker:
             try:
                 with self.pool.connection() as conn:
                     db.announce_route(conn, self.pooler, self.direct_url, "worker")
+                    db.check_app_role(conn, self.config.mode, "the worker")
                     # An operator's live slot change (issue 28) binds a worker started later too:
                     # read before the first slot starts.
                     self._resize_to(self.holds.get(conn), spawn=False)

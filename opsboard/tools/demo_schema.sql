@@ -49,3 +49,15 @@ CREATE TABLE IF NOT EXISTS demo_effects (
     recorded_at  timestamptz NOT NULL DEFAULT now(),
     UNIQUE (subscriber, event_id)
 );
+
+-- Row-level security on the demo's tenant tables, as on the product's (migration 0085).
+DO $demo_rls$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['demo_users', 'demo_orders', 'demo_otp_requests', 'demo_effects'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = t::regclass) THEN
+            PERFORM opsboard_enable_tenant_rls(t::regclass);
+        END IF;
+    END LOOP;
+END
+$demo_rls$;

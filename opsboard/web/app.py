@@ -8,6 +8,7 @@ from flask import Flask, current_app
 from flask_login import LoginManager
 
 from .. import db as dbmod
+from .. import tenancy
 from ..catalogue import activate
 from ..config import Config, resource_dir
 from ..features import build_catalogue
@@ -85,7 +86,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.extensions["opsboard_catalogue"] = cat
     activate(cat)
     _seed_shipped_templates(direct_url)
-    _announce_route(database, direct_url)
+    _announce_route(database, direct_url, config.mode)
 
     login = LoginManager(app)
     login.login_view = "auth.login"
@@ -98,7 +99,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     def _load_user(stored_id: str):
         # "<user id>:<session id>": a session ended server-side (sign out,
         # password change, deactivation) no longer loads, whatever the cookie says.
-        with get_db().connection() as conn:
+        with tenancy.bypass(tenancy.Bypass.AUTHENTICATION), get_db().connection() as conn:
             return load_session_principal(conn, stored_id)
 
     @login.unauthorized_handler
@@ -117,6 +118,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     # The request id, the view's body cap (before anything reads the body), NUL characters, CSRF.
     app.before_request(security.before_request)
+    app.teardown_request(security.teardown_request)
     app.after_request(security.security_headers)
     errors.register(app)
     from . import i18n
@@ -184,14 +186,16 @@ AUDIT_TARGETS = {"job": ("jobs.detail", "job_id"), "alert": ("alerts.detail", "a
                  "ticket": ("tickets.detail", "ticket_id")}
 
 
-def _announce_route(database, direct_url: str) -> None:
+def _announce_route(database, direct_url: str, mode: str = "production") -> None:
     """Say at start-up when the pooled connections lose the session settings (one warning line;
-    see :func:`opsboard.db.announce_route`).  A database not reachable yet is not checked."""
+    see :func:`opsboard.db.announce_route`), and refuse, in production, a role that row-level
+    security does not hold (:func:`opsboard.db.check_app_role`).  A database not reachable yet is not checked."""
     import psycopg
 
     try:
         with database.pool.connection(timeout=5) as conn:
             dbmod.announce_route(conn, database.pooler, direct_url, "web")
+            dbmod.check_app_role(conn, mode, "the web app")
     except psycopg.Error:
         pass
 
@@ -205,7 +209,7 @@ def _seed_shipped_templates(url: str) -> None:
     from .. import channels
     from ..notifications.templates import seed_shipped
     try:
-        with dbmod.connect(url) as conn:
+        with tenancy.bypass(tenancy.Bypass.SETUP), dbmod.connect(url) as conn:
             channels.sync(conn)  # the catalogue's channels first: the templates' channel key needs them
             seeded = seed_shipped(conn)
     except (dbmod.DatabaseUnavailable, psycopg.Error) as exc:

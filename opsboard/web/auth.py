@@ -13,7 +13,7 @@ from ..auth import (AuthError, LoginThrottled, authenticate, end_all_sessions, e
                     set_password, start_session)
 from .context import bind_session_to_client, get_config, get_db, request_id
 from .i18n import digits
-from .security import client_address
+from .security import client_address, rescope
 
 bp = Blueprint("auth", __name__)
 
@@ -66,6 +66,7 @@ def login():
             session.clear()  # a fresh session (and CSRF token) on privilege change
             start_session(conn, principal, int(current_app.permanent_session_lifetime.total_seconds()))
             login_user(principal)
+            rescope()  # the audit record below is written in the signed-in user's scope
             bind_session_to_client()  # the stream server checks it (opsboard.web.streams)
             audit.record(conn, audit.Actor(principal.email, principal.id, request_id()), "auth.login",
                          target_type="user", target_id=principal.id)

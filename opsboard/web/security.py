@@ -17,6 +17,7 @@ from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 from flask_babel import gettext as _
 
+from .. import tenancy
 from ..auth import TenantScope
 from ..storable import problem, unstorable
 from .errors import ApiError
@@ -194,14 +195,51 @@ _JSON_UNSTORABLE = re.compile(rb"(?<!\\)(?:\\\\)*\\u(?:0000|[dD][89a-fA-F][0-9a-
 
 def before_request():
     """The app-wide checks of every request, in their order, as one hook (Flask looks each hook up
-    and checks it for a coroutine on every request): the request id, werkzeug's slash redirect made
-    relative, the view's body cap, text PostgreSQL cannot store, CSRF."""
+    and checks it for a coroutine on every request): the tenant scope, the request id, werkzeug's slash
+    redirect made relative, the view's body cap, text PostgreSQL cannot store, CSRF."""
+    g.tenancy_token = tenancy.enter(_signed_in_scope)
     assign_request_id()
     if request.routing_exception is not None and isinstance(request.routing_exception, RequestRedirect):
         return relative_redirect(request.routing_exception)
     apply_body_limit()
     refuse_unstorable()
     check_csrf()
+
+
+def _signed_in_scope() -> str:
+    """The row-level-security scope of a dashboard request (opsboard.tenancy), resolved at its first
+    transaction: the signed-in user's tenants, every tenant for the operator's staff, none for a
+    visitor.  An API request replaces it with its key's or token's tenant (:func:`scope_to`)."""
+    from flask_login import current_user
+
+    with tenancy.bypass(tenancy.Bypass.AUTHENTICATION):  # the session's user and memberships
+        if not current_user.is_authenticated:
+            return ""
+        memberships = list(current_user.memberships)
+    if any(m.is_operator for m in memberships):
+        return tenancy.ALL
+    return tenancy.value_for(m.tenant_id for m in memberships)
+
+
+def rescope() -> None:
+    """The signed-in user changed in this request (sign-in, sign-out): its next transaction takes the
+    new user's scope."""
+    tenancy.set_for_thread(_signed_in_scope)
+
+
+def scope_to(tenant_ids) -> None:
+    """The rest of this request runs in these tenants' scope (an API key's, a user token's)."""
+    tenancy.set_for_thread(tenancy.value_for(tenant_ids))
+
+
+def teardown_request(_exc=None) -> None:
+    """Back to no scope after the request (a thread serves the next request with none)."""
+    token = g.pop("tenancy_token", None)
+    if token is not None:
+        try:
+            tenancy.leave(token)
+        except ValueError:  # set in another context (never expected): leave nothing behind
+            tenancy.set_for_thread("")
 
 
 def relative_redirect(exc: RequestRedirect):

@@ -60,6 +60,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from .. import db as dbmod
+from .. import tenancy
 from ..auth import load_session_principal
 from ..config import Config
 from ..notifications import inbox
@@ -259,6 +260,11 @@ class Listener:
                 self.connected = False
 
 
+#: The reader's transaction sees every recipient's rows (opsboard.tenancy.Bypass.STREAMS).
+SCOPE_ALL_STREAMS = f"SELECT set_config('{tenancy.SETTING}', '{tenancy.ALL}', true)"
+assert tenancy.Bypass.STREAMS
+
+
 class Reader:
     """Batched inbox reads: the streams woken together are read in one query per ``READ_BATCH``
     (``inbox_events_since_many``), up to ``concurrency`` queries at once; each stream's new rows are handed
@@ -309,7 +315,9 @@ class Reader:
                 pairs.setdefault((s.key, s.cursor), []).append(s)
             keys = list(pairs)
             rows: list[list[tuple]] = [[] for _ in keys]
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
+                # Row-level security: the rows are the recipients', whose sessions were checked (tenancy.Bypass.STREAMS).
+                await conn.execute(SCOPE_ALL_STREAMS)
                 cur = conn.cursor(row_factory=tuple_row)
                 await cur.execute(dbmod.queries["inbox_events_since_many"],
                                   {"user_ids": "{" + ",".join(k[0] for k in keys) + "}",
@@ -525,7 +533,8 @@ class StreamServer:
         try:
             await resp.prepare(request)
             if cursor is None:
-                async with self.pool.connection() as conn:
+                async with self.pool.connection() as conn, conn.transaction():
+                    await conn.execute(SCOPE_ALL_STREAMS)
                     cur = await conn.execute(dbmod.queries["inbox_latest_seq"], {"user_id": user_id})
                     s.cursor = (await cur.fetchone())["seq"]
             await resp.write(f"retry: 3000\n: connected at cursor {s.cursor}\n\n".encode())

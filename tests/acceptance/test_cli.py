@@ -17,7 +17,7 @@ import pytest
 from opsboard import auth
 from opsboard.config import ROOT, resource_dir
 from opsboard.migrate import MIGRATE_LOCK_KEY
-from tests.conftest import connect, wait_for
+from tests.conftest import app_url, connect, wait_for
 from tests.integration.test_migrate import lock_waiters
 
 MIGRATIONS_DIR = resource_dir("migrations")
@@ -294,6 +294,6 @@ def test_wsgi_in_production_with_short_secret_exits_2(db_url):
 def test_wsgi_in_production_with_secret_builds_the_app(db_url):
     code = "import wsgi; print(sorted(wsgi.app.blueprints)); wsgi.app.extensions['opsboard_db'].close()"
     result = run("-c", code, command=(sys.executable,),
-                 env=cli_env(db_url, OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY="k" * 48))
+                 env=cli_env(app_url(db_url), OPSBOARD_ENV="production", OPSBOARD_SECRET_KEY="k" * 48))
     assert result.returncode == 0, result.stderr
     assert "'auth'" in result.stdout and "'health'" in result.stdout

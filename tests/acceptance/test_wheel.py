@@ -19,7 +19,7 @@ import pytest
 
 from opsboard.config import CHECKOUT
 from tests.acceptance.test_cli import assert_one_line_error, free_port
-from tests.conftest import connect, wait_for
+from tests.conftest import app_url, connect, make_app_roles, wait_for
 
 pytestmark = pytest.mark.skipif(CHECKOUT is None, reason="builds the wheel from the source checkout")
 
@@ -73,6 +73,9 @@ def test_migrate_then_serve_login_and_static_files(installed, databases, tmp_pat
     result = _run(bin_dir / "opsboard", "migrate", cwd=run_dir, env=env, timeout=120)
     assert f"{count} migration(s) applied" in result.stdout
     assert "database is up to date" in _run(bin_dir / "opsboard", "migrate", cwd=run_dir, env=env).stdout
+    # Production serves as the application role (it refuses a superuser: row-level security).
+    make_app_roles(url)
+    env = {**env, "DATABASE_URL": app_url(url)}
 
     port = free_port()
     log = open(tmp_path / "gunicorn.log", "w")

@@ -10,7 +10,7 @@ import pytest
 
 from opsboard import audit, auth
 from opsboard.db import Database
-from tests.conftest import connect, csrf_from
+from tests.conftest import app_url, connect, csrf_from
 from tests.conftest import make_config
 
 PASSWORD = "correct horse battery"
@@ -344,9 +344,9 @@ def test_session_cookie_flags(client, db):
 
 def test_production_cookie_is_secure_and_hsts_is_sent(db_url):
     from opsboard.web.app import create_app
-    database = Database(db_url, min_size=1, max_size=2).open()
+    database = Database(app_url(db_url), min_size=1, max_size=2).open()  # production refuses a superuser
     try:
-        config = make_config(database_url=db_url).replace(mode="production", secret_key="p" * 40)
+        config = make_config(database_url=app_url(db_url)).replace(mode="production", secret_key="p" * 40)
         app = create_app({"OPSBOARD": config, "DATABASE": database})
         email = add_user(db_url)
         client = app.test_client()

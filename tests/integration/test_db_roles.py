@@ -76,6 +76,9 @@ def test_app_role_runs_the_dashboard_but_cannot_touch_audit_rows(roles):
         database.close()
 
     with psycopg.connect(app_url, autocommit=True) as c:
+        # Row-level security: without a scope the app role reads no tenant's record, with the operator's all.
+        assert c.execute("SELECT count(*) FROM audit_log WHERE action = 'job.replay'").fetchone()[0] == 0
+        c.execute("SELECT set_config('opsboard.tenant_scope', '*', false)")
         assert c.execute("SELECT count(*) FROM audit_log WHERE action = 'job.replay'").fetchone()[0] == 1
         for statement in ("UPDATE audit_log SET reason = 'x'", "DELETE FROM audit_log", "TRUNCATE audit_log",
                           "ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only",

@@ -153,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
 
-    from psycopg.rows import dict_row
-    from psycopg_pool import ConnectionPool
 
     p = argparse.ArgumentParser(prog="python -m worker.services.relay")
     p.add_argument("--batch", type=int, default=RelayConfig.batch)
@@ -167,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     from opsboard.features import build_catalogue
     activate(build_catalogue(Config.from_env()))  # the subscriptions it routes by
     url = os.environ["DATABASE_URL"]
+    from opsboard import tenancy
+    tenancy.process_bypass(tenancy.Bypass.MAINTENANCE)  # the relay moves every tenant's events
     hub = pgnotify.Hub(url, poll=0.5, name="relay-hub")
-    with ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row,
-                                                             "options": db.SESSION_OPTIONS}) as pool:
+    with db.make_pool(url, min_size=1, max_size=2, name="relay") as pool:
         Relay(RelayConfig(poll_interval=args.poll, batch=args.batch, active_window=args.active_window)).loop(hub, pool, threading.Event())
     return 0
 

@@ -12,11 +12,12 @@ import uuid
 
 from flask import g, jsonify, request
 
-from ... import audit
+from ... import audit, tenancy
 from ...errors import OpsError
 from ...notifications import devices, inbox, preferences
 from .. import sse
 from ..context import get_config, get_db, request_id
+from ..security import scope_to
 from .blueprint import bp
 from .common import Problem, field, idempotent, json_object, only_fields
 
@@ -27,8 +28,10 @@ def authenticate_user() -> dict:
     if scheme.lower() != "bearer" or not secret.strip():
         raise Problem(401, "unauthorized", "Send your token: Authorization: Bearer obu_...",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox"'})
-    with get_db().connection() as conn:
+    with tenancy.bypass(tenancy.Bypass.AUTHENTICATION), get_db().connection() as conn:
         tok = inbox.verify_token(conn, secret.strip())
+        tenant_ids = [r["tenant_id"] for r in conn.execute(
+            "SELECT tenant_id FROM memberships WHERE user_id = %s AND active", (tok["user_id"],))] if tok else []
     if tok is None:
         raise Problem(401, "unauthorized", "The token is unknown or revoked.",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard-inbox", error="invalid_token"'})
@@ -36,6 +39,7 @@ def authenticate_user() -> dict:
         # The same refusal as the ticket API's (no_tenant): a deactivated member reads nothing.
         raise Problem(403, "no_membership", "The token's user has no active membership of a tenant.")
     g.inbox_user = tok
+    scope_to(tenant_ids)  # the database lets this request see the token's user's tenants only
     return tok
 
 
