@@ -260,11 +260,13 @@ DELETE FROM job_history WHERE bucket < coalesce(%(now)s::timestamptz, now()) - m
 -- The histograms are summed cell by cell with one sum per cell (the 16 of
 -- opsboard.metrics.DURATION_BUCKETS_MS and the overflow; test_history_charts
 -- checks the count): unnesting every cell of every row cost a week's chart
--- several times more, and summing them in Python more still.
+-- several times more, and summing them in Python more still.  Each cell is
+-- summed as an integer (a 15-minute bucket's cell is far below 2^31): a sum of
+-- bigint accumulates in numeric, 4x slower for a week (16.6 -> 3.9 ms).
 SELECT date_bin(make_interval(mins => %(bucket_minutes)s), bucket, %(origin)s::timestamptz) AS bucket, queue, type,
        sum(succeeded + retried + dead)::bigint AS processed, sum(retried + dead)::bigint AS failed,
        max(waiting) AS waiting,
-       ARRAY[sum(duration_hist[1]), sum(duration_hist[2]), sum(duration_hist[3]), sum(duration_hist[4]), sum(duration_hist[5]), sum(duration_hist[6]), sum(duration_hist[7]), sum(duration_hist[8]), sum(duration_hist[9]), sum(duration_hist[10]), sum(duration_hist[11]), sum(duration_hist[12]), sum(duration_hist[13]), sum(duration_hist[14]), sum(duration_hist[15]), sum(duration_hist[16])]::bigint[] AS hist
+       ARRAY[sum(duration_hist[1]::int), sum(duration_hist[2]::int), sum(duration_hist[3]::int), sum(duration_hist[4]::int), sum(duration_hist[5]::int), sum(duration_hist[6]::int), sum(duration_hist[7]::int), sum(duration_hist[8]::int), sum(duration_hist[9]::int), sum(duration_hist[10]::int), sum(duration_hist[11]::int), sum(duration_hist[12]::int), sum(duration_hist[13]::int), sum(duration_hist[14]::int), sum(duration_hist[15]::int), sum(duration_hist[16]::int)]::bigint[] AS hist
 FROM job_history
 WHERE bucket >= %(since)s::timestamptz
   AND (%(queue)s::text IS NULL OR queue = %(queue)s) AND (%(type)s::text IS NULL OR type = %(type)s)
