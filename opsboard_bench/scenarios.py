@@ -121,6 +121,14 @@ def event_export(b: Bench) -> None:
     run(b)
 
 
+def noisy_neighbour(b: Bench) -> None:
+    """Issue 50: a healthy tenant's webhooks (4/s) quiet, then beside a noisy tenant's endpoints that answer
+    after 95 % of the timeout, never, a byte a second or with endless 100 Continue (8/s), 2 workers with the
+    default slots: the healthy p50/p99 quiet and beside it, running jobs per tenant, worker CPU per attempt."""
+    from .noisy import run
+    run(b)
+
+
 def pinned_horizon(b: Bench) -> None:
     """Issue 48, on a throwaway cluster with autovacuum on: 60 s at 60 % of the clean peak, then an idle
     transaction and 4 REPEATABLE READ readers pin the horizon (--pin-seconds, default 600), then 60 s of
@@ -165,13 +173,16 @@ _SCENARIOS = {
     "prune": prune,
     "event_export": event_export,
     "pinned_horizon": pinned_horizon,
+    "noisy_neighbour": noisy_neighbour,
 }
 #: Scenarios left out when no --scenario is given: ``notify_scale`` runs others (their parts run
 #: anyway); ``scale``, ``depth`` and ``prune`` build databases of millions of jobs (``scale``: about
 #: 20 minutes and 6 GB on its own); ``event_export`` starts nats-servers of its own and a chaos run;
 #: ``digest`` fans 100,000 events out one by one before its digests (about 30 minutes on a 2-core VM);
-#: ``pinned_horizon`` starts a cluster of its own and pins it for 10 minutes.
-_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "event_export", "digest", "pinned_horizon"})
+#: ``pinned_horizon`` starts a cluster of its own and pins it for 10 minutes; ``noisy_neighbour`` runs 40 s of
+#: hostile receivers.
+_GROUPS = frozenset({"notify_scale", "scale", "depth", "prune", "event_export", "digest", "pinned_horizon",
+                     "noisy_neighbour"})
 
 #: Programs a scenario runs, checked before anything starts (a missing one: exit status 2, one line).
 _TOOLS = {"api_worker": (("wrk", "apt-get install wrk"),),
