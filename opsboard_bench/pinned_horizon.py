@@ -39,7 +39,8 @@ start, ``started_at`` the claim's statement start, ``finished_at`` the outcome's
 - ``hot_dead_pct_end``: dead tuples of the hot tables (``jobs`` and the depth counters:
   ``job_count_deltas``, ``queue_depth``, ``queue_depth_totals``, ``tenant_depth``) over their
   live plus dead, from ``pg_stat_user_tables`` just before the release; ``hot_dead_pct_mid`` at
-  the pin's half, to tell whether it grows with the pin, and ``dead_pct_end_by_table``.
+  the pin's half, to tell whether it grows with the pin, ``hot_dead_pct_clean`` at the clean
+  phase's end (steady state, autovacuum free to work), and each table's share beside them.
 
 ``--json FILE`` writes the issue's keys, then the run's settings and the extra figures.
 """
@@ -259,6 +260,7 @@ def run(b: Bench) -> None:
             t_clean = _db_now(c)
             producer.start()
             time.sleep(CLEAN_SECONDS)
+            dead_clean, dead_clean_by = _dead(c)
             t_pin = _db_now(c)
             pin = _Pin(url)
             time.sleep(pin_seconds / 2)
@@ -331,6 +333,8 @@ def run(b: Bench) -> None:
     b.add(s, "pinned enqueue->claim p99", pinned_p99, "ms", goal=Goal("<=", round(3 * clean_p99, 1)))
     b.add(s, "recovery after the release", recovery, "s", goal=Goal("<=", 10))
     b.add(s, "lost", lost, "jobs", f"{producer.produced} enqueued", goal=Goal("==", 0))
+    b.add(s, "hot tables dead share, clean phase's end", dead_clean, "%",
+          " ".join(f"{k}={v}" for k, v in sorted(dead_clean_by.items())))
     b.add(s, "hot tables dead share, pin's half", dead_mid, "%")
     b.add(s, "hot tables dead share, pin's end", dead_end, "%", " ".join(f"{k}={v}" for k, v in sorted(dead_by.items())))
     b.add(s, "largest backlog while pinned", backlog_pin_max, "jobs", f"clean: {clean_backlog}")
@@ -339,6 +343,7 @@ def run(b: Bench) -> None:
         "clean_claim_p99_ms": round(clean_p99, 1), "pinned_claim_p99_ms": round(pinned_p99, 1),
         "recovery_s": recovery, "lost": lost, "hot_dead_pct_end": round(dead_end, 1),
         "hot_dead_pct_mid": round(dead_mid, 1), "dead_pct_end_by_table": dead_by,
+        "hot_dead_pct_clean": round(dead_clean, 1), "dead_pct_clean_by_table": dead_clean_by,
         "peak_jobs_per_s": round(peak, 1), "offered_jobs_per_s": round(rate, 1),
         "enqueued": producer.produced, "pin_seconds": pin_seconds, "clean_seconds": CLEAN_SECONDS,
         "recovery_seconds": RECOVERY_SECONDS, "backlog_clean_max": clean_backlog,
