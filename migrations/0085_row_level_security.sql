@@ -84,3 +84,19 @@ BEGIN
     END LOOP;
 END
 $rls$;
+
+-- Views read their tables with the rights of the one who asks (PostgreSQL 15's
+-- security_invoker), not of the view's owner: the owner is held to the
+-- policies too (FORCE), and a view run as its owner would see the scope of
+-- nobody.  notification_deliveries (migrations 0056, 0070) is the only one.
+DO $views$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT c.oid::regclass AS view FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = current_schema() AND c.relkind = 'v'
+    LOOP
+        EXECUTE format('ALTER VIEW %s SET (security_invoker = true)', v.view);
+    END LOOP;
+END
+$views$;

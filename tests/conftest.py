@@ -28,8 +28,15 @@ from opsboard.config import Config, ROOT
 from opsboard.db import SESSION_OPTIONS
 from opsboard.migrate import migrate
 
+from hypothesis import settings as _hypothesis_settings
+
 from opsboard.catalogue import activate
 from opsboard.features import build_catalogue
+
+# No per-example deadline: a property holds or not whatever the machine's load (hypothesis's 200 ms
+# deadline failed a pure-Python property on a 2-core machine running several suites at once).
+_hypothesis_settings.register_profile("opsboard", deadline=None)
+_hypothesis_settings.load_profile("opsboard")
 from opsboard.tools import demo_domain
 
 #: The extension modules of the test processes: the tests' own job types and the demo plug-in
@@ -93,8 +100,24 @@ def make_app_roles(url: str) -> None:
 
 
 def app_url(url: str) -> str:
-    """``url`` as the application role: what the tests' web apps and workers connect as."""
+    """``url`` as the application role: what the tests' web apps and workers connect as.  A database
+    not cloned from the template (a cluster of a test's own, a restored backup) gets the roles first."""
+    try:
+        with _admin(url) as c:
+            ready = c.execute("SELECT has_table_privilege(%s, 'jobs', 'SELECT')", (APP_ROLE,)).fetchone()[0]
+    except psycopg.Error:  # no such role on this server, or no jobs table yet: leave it to the caller
+        ready = None
+    if ready is False or (ready is None and _has_jobs(url)):
+        make_app_roles(url)
     return make_conninfo(url, user=APP_ROLE)
+
+
+def _has_jobs(url: str) -> bool:
+    try:
+        with _admin(url) as c:
+            return c.execute("SELECT to_regclass('jobs') IS NOT NULL").fetchone()[0]
+    except psycopg.Error:
+        return False
 
 
 def with_db(url: str, dbname: str) -> str:

@@ -189,3 +189,13 @@ def test_production_refuses_to_run_the_app_as_a_superuser(db_url):
             create_app({"OPSBOARD": config, "DATABASE": database})
     finally:
         database.close()
+
+
+def test_views_read_with_the_rights_of_the_caller(db_url):
+    """A view run as its owner would be held to the owner's (empty) scope: every view is security_invoker."""
+    with connect(db_url) as c:
+        views = c.execute("SELECT c.relname, coalesce(c.reloptions, '{}') AS opts FROM pg_class c "
+                          "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                          "WHERE n.nspname = 'public' AND c.relkind = 'v'").fetchall()
+    assert views, "notification_deliveries is a view"
+    assert [v["relname"] for v in views if "security_invoker=true" not in v["opts"]] == []
