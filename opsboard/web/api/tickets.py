@@ -18,13 +18,13 @@ import uuid
 
 from flask import g, jsonify, request
 
-from ... import storage
+from ... import storage, tenancy
 from ...auth import TenantScope
 from ...errors import OpsError
 from ...notifications import inbox
 from ...tickets import portal, service
 from ..context import get_config, get_db, request_id
-from ..security import takes_attachments
+from ..security import scope_to, takes_attachments
 from .blueprint import bp
 from .common import Problem, idempotent
 
@@ -37,7 +37,7 @@ def _customer() -> dict:
     if scheme.lower() != "bearer" or not secret.strip().startswith("obu_"):
         raise Problem(401, "unauthorized", "Send a user token: Authorization: Bearer obu_...",
                       headers={"WWW-Authenticate": 'Bearer realm="opsboard tickets"'})
-    with get_db().connection() as conn:
+    with tenancy.bypass(tenancy.Bypass.AUTHENTICATION), get_db().connection() as conn:
         found = inbox.verify_token(conn, secret.strip())
         if found is None:
             raise Problem(401, "unauthorized", "The token is unknown or revoked.",
@@ -49,6 +49,7 @@ def _customer() -> dict:
     who = {"user_id": found["user_id"], "email": found["email"], "tenant_id": tenant["tenant_id"],
            "tenant_slug": tenant["tenant_slug"]}
     g.ticket_user = who
+    scope_to([who["tenant_id"]])  # the database lets this request see the customer's tenant only
     return who
 
 
