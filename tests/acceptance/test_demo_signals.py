@@ -43,6 +43,7 @@ def test_ctrl_c_to_the_process_group_stops_the_demo_gracefully(db_url, tmp_path)
         c.execute("CREATE TABLE test_effects (job_id uuid, key text, worker text, attempt int)")
     env = worker_env(db_url, OPSBOARD_INSTANCE_DIR=str(tmp_path), OPSBOARD_SHUTDOWN_GRACE_SECONDS="20")
     env.pop("OPSBOARD_ENV")
+    env["DATABASE_URL"] = db_url  # the demo migrates and seeds: the database's own user, as its embedded server's
     out = open(tmp_path / "demo.out", "w+b")
     # Its own session, like a shell's foreground job: killpg reaches every process left in the group.
     demo = subprocess.Popen([sys.executable, "-m", "opsboard.cli", "demo", "--no-traffic", "--port",
