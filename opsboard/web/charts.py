@@ -62,18 +62,25 @@ def _words() -> dict[str, str]:
 def _formatter(unit: str):
     """A function writing a value with its unit, in the reader's language and digits (looked up once)."""
     words, digits = _words(), prefs()[0]
+    # The locale's decimal separator (۰٫۴ on fa pages, as persian.format_decimal writes it; Babel per value
+    # would cost more than the chart).
+    point = "٫" if digits == "fa" else "."
+
+    def number(text: str) -> str:
+        return persian.digits_for(text.replace(".", point), digits)
+
     if unit == "ms":
         def fmt(v):
             if v is None:
                 return words["none"]
-            return (words["s"].replace("\x00", persian.digits_for(f"{v / 1000:.1f}", digits)) if v >= 1000
-                    else words["ms"].replace("\x00", persian.digits_for(f"{v:.0f}", digits)))
+            return (words["s"].replace("\x00", number(f"{v / 1000:.1f}")) if v >= 1000
+                    else words["ms"].replace("\x00", number(f"{v:.0f}")))
         return fmt
 
     def fmt(v):
         if v is None:
             return words["none"]
-        n = persian.digits_for(f"{v:.2f}".rstrip("0").rstrip("."), digits)
+        n = number(f"{v:.2f}".rstrip("0").rstrip("."))
         if unit == "jobs":  # a count: the chart's title says of what
             return persian.format_count(round(v), digits) if v >= 10 else n
         return words["/min"].replace("\x00", n) if unit == "/min" else f"{n} {unit}"

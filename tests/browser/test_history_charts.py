@@ -81,5 +81,8 @@ def test_the_week_renders_on_the_queue_page_and_a_type_page(app, server, browser
     labels = page.locator('[data-charts="type"] figure.chart').first.locator('[data-axis="x"] text').all_text_contents()
     assert labels and all(re.fullmatch(r"[۰-۹]{2}/[۰-۹]{2} [۰-۹]{2}:[۰-۹]{2}", label) for label in labels), labels
     assert page.locator('[data-range="7d"] a[aria-current]').inner_text() == "۷ روز"
+    # Rates below one a minute with the Persian decimal separator (۰٫۴, not ۰.۴).
+    rates = page.locator('[data-charts="type"] figure.chart').first.locator('text[data-label="y"]').all_text_contents()
+    assert any("٫" in label for label in rates) and not any("." in label for label in rates), rates
     shots(page, "type-7d-fa")
     fa.close()
