@@ -280,34 +280,36 @@ def release(conn: psycopg.Connection, task_ids: list) -> None:
         advance(conn, [], ready=task_ids)
 
 
-def advance(conn: psycopg.Connection, finished: list[tuple[Any, str]], *, ready: list | None = None) -> int:
+def advance(conn: psycopg.Connection, finished: list[tuple[Any, str]], *, ready: list | None = None,
+            jobs_done: list[tuple[Any, Any, str]] | None = None) -> int:
     """Follow finished tasks ``(task id, state)`` to their dependents, in the caller's transaction:
     dependents count down and, with nothing left to wait for, are released, or are cancelled, in one
     statement (``workflow_release_dependents``); ``ready``: waiting tasks to release as they are (a
-    workflow's roots).  What that finishes (cancelled tasks, sub-workflow nodes, skipped callbacks) is
-    followed in turn.  Returns the statements run (one for the usual batch of successes)."""
-    statements = 0
+    workflow's roots); ``jobs_done``: ``(task id, job id, state)`` of tasks whose job finished, recorded
+    by the same statement.  What that finishes (cancelled tasks, sub-workflow nodes, skipped callbacks)
+    is followed in turn.  Returns the tasks of ``jobs_done`` that moved."""
+    moved = 0
     if ready:
         rows = db.all_rows(conn, "workflow_task_release", {"ids": list(ready)})
-        statements += 1
         finished = [*finished, *((r["id"], r["state"]) for r in rows)]
-    while finished:
+    done = list(jobs_done or [])
+    while finished or done:
         rows = db.all_rows(conn, "workflow_release_dependents", {
+            "finish_ids": [d[0] for d in done], "finish_job_ids": [d[1] for d in done],
+            "finish_states": [d[2] for d in done],
             "ids": [f[0] for f in finished], "states": [f[1] for f in finished]})
-        statements += 1
-        finished = [(r["id"], r["state"]) for r in rows]
-    return statements
+        moved += sum(1 for r in rows if r["finished"])
+        done = []
+        finished = [(r["id"], r["state"]) for r in rows if not r["finished"]]
+    return moved
 
 
 def finish_tasks(conn: psycopg.Connection, done: list[tuple[Any, Any, str]]) -> int:
-    """Tasks whose jobs finished, ``(task id, job id, state)``: record each, then :func:`advance`.
-    Returns the tasks that moved."""
+    """Tasks whose jobs finished, ``(task id, job id, state)``: record each and follow it to its
+    dependents (:func:`advance`, one statement for the usual batch).  Returns the tasks that moved."""
     if not done:
         return 0
-    rows = db.all_rows(conn, "workflow_task_finish", {
-        "ids": [d[0] for d in done], "job_ids": [d[1] for d in done], "states": [d[2] for d in done]})
-    advance(conn, [(r["id"], r["state"]) for r in rows])
-    return len(rows)
+    return advance(conn, [], jobs_done=done)
 
 
 def dependency_results(conn: psycopg.Connection, task_id) -> dict[str, Any]:

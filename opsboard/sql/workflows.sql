@@ -59,15 +59,13 @@ WITH r AS (
 )
 SELECT id, state FROM r WHERE state <> 'ready';
 
--- name: workflow_task_finish
--- Tasks whose job finished (succeeded, dead or cancelled): only a ready task running that very job
--- moves (a stale attempt or a second report changes nothing).  Returns the tasks that moved.
-UPDATE workflow_tasks t SET state = f.state, finished_at = statement_timestamp()
-FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[], %(states)s::text[]) AS f(id, job_id, state)
-WHERE t.id = f.id AND t.state = 'ready' AND t.job_id = f.job_id
-RETURNING t.id, t.state;
-
 -- name: workflow_release_dependents
+-- Tasks whose job finished (%(finish_*)s: succeeded, dead or cancelled; only a ready task running that
+-- very job moves, so a stale attempt or a second report changes nothing), and tasks already finished
+-- (%(ids)s, %(states)s: cancelled or skipped ones, sub-workflow nodes), followed to their dependents in
+-- the same statement (one round trip of the completing transaction, not two).  Returns the finished
+-- tasks that moved here (finished true), then the dependents finished here (finished false).
+--
 -- The dependents of tasks that just finished, set-based for the whole batch, in one statement: each
 -- waiting dependent counts its finished dependencies down and, with nothing left to wait for, is
 -- released here (a job task becomes ready and its job is inserted, as workflow_task_release does; a
@@ -89,7 +87,14 @@ RETURNING t.id, t.state;
 -- were matched by a nested loop's filter: 50 million comparisons, 14 s).  Counting down and
 -- releasing in one update writes each dependent once instead of twice (the root of the fan-out:
 -- 2.4 + 0.8 s before, for 10,000 dependents, on a loaded machine).
-WITH f AS (
+WITH fin AS (
+    UPDATE workflow_tasks t SET state = x.state, finished_at = statement_timestamp()
+    FROM unnest(%(finish_ids)s::uuid[], %(finish_job_ids)s::uuid[], %(finish_states)s::text[]) AS x(id, job_id, state)
+    WHERE t.id = x.id AND t.state = 'ready' AND t.job_id = x.job_id
+    RETURNING t.id, t.state
+), f AS (
+    SELECT id, state FROM fin
+    UNION ALL
     SELECT * FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS f(id, state)
 ), e AS MATERIALIZED (
     SELECT d.task_id,
@@ -133,7 +138,9 @@ WITH f AS (
     ON CONFLICT (tenant_id, type, idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'dead'
     DO NOTHING
 )
-SELECT id, state FROM u WHERE state IN ('cancelled', 'skipped', 'succeeded');
+SELECT id, state, true AS finished FROM fin
+UNION ALL
+SELECT id, state, false FROM u WHERE state IN ('cancelled', 'skipped', 'succeeded');
 
 -- name: workflow_job_results_set
 -- The recorded results of a batch of outcomes (only the jobs that returned one), with the outcomes.
