@@ -195,13 +195,30 @@ SESSION_OPTIONS = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTI
 TRANSACTION_POOLER = "transaction"
 
 
+#: Statements PostgreSQL runs only outside a transaction block: sent as they are (no scope to carry).
+_OUTSIDE_TRANSACTIONS = re.compile(
+    r"\s*(VACUUM|CHECKPOINT|CREATE\s+DATABASE|DROP\s+DATABASE|ALTER\s+SYSTEM|(CREATE|DROP)(\s+UNIQUE)?\s+INDEX\s+CONCURRENTLY"
+    r"|REINDEX\b.*\bCONCURRENTLY|LISTEN|UNLISTEN)\b", re.I | re.S)
+
+
+def _outside_transactions(query, conn) -> bool:
+    if query is None:
+        return False
+    if not isinstance(query, str):
+        try:
+            query = query.decode() if isinstance(query, bytes) else query.as_string(conn)
+        except Exception:
+            return False
+    return _OUTSIDE_TRANSACTIONS.match(query) is not None
+
+
 class ScopedCursor(psycopg.Cursor):
     """A cursor whose statements, outside a transaction, run in one that carries the tenant scope
     (see :class:`BoundedConnection`)."""
 
     def execute(self, query, params=None, **kwargs):
         conn = self.connection
-        if isinstance(conn, BoundedConnection) and conn._needs_scoped_transaction():
+        if isinstance(conn, BoundedConnection) and conn._needs_scoped_transaction(query):
             return conn._in_scoped_transaction(lambda: super(ScopedCursor, self).execute(query, params, **kwargs))
         return super().execute(query, params, **kwargs)
 
@@ -239,9 +256,10 @@ class BoundedConnection(psycopg.Connection):
         super().__init__(*args, **kwargs)
         self.cursor_factory = ScopedCursor
 
-    def _needs_scoped_transaction(self) -> bool:
+    def _needs_scoped_transaction(self, query=None) -> bool:
         return (self._bounded_depth == 0 and self.autocommit and self._pipeline is None
-                and tenancy.current() != "" and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+                and tenancy.current() != "" and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                and not _outside_transactions(query, self))
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
@@ -281,7 +299,7 @@ class BoundedConnection(psycopg.Connection):
         return cur
 
     def execute(self, query, params=None, *, prepare=None, binary=False):
-        if self._needs_scoped_transaction():
+        if self._needs_scoped_transaction(query):
             return self._in_scoped_transaction(
                 lambda: super(BoundedConnection, self).execute(query, params, prepare=prepare, binary=binary))
         cur = super().execute(query, params, prepare=prepare, binary=binary)
