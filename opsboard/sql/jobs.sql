@@ -298,9 +298,11 @@ WITH RECURSIVE tenants_ready AS (
 -- that locks nothing still returns one row, without a job (id null), for its figures: how many
 -- candidates it had, so that the worker can tell "another worker took them all" (claim again at
 -- once) from "nothing is due" (wait for a notification).
-SELECT c.id, c.type, c.version, c.tenant_id, c.queue, c.priority, c.payload, c.attempts, c.max_attempts,
-       c.idempotency_key, c.group_key, c.correlation_id, c.event_id, c.expires_at, c.created_at,
-       c.started_at, c.locked_until,
+-- c.*: the claimed job's columns as opsboard_claim_locked's RETURNS TABLE lists them (id, type,
+-- version, tenant_id, queue, priority, payload, attempts, max_attempts, idempotency_key, group_key,
+-- correlation_id, event_id, expires_at, created_at, started_at, locked_until: migration 0065), the
+-- same list and order as written out here before (it kept the text over the 4,096-byte cache).
+SELECT c.*,
        (SELECT count(*) FROM picked) AS tenants_seen,
        (SELECT max(tenant_id::text) FROM picked) AS last_tenant, EXISTS (SELECT FROM lim) AS lim,
        cardinality(o.ids) AS candidates
