@@ -243,32 +243,64 @@ class BoundedConnection(psycopg.Connection):
 
     The tenant scope is :func:`opsboard.tenancy.current` when the transaction begins: the
     row-level-security policies read it (migration 0085).  A statement run outside a transaction
-    while a scope is set runs inside one of its own, so that it carries the scope too; with no
-    scope, it runs as it is, and the policies let it see no tenant's rows.
+    carries it too: through the connection's session on a direct connection, else in a transaction
+    of its own (see :attr:`_session_scope`).
 
     A subclass per pool holds that pool's bounds (:func:`bounded_connection_class`).
     """
 
     bounds_sql: str = "SELECT "
     _bounded_depth = 0
+    #: The scope this connection's session holds (``set_config(..., false)``; empty at connect).  A
+    #: direct connection (not behind a transaction pooler: statements are prepared) takes the scope of
+    #: a lone statement into its session when it differs, one statement, and needs nothing more while
+    #: its scope stays the same (a worker's claim and outcomes: every tenant, all day long; a web
+    #: thread: one request's scope).  Behind a transaction pooler the session is not this
+    #: connection's own, so a lone statement is wrapped in a transaction that sets the scope.
+    _session_scope = ""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cursor_factory = ScopedCursor
 
     def _needs_scoped_transaction(self, query=None) -> bool:
-        return (self._bounded_depth == 0 and self.autocommit and self._pipeline is None
-                and tenancy.current() != "" and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                and not _outside_transactions(query, self))
+        """Whether a lone statement must run in a transaction of its own to carry the scope (after
+        taking the scope into this connection's session instead, where that is safe)."""
+        if not (self._bounded_depth == 0 and self.autocommit and self._pipeline is None
+                and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE):
+            return False
+        scope = tenancy.current()
+        if scope == self._session_scope or _outside_transactions(query, self):
+            return False
+        return not self._take_session_scope(scope)
+
+    def _take_session_scope(self, scope: str) -> bool:
+        """Set ``scope`` on this connection's session if it is a direct one (its session is its own:
+        statements are prepared, no transaction pooler); whether it did.  Outside a transaction only
+        (queued with the next statements in pipeline mode)."""
+        if self.prepare_threshold is None:
+            return False
+        before, self._session_scope = self._session_scope, scope  # first: the statement below comes back here
+        try:
+            psycopg.Connection.execute(self, "SELECT set_config('opsboard.tenant_scope', %s, false)", (scope,))
+        except BaseException:
+            self._session_scope = before
+            raise
+        return True
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
+        if (self._bounded_depth == 0 and self.autocommit
+                and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE):
+            scope = tenancy.current()
+            if scope != self._session_scope:
+                self._take_session_scope(scope)  # then no statement per transaction while the scope stays
         with super().transaction(savepoint_name, force_rollback) as tx:
             self._bounded_depth += 1
             try:
                 if self._bounded_depth == 1:
                     scope = tenancy.current()
-                    if scope:
+                    if scope != self._session_scope:
                         super().execute(self.bounds_sql + "set_config('opsboard.tenant_scope', %s, true)", (scope,))
                     elif self.bounds_sql != "SELECT ":
                         super().execute(self.bounds_sql.rstrip(", "))
@@ -299,17 +331,21 @@ class BoundedConnection(psycopg.Connection):
         return cur
 
     def execute(self, query, params=None, *, prepare=None, binary=False):
+        if query == "BEGIN" and self._bounded_depth == 0:
+            # An explicit BEGIN (the claim's and the relay's pipelined transactions) carries the scope:
+            # in the session before it, or right after it (same round trip when pipelined).
+            scope = tenancy.current()
+            if scope != self._session_scope and not (
+                    self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                    and self._take_session_scope(scope)):
+                cur = super().execute(query, params, prepare=prepare, binary=binary)
+                super().execute(*self._scope_sql(scope))
+                return cur
+            return super().execute(query, params, prepare=prepare, binary=binary)
         if self._needs_scoped_transaction(query):
             return self._in_scoped_transaction(
                 lambda: super(BoundedConnection, self).execute(query, params, prepare=prepare, binary=binary))
-        cur = super().execute(query, params, prepare=prepare, binary=binary)
-        if query == "BEGIN" and self._bounded_depth == 0:
-            # An explicit BEGIN (the claim's and the relay's pipelined transactions): the scope goes
-            # right after it, in the same round trip when pipelined.
-            scope = tenancy.current()
-            if scope:
-                super().execute(*self._scope_sql(scope))
-        return cur
+        return super().execute(query, params, prepare=prepare, binary=binary)
 
 
 def bounded_connection_class(bounds: Mapping[str, str]) -> type[BoundedConnection]:
