@@ -37,7 +37,7 @@ from opsboard import apikeys, audit, auth, db, jobqueue
 from opsboard.config import ROOT
 from opsboard.jobqueue import NewJob
 from tests.acceptance.test_cli import free_port
-from tests.conftest import connect, wait_for, worker_env
+from tests.conftest import APP_ROLE, connect, wait_for, worker_env
 
 CLIENTS = 30
 #: Server connections per (database, user): fewer than the clients.
@@ -68,7 +68,9 @@ class PgBouncer:
         os.chmod(self.dir, 0o777)
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
-            f.write(f'"{self.user}" ""\n')
+            # The server's user (the tests' seeding, the direct URL) and the application role the web
+            # and the workers connect as (row-level security).
+            f.write(f'"{self.user}" ""\n"{APP_ROLE}" ""\n')
         with open(ini, "w") as f:
             f.write(f"""[databases]
 * = host={info.get('host') or '127.0.0.1'} port={info.get('port') or 5432}
