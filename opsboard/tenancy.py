@@ -149,6 +149,12 @@ def of(scope) -> Iterator[None]:
             yield
 
 
+def kept(value: str):
+    """``with``: run the block in a scope taken earlier with :func:`current` (a streamed response's
+    generator runs after its request ended, and with it the request's scope)."""
+    return _set(value)
+
+
 def enter(value):
     """Set the scope (a value, or a resolver called at first use) until :func:`leave` (for request
     hooks that cannot wrap a block)."""

@@ -25,7 +25,7 @@ import threading
 from flask import Response, current_app, request, session
 from flask_login import current_user
 
-from .. import pgnotify
+from .. import pgnotify, tenancy
 from ..notifications import inbox
 from .context import CLIENT_KEY, bind_session_to_client, get_config, get_db
 
@@ -142,15 +142,18 @@ def stream_response(user_id) -> Response:
                 streams.pop(key, None)
         waiter.close()
 
+    # The generator runs after the request's teardown: it reads in the scope the request had.
+    scope = tenancy.current()
+
     def generate():
         last = cursor
         try:
             if last is None:
-                with database.connection() as conn:
+                with tenancy.kept(scope), database.connection() as conn:
                     last = inbox.latest_cursor(conn, user_id)
             yield f"retry: 3000\n: connected at cursor {last}\n\n"
             while True:
-                with database.connection() as conn:
+                with tenancy.kept(scope), database.connection() as conn:
                     rows = inbox.since(conn, user_id, last)
                 for row in rows:
                     last = row["seq"]
