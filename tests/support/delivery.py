@@ -69,7 +69,17 @@ class Runner:
     def run(self, job_id, queue_name: str = "default", worker: str = "test-worker") -> dict:
         """Claim ``job_id`` (it must be due), run its handler, record the outcome; returns the job row after."""
         with self.pool.connection() as conn:
-            rows = jobqueue.claim_batch(conn, queue_name, worker, 200, 30)
+            # The other waiting jobs of the queue step aside while this one is claimed: a claim takes at
+            # most a key's limit of jobs sharing a concurrency key (issue 50: 4 per webhook endpoint),
+            # and not necessarily this one among them.
+            aside = [r["id"] for r in conn.execute(
+                "UPDATE jobs SET available_at = available_at + interval '1 day' WHERE queue = %s AND id <> %s "
+                "AND status IN ('pending', 'retryable') RETURNING id", (queue_name, job_id)).fetchall()]
+            try:
+                rows = jobqueue.claim_batch(conn, queue_name, worker, 200, 30)
+            finally:
+                conn.execute("UPDATE jobs SET available_at = available_at - interval '1 day' WHERE id = ANY(%s)",
+                             (aside,))
             row = next((r for r in rows if r["id"] == job_id), None)
             others = [r for r in rows if r["id"] != job_id]
             if others:  # give back what we did not ask for
