@@ -51,6 +51,10 @@ class Bypass(enum.Enum):
     STREAMS = "one read serves many signed-in users' inbox streams, row by recipient"
     #: Sign-in, session, API-key and portal-token lookups: the caller's tenant is what they find.
     AUTHENTICATION = "the caller's tenant is not known until their credentials are looked up"
+    #: In the database, not here: ``opsboard_operator_staff_role(user)`` (migration 0099) reads the
+    #: operator tenants' memberships in every tenant's scope, so that a tenant's pages can show
+    #: operator staff by role, never by address; it returns the role and nothing else.
+    STAFF_ROLES = "a tenant's pages name the operator's staff by role (migration 0099's function)"
     #: ``opsboard`` commands: whoever runs them holds the database's credentials.
     CLI = "command-line operations run with the database's own credentials"
     #: ``opsboard migrate`` and the demo's seed: structure and data for every tenant.

@@ -22,11 +22,7 @@ SELECT * FROM audit_log WHERE action = %(action)s AND request_key = %(request_ke
 SELECT id, at, actor_id, actor_label, action, target_type, target_id, tenant_id, reason,
        before, after, request_id, outcome, staff.role AS staff_role
 FROM audit_log
-LEFT JOIN LATERAL (
-    SELECT m.role::text AS role FROM memberships m JOIN tenants t ON t.id = m.tenant_id
-    WHERE m.user_id = audit_log.actor_id AND t.is_operator
-    ORDER BY m.role LIMIT 1
-) staff ON true
+LEFT JOIN LATERAL (SELECT opsboard_operator_staff_role(audit_log.actor_id) AS role) staff ON true
 WHERE (%(scope_all)s OR tenant_id = ANY(%(scope_ids)s::uuid[]))
   AND (%(actor)s::text IS NULL OR (strpos(lower(actor_label), lower(%(actor)s::text)) > 0
                                    AND (%(scope_all)s OR staff.role IS NULL)))
@@ -67,7 +63,7 @@ SELECT EXISTS (
 -- name: audit_staff_roles
 -- The role of each of the given users who is operator staff (a member of an
 -- operator tenant): tenant-scoped viewers see such staff by role, never by address.
-SELECT DISTINCT ON (m.user_id) m.user_id, m.role::text AS role
-FROM memberships m JOIN tenants t ON t.id = m.tenant_id
-WHERE m.user_id = ANY(%(ids)s::uuid[]) AND t.is_operator
-ORDER BY m.user_id, m.role;
+-- (migration 0099's function: the operator tenants' memberships are outside a tenant's scope.)
+SELECT u.id AS user_id, opsboard_operator_staff_role(u.id) AS role
+FROM unnest(%(ids)s::uuid[]) AS u(id)
+WHERE opsboard_operator_staff_role(u.id) IS NOT NULL;
